@@ -1,0 +1,1 @@
+"""The ``pybk`` command line: bookie, zookeeper, localcluster, shell and bench."""

@@ -1,0 +1,1 @@
+"""The pybookkeeper client library."""

@@ -1,0 +1,1 @@
+"""ZooKeeper metadata for pybookkeeper: layout, ledger manager, registration, embedded ZooKeeper."""

@@ -1,0 +1,1 @@
+"""The bookie daemon: gRPC service over DbLedgerStorage."""

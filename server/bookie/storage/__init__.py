@@ -1,0 +1,1 @@
+"""DbLedgerStorage: journal, write cache, entry logs, RocksDB indexes, read cache."""

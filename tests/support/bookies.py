@@ -1,0 +1,1 @@
+"""Fixture: real bookie processes on loopback ports chosen at run time."""

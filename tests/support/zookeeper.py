@@ -1,0 +1,1 @@
+"""Fixture: a real ZooKeeper server (pybk zookeeper) for integration tests."""
