@@ -1,0 +1,105 @@
+"""The contract between the gRPC layer (``bookie.service`` / ``bookie.handlers``) and the bookie
+core (``bookie.bookie.Bookie`` over ``bookie.storage``).
+
+Handlers translate protobuf messages to these plain types and call :class:`BookieCore`; the core
+owns every rule (master key, fencing, LAC, durability) and raises :class:`~bookie.errors.BookieError`
+with a BookKeeper status code for anything a client did wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class AddOp:
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    body: bytes  # full entry body: 32-byte header || digest || payload
+    recovery: bool = False  # RECOVERY_ADD: allowed on a fenced ledger
+    deferred_sync: bool = False  # DEFERRED_SYNC: ack after write, before fsync
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    status: int  # bookie_pb2.StatusCode
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LacInfo:
+    explicit_lac_body: bytes | None  # the last WriteLac body, if any
+    last_entry_body: bytes | None  # the last stored entry, if any
+
+
+@dataclass(frozen=True, slots=True)
+class DiskInfo:
+    total_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogMark:
+    journal_id: int
+    offset: int
+
+
+class BookieCore(Protocol):
+    """What request handlers need from the bookie. All coroutines run on the bookie's event loop."""
+
+    @property
+    def read_only(self) -> bool: ...
+
+    async def add_entries(self, ops: Sequence[AddOp]) -> list[AddResult]:
+        """Add a batch. One result per op, same order; returns once every EOK op is durable
+        (journal fsync, unless ``deferred_sync``). Invalid ops get their own status without
+        affecting the others. Raises nothing for per-op problems."""
+        ...
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The stored body; ``entry_id == -1`` means the last entry stored for the ledger."""
+        ...
+
+    async def read_entries(
+        self, ledger_id: int, first_entry_id: int, max_count: int, max_bytes: int
+    ) -> list[bytes]:
+        """Consecutive bodies from ``first_entry_id``; stops at the first missing entry, at
+        ``max_count`` entries or before exceeding ``max_bytes`` (always >= 1 if the first exists)."""
+        ...
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> None:
+        """Fence durably (journaled and fsynced before return). Creates the ledger record with
+        ``master_key`` if the bookie has never seen the ledger, so a lagging writer is refused."""
+        ...
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        """The bookie's known LAC (max of piggybacked and explicit LAC); -1 if none."""
+        ...
+
+    def lac_update_timestamp(self, ledger_id: int) -> int:
+        """Milliseconds since the epoch of the last LAC increase (0 if never)."""
+        ...
+
+    async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> int:
+        """Park until the LAC exceeds ``previous_lac`` or the timeout passes; return the LAC.
+        No busy polling: woken by the add / write-LAC that moves the LAC."""
+        ...
+
+    async def write_lac(self, ledger_id: int, lac: int, master_key: bytes, body: bytes) -> None: ...
+
+    async def read_lac(self, ledger_id: int) -> LacInfo: ...
+
+    async def force_ledger(self, ledger_id: int) -> None:
+        """Return once every entry of the ledger accepted so far is durable."""
+        ...
+
+    def disk_info(self) -> DiskInfo: ...
+
+    async def list_entries(self, ledger_id: int) -> list[tuple[int, int]]:
+        """Inclusive runs (first, last) of stored entry ids, sorted."""
+        ...
+
+    def last_log_mark(self) -> LogMark: ...
