@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+import zlib
+
+import crc32c
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bkclient import digest
+from bkclient.digest import DigestManager, master_key
+from bkproto.errors import DigestMismatchError, IncorrectParameterError
+
+ALL_TYPES = [digest.CRC32, digest.HMAC, digest.CRC32C, digest.DUMMY]
+HEADER = struct.Struct(">qqqq")
+
+
+def test_master_key_is_bookkeepers_ledger_key() -> None:
+    assert master_key(b"pw") == hashlib.sha1(b"ledgerpw").digest()
+    # BookKeeper: an empty password gives SHA1("ledger").
+    assert master_key(b"") == hashlib.sha1(b"ledger").digest()
+    assert len(master_key(b"x")) == 20
+
+
+def test_crc32_check_value_layout() -> None:
+    # The standard CRC-32 check value of "123456789" is 0xCBF43926; BookKeeper writes it as a long.
+    assert digest._crc32(b"1234", b"56789") == struct.pack(">Q", 0xCBF43926)
+
+
+def test_crc32c_check_value_layout() -> None:
+    # The standard CRC-32C (Castagnoli) check value of "123456789" is 0xE3069283, written as an int.
+    assert digest._crc32c(b"12345", b"6789") == struct.pack(">I", 0xE3069283)
+
+
+@pytest.mark.parametrize(
+    ("digest_type", "size"),
+    [(digest.CRC32, 8), (digest.HMAC, 20), (digest.CRC32C, 4), (digest.DUMMY, 0)],
+)
+def test_entry_layout_is_header_digest_payload(digest_type: int, size: int) -> None:
+    dm = DigestManager(7, b"secret", digest_type)
+    body = dm.encode_entry(3, 2, 100, b"hello")
+    assert len(body) == 32 + size + 5
+    assert HEADER.unpack_from(body) == (7, 3, 2, 100)
+    assert body.endswith(b"hello")
+    header, dig = body[:32], body[32 : 32 + size]
+    signed = header + b"hello"
+    if digest_type == digest.CRC32:
+        assert dig == struct.pack(">Q", zlib.crc32(signed))
+    elif digest_type == digest.CRC32C:
+        assert dig == struct.pack(">I", crc32c.crc32c(signed))
+    elif digest_type == digest.HMAC:
+        key = hashlib.sha1(b"macsecret").digest()
+        assert dig == hmac.new(key, signed, hashlib.sha1).digest()
+    else:
+        assert dig == b""
+
+
+@pytest.mark.parametrize("digest_type", ALL_TYPES)
+def test_round_trip(digest_type: int) -> None:
+    dm = DigestManager(42, b"pw", digest_type)
+    body = dm.encode_entry(5, 4, 2048, b"x" * 1024)
+    payload, lac, length = dm.verify_entry(5, body)
+    assert (payload, lac, length) == (b"x" * 1024, 4, 2048)
+    header = dm.verify_header(body)
+    assert (header.entry_id, header.last_add_confirmed, header.length) == (5, 4, 2048)
+
+
+@pytest.mark.parametrize("digest_type", [digest.CRC32, digest.HMAC, digest.CRC32C])
+@given(flip=st.integers(min_value=0, max_value=32 + 20 + 63), payload=st.binary(min_size=1, max_size=64))
+def test_any_flipped_byte_is_detected(digest_type: int, flip: int, payload: bytes) -> None:
+    dm = DigestManager(1, b"pw", digest_type)
+    body = bytearray(dm.encode_entry(0, -1, len(payload), payload))
+    pos = flip % len(body)
+    body[pos] ^= 0x01
+    with pytest.raises(DigestMismatchError):
+        dm.verify_entry(0, bytes(body))
+
+
+@pytest.mark.parametrize("digest_type", ALL_TYPES)
+def test_wrong_entry_or_ledger_id_is_a_mismatch(digest_type: int) -> None:
+    dm = DigestManager(1, b"pw", digest_type)
+    body = dm.encode_entry(3, 2, 10, b"data")
+    with pytest.raises(DigestMismatchError, match="entry 4"):
+        dm.verify_entry(4, body)
+    other_ledger = DigestManager(2, b"pw", digest_type)
+    with pytest.raises(DigestMismatchError):
+        other_ledger.verify_entry(3, body)
+
+
+def test_wrong_password_is_a_mismatch_for_hmac() -> None:
+    body = DigestManager(1, b"right", digest.HMAC).encode_entry(0, -1, 4, b"data")
+    with pytest.raises(DigestMismatchError):
+        DigestManager(1, b"wrong", digest.HMAC).verify_entry(0, body)
+
+
+@pytest.mark.parametrize("digest_type", ALL_TYPES)
+def test_truncated_body_is_a_mismatch(digest_type: int) -> None:
+    dm = DigestManager(1, b"pw", digest_type)
+    with pytest.raises(DigestMismatchError):
+        dm.verify_entry(0, b"\x00" * 20)
+
+
+@pytest.mark.parametrize(
+    ("digest_type", "size"),
+    [(digest.CRC32, 8), (digest.HMAC, 20), (digest.CRC32C, 4), (digest.DUMMY, 0)],
+)
+def test_lac_round_trip_and_layout(digest_type: int, size: int) -> None:
+    dm = DigestManager(9, b"pw", digest_type)
+    body = dm.encode_lac(77)
+    assert len(body) == 16 + size
+    assert struct.unpack_from(">qq", body) == (9, 77)
+    assert dm.verify_lac(body) == 77
+    with pytest.raises(DigestMismatchError):
+        DigestManager(10, b"pw", digest_type).verify_lac(body)
+
+
+@pytest.mark.parametrize("digest_type", [digest.CRC32, digest.HMAC, digest.CRC32C])
+def test_corrupt_lac_is_a_mismatch(digest_type: int) -> None:
+    dm = DigestManager(9, b"pw", digest_type)
+    body = bytearray(dm.encode_lac(77))
+    body[12] ^= 0xFF
+    with pytest.raises(DigestMismatchError):
+        dm.verify_lac(bytes(body))
+
+
+def test_unknown_digest_type_is_rejected() -> None:
+    with pytest.raises(IncorrectParameterError):
+        DigestManager(1, b"", 99)
