@@ -1,0 +1,423 @@
+"""One connection per bookie: a grpc.aio channel, a coalescing add stream and unary calls.
+
+Adds are the hot path. A Python gRPC message costs hundreds of microseconds of CPU while an entry's
+own work costs a few, so every add queued while the previous stream message was being written goes
+into the next message (natural batching: the busier the connection, the bigger the batches). At most
+``max_inflight_messages`` messages wait for their response; past that, adds accumulate in the queue
+(bounded upstream by the write handle's outstanding-adds/bytes limits) and leave in the next message.
+
+Responses come back one per request message, in order, with one status per add: the receiver pops
+the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests). If the
+stream breaks, every add in flight or queued fails with :class:`BookieUnavailableError`; the next add
+opens a new stream. gRPC errors never leave this module untranslated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import grpc
+import grpc.aio
+
+from bkproto.errors import (
+    BKError,
+    BookieUnavailableError,
+    ClientClosedError,
+    TimeoutError,
+    UnexpectedConditionError,
+    error_for_status,
+)
+from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+EOK = bookie_pb2.EOK
+MiB = 1024 * 1024
+# Room for a 5 MiB entry plus framing; BookKeeper's nettyMaxFrameSizeBytes is 5 MiB.
+MAX_MESSAGE_BYTES = 16 * MiB
+
+# Completion callback of one add: ``None`` on success, the error otherwise.
+AddCallback = Callable[[BKError | None], None]
+
+
+class ReadResult(NamedTuple):
+    body: bytes
+    max_lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookieClientOptions:
+    """Connection tuning. Defaults suit a few bookies on one host as well as a real cluster."""
+
+    max_inflight_messages: int = 8  # add-stream messages awaiting a response (window)
+    max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
+    default_timeout_s: float = 10.0  # unary calls without an explicit timeout
+
+
+class _PendingAdd(NamedTuple):
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    body: bytes
+    flags: int
+    callback: AddCallback
+
+
+def translate_rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError) -> BKError:
+    """A gRPC failure as a BookKeeper error: deadline → TimeoutError, anything else means the
+    bookie could not be used → BookieUnavailableError."""
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return TimeoutError(f"bookie {bookie_id}: request timed out")
+    return BookieUnavailableError(f"bookie {bookie_id}: {code.name} {exc.details() or ''}".rstrip())
+
+
+def _safe_call(callback: AddCallback, error: BKError | None) -> None:
+    try:
+        callback(error)
+    except Exception:  # one broken callback must not strand the other adds of the batch
+        log.exception("add completion callback failed")
+
+
+class _AddStream:
+    """One AddEntries bidi stream: a sender task coalescing queued adds, a receiver task
+    completing them. Lives until the stream fails or the client closes; never restarts."""
+
+    def __init__(self, client: BookieClient, call: Any) -> None:
+        self._client = client
+        self._call = call
+        self._options = client.options
+        self._queue: deque[_PendingAdd] = deque()
+        self._inflight: deque[list[_PendingAdd]] = deque()
+        self._wakeup = asyncio.Event()
+        self._window = asyncio.Event()
+        self._window.set()
+        self.failed = False
+        self.messages_sent = 0
+        self._sender = asyncio.create_task(self._send_loop(), name=f"bk-add-send-{client.bookie_id}")
+        self._receiver = asyncio.create_task(self._recv_loop(), name=f"bk-add-recv-{client.bookie_id}")
+
+    def enqueue(self, add: _PendingAdd) -> None:
+        self._queue.append(add)
+        self._wakeup.set()
+
+    async def _send_loop(self) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._queue:
+                    while len(self._inflight) >= self._options.max_inflight_messages:
+                        self._window.clear()
+                        await self._window.wait()
+                    batch = self._take_batch()
+                    request = bookie_pb2.AddEntriesRequest()
+                    adds = request.adds
+                    for a in batch:
+                        adds.add(
+                            ledger_id=a.ledger_id,
+                            entry_id=a.entry_id,
+                            master_key=a.master_key,
+                            body=a.body,
+                            flags=a.flags,
+                        )
+                    # In flight before the write: a response can only follow the write.
+                    self._inflight.append(batch)
+                    await self._call.write(request)
+                    self.messages_sent += 1
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as exc:
+            self.fail(translate_rpc_error(self._client.bookie_id, exc))
+        except Exception as exc:  # noqa: BLE001 - whatever broke the stream, its adds must fail, not hang
+            self.fail(BookieUnavailableError(f"bookie {self._client.bookie_id}: add stream broke: {exc!r}"))
+
+    def _take_batch(self) -> list[_PendingAdd]:
+        queue = self._queue
+        budget = self._options.max_batch_bytes
+        batch = [queue.popleft()]  # always at least one, even if it alone exceeds the budget
+        size = len(batch[0].body)
+        while queue and size + len(queue[0].body) <= budget:
+            add = queue.popleft()
+            size += len(add.body)
+            batch.append(add)
+        return batch
+
+    async def _recv_loop(self) -> None:
+        bookie_id = self._client.bookie_id
+        try:
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:  # type: ignore[attr-defined]
+                    self.fail(BookieUnavailableError(f"bookie {bookie_id}: add stream closed by bookie"))
+                    return
+                if not self._inflight:
+                    self.fail(UnexpectedConditionError(f"bookie {bookie_id}: response without request"))
+                    return
+                batch = self._inflight.popleft()
+                self._window.set()
+                results = response.results
+                if len(results) != len(batch):
+                    self.fail(
+                        UnexpectedConditionError(
+                            f"bookie {bookie_id}: {len(results)} results for {len(batch)} adds"
+                        )
+                    )
+                    for add in batch:
+                        _safe_call(add.callback, BookieUnavailableError(f"bookie {bookie_id}: bad response"))
+                    return
+                for add, result in zip(batch, results, strict=True):
+                    status = result.status
+                    if status == EOK:
+                        _safe_call(add.callback, None)
+                    else:
+                        _safe_call(add.callback, error_for_status(status, result.message))
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as exc:
+            self.fail(translate_rpc_error(bookie_id, exc))
+        except Exception as exc:  # noqa: BLE001 - whatever broke the stream, its adds must fail, not hang
+            self.fail(BookieUnavailableError(f"bookie {bookie_id}: add stream broke: {exc!r}"))
+
+    def fail(self, error: BKError) -> None:
+        """Fail every add in flight or queued, stop both tasks, cancel the call. Idempotent."""
+        if self.failed:
+            return
+        self.failed = True
+        self._client._stream_failed(self)
+        if not isinstance(error, ClientClosedError):
+            log.info("%s", error)
+        current = asyncio.current_task()
+        for task in (self._sender, self._receiver):
+            if task is not current:
+                task.cancel()
+        self._call.cancel()
+        pending = [add for batch in self._inflight for add in batch]
+        pending.extend(self._queue)
+        self._inflight.clear()
+        self._queue.clear()
+        for add in pending:
+            _safe_call(add.callback, error)
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(self._sender, self._receiver, return_exceptions=True)
+
+
+class BookieClient:
+    """The client side of one bookie. Create and use it on the event loop that will run it."""
+
+    def __init__(self, bookie_id: str, address: str, options: BookieClientOptions | None = None) -> None:
+        self.bookie_id = bookie_id
+        self.address = address
+        self.options = options or BookieClientOptions()
+        self._channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # Reconnect quickly after a bookie restarts; gRPC's default backoff reaches 120 s.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+            ],
+        )
+        self._stub: Any = bookie_pb2_grpc.BookieStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stream: _AddStream | None = None
+        self._closed = False
+        self.streams_opened = 0
+
+    # -- adds ----------------------------------------------------------------------------------
+
+    def add_with_callback(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        callback: AddCallback,
+        recovery: bool = False,
+    ) -> None:
+        """Queue an add; ``callback(None)`` on success or ``callback(error)``. The callback runs
+        on the loop, once, possibly before this returns if the client is closed."""
+        if self._closed:
+            callback(ClientClosedError(f"bookie client {self.bookie_id} is closed"))
+            return
+        stream = self._stream
+        if stream is None:
+            stream = self._open_stream()
+        flags = bookie_pb2.RECOVERY_ADD if recovery else 0
+        stream.enqueue(_PendingAdd(ledger_id, entry_id, master_key, body, flags, callback))
+
+    def add(
+        self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False
+    ) -> asyncio.Future[None]:
+        """Queue an add; the future completes when this bookie acknowledged it (durably)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(error: BKError | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        self.add_with_callback(ledger_id, entry_id, master_key, body, done, recovery)
+        return future
+
+    def _open_stream(self) -> _AddStream:
+        call = self._stub.AddEntries()
+        self._stream = _AddStream(self, call)
+        self.streams_opened += 1
+        return self._stream
+
+    def _stream_failed(self, stream: _AddStream) -> None:
+        if self._stream is stream:
+            self._stream = None
+
+    # -- unary calls ---------------------------------------------------------------------------
+
+    async def _unary(self, method: Any, request: Any, timeout: float | None) -> Any:  # noqa: ASYNC109 - the gRPC deadline
+        if self._closed:
+            raise ClientClosedError(f"bookie client {self.bookie_id} is closed")
+        try:
+            response = await method(request, timeout=timeout or self.options.default_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise translate_rpc_error(self.bookie_id, exc) from exc
+        if response.status != EOK:
+            raise error_for_status(response.status, f"bookie {self.bookie_id}: {response.message}")
+        return response
+
+    async def read_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence_master_key: bytes | None = None,
+        previous_lac: int | None = None,
+        long_poll_timeout_ms: int = 0,
+        piggyback: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 - the gRPC deadline
+    ) -> ReadResult:
+        """Read one entry (``entry_id == -1``: the bookie's last entry). With
+        ``fence_master_key`` the read fences the ledger; with ``previous_lac`` it long-polls
+        until the bookie's LAC passes it or ``long_poll_timeout_ms`` expires."""
+        flags = 0
+        request = bookie_pb2.ReadRequest(ledger_id=ledger_id, entry_id=entry_id)
+        if fence_master_key is not None:
+            flags |= bookie_pb2.FENCE_LEDGER
+            request.master_key = fence_master_key
+        if previous_lac is not None:
+            request.previous_lac = previous_lac
+            request.timeout_ms = long_poll_timeout_ms
+            if timeout is None:  # the RPC must outlive the bookie-side wait
+                timeout = long_poll_timeout_ms / 1000.0 + self.options.default_timeout_s
+        if piggyback:
+            flags |= bookie_pb2.ENTRY_PIGGYBACK
+        request.flags = flags
+        response = await self._unary(self._stub.ReadEntry, request, timeout)
+        return ReadResult(response.body, response.max_lac)
+
+    async def read_entries(
+        self, ledger_id: int, first: int, max_count: int, max_bytes: int, *, timeout: float | None = None  # noqa: ASYNC109 - the gRPC deadline
+    ) -> list[bytes]:
+        """Consecutive entry bodies from ``first`` (at least one if ``first`` exists)."""
+        request = bookie_pb2.ReadEntriesRequest(
+            ledger_id=ledger_id, first_entry_id=first, max_count=max_count, max_bytes=max_bytes
+        )
+        response = await self._unary(self._stub.ReadEntries, request, timeout)
+        return list(response.bodies)
+
+    async def read_lac(
+        self, ledger_id: int, *, timeout: float | None = None  # noqa: ASYNC109 - the gRPC deadline
+    ) -> tuple[bytes | None, bytes | None]:
+        """(explicit LAC body, last stored entry body), each ``None`` when the bookie has none."""
+        request = bookie_pb2.ReadLacRequest(ledger_id=ledger_id)
+        response = await self._unary(self._stub.ReadLac, request, timeout)
+        return (response.lac_body or None, response.last_entry_body or None)
+
+    async def write_lac(
+        self, ledger_id: int, lac: int, master_key: bytes, body: bytes, *, timeout: float | None = None  # noqa: ASYNC109 - the gRPC deadline
+    ) -> None:
+        request = bookie_pb2.WriteLacRequest(ledger_id=ledger_id, lac=lac, master_key=master_key, body=body)
+        await self._unary(self._stub.WriteLac, request, timeout)
+
+    async def force_ledger(self, ledger_id: int, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the gRPC deadline
+        """Returns once everything this bookie acknowledged for the ledger is durable."""
+        await self._unary(self._stub.ForceLedger, bookie_pb2.ForceLedgerRequest(ledger_id=ledger_id), timeout)
+
+    async def get_bookie_info(self, *, timeout: float | None = None) -> tuple[int, int]:  # noqa: ASYNC109 - the gRPC deadline
+        """(total disk capacity, free disk space) in bytes."""
+        request = bookie_pb2.GetBookieInfoRequest(
+            requested=bookie_pb2.TOTAL_DISK_CAPACITY | bookie_pb2.FREE_DISK_SPACE
+        )
+        response = await self._unary(self._stub.GetBookieInfo, request, timeout)
+        return (response.total_disk_capacity, response.free_disk_space)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self) -> None:
+        """Fail outstanding adds with ClientClosedError and close the channel."""
+        if self._closed:
+            return
+        self._closed = True
+        stream = self._stream
+        if stream is not None:
+            stream.fail(ClientClosedError(f"bookie client {self.bookie_id} is closed"))
+            await stream.wait_closed()
+        await self._channel.close(None)
+
+
+# Resolves a bookie id to its gRPC address; ``None`` when the id is not registered.
+AddressResolver = Callable[[str], str | None]
+
+
+class BookieClientPool:
+    """One :class:`BookieClient` per bookie id, created on first use.
+
+    Ids resolve through ``resolver`` (the registration's service info); an id that does not resolve
+    is used as ``host:port`` itself, BookKeeper's default bookie id. A client whose resolved address
+    changed (bookie restarted elsewhere) is replaced."""
+
+    def __init__(
+        self, resolver: AddressResolver | None = None, options: BookieClientOptions | None = None
+    ) -> None:
+        self._resolver = resolver
+        self._options = options or BookieClientOptions()
+        self._clients: dict[str, BookieClient] = {}
+        self._retired: list[BookieClient] = []
+        self._closed = False
+
+    def address_of(self, bookie_id: str) -> str:
+        address = self._resolver(bookie_id) if self._resolver is not None else None
+        return address or bookie_id
+
+    def get(self, bookie_id: str) -> BookieClient:
+        if self._closed:
+            raise ClientClosedError("bookie client pool is closed")
+        client = self._clients.get(bookie_id)
+        if client is not None and not client.closed:
+            if self._resolver is None:
+                return client
+            address = self._resolver(bookie_id)
+            if address is None or address == client.address:
+                return client
+            self._retired.append(client)  # closed at pool close: its calls may still be running
+        client = BookieClient(bookie_id, self.address_of(bookie_id), self._options)
+        self._clients[bookie_id] = client
+        return client
+
+    async def close(self) -> None:
+        self._closed = True
+        clients = [*self._clients.values(), *self._retired]
+        self._clients.clear()
+        self._retired.clear()
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

@@ -1,0 +1,276 @@
+"""BookieClient against an in-process gRPC server that speaks the bookie protocol from memory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from bkclient.bookie_client import BookieClient, BookieClientOptions, BookieClientPool
+from bkproto.errors import (
+    BookieUnavailableError,
+    ClientClosedError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    TimeoutError,
+)
+from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+
+FENCED_LEDGER = 13
+
+
+class MemoryBookie(bookie_pb2_grpc.BookieServicer):
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, int], bytes] = {}
+        self.flags: dict[tuple[int, int], int] = {}
+        self.message_sizes: list[int] = []
+        self.got_message = asyncio.Event()
+        self.hold = asyncio.Event()  # cleared: responses wait
+        self.hold.set()
+        self.abort_after_messages: int | None = None
+        self.reads: list[bookie_pb2.ReadRequest] = []
+        self.read_gate = asyncio.Event()
+        self.read_gate.set()
+
+    async def AddEntries(
+        self, request_iterator: AsyncIterator[bookie_pb2.AddEntriesRequest], context: Any
+    ) -> AsyncIterator[bookie_pb2.AddEntriesResponse]:
+        # Like a real bookie, keep reading requests while earlier ones are still being answered.
+        received: asyncio.Queue[bookie_pb2.AddEntriesRequest | None] = asyncio.Queue()
+
+        async def reader() -> None:
+            async for request in request_iterator:
+                self.message_sizes.append(len(request.adds))
+                self.got_message.set()
+                received.put_nowait(request)
+            received.put_nowait(None)
+
+        reading = asyncio.create_task(reader())
+        try:
+            while (request := await received.get()) is not None:
+                limit = self.abort_after_messages
+                if limit is not None and len(self.message_sizes) >= limit:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "bookie going down")
+                await self.hold.wait()
+                yield self._apply(request)
+        finally:
+            reading.cancel()
+
+    def _apply(self, request: bookie_pb2.AddEntriesRequest) -> bookie_pb2.AddEntriesResponse:
+        response = bookie_pb2.AddEntriesResponse()
+        for add in request.adds:
+            if add.ledger_id == FENCED_LEDGER and not add.flags & bookie_pb2.RECOVERY_ADD:
+                response.results.add(status=bookie_pb2.EFENCED, message="fenced")
+                continue
+            self.entries[(add.ledger_id, add.entry_id)] = add.body
+            self.flags[(add.ledger_id, add.entry_id)] = add.flags
+            response.results.add(status=bookie_pb2.EOK, ledger_id=add.ledger_id, entry_id=add.entry_id)
+        return response
+
+    async def ReadEntry(self, request: bookie_pb2.ReadRequest, context: Any) -> bookie_pb2.ReadResponse:
+        self.reads.append(request)
+        await self.read_gate.wait()
+        body = self.entries.get((request.ledger_id, request.entry_id))
+        if body is None:
+            return bookie_pb2.ReadResponse(status=bookie_pb2.ENOENTRY, message="no such entry")
+        return bookie_pb2.ReadResponse(status=bookie_pb2.EOK, body=body, max_lac=request.entry_id)
+
+    async def ReadEntries(
+        self, request: bookie_pb2.ReadEntriesRequest, context: Any
+    ) -> bookie_pb2.ReadEntriesResponse:
+        bodies = []
+        eid = request.first_entry_id
+        while len(bodies) < request.max_count and (request.ledger_id, eid) in self.entries:
+            bodies.append(self.entries[(request.ledger_id, eid)])
+            eid += 1
+        return bookie_pb2.ReadEntriesResponse(status=bookie_pb2.EOK, bodies=bodies, max_lac=eid - 1)
+
+    async def ReadLac(self, request: bookie_pb2.ReadLacRequest, context: Any) -> bookie_pb2.ReadLacResponse:
+        return bookie_pb2.ReadLacResponse(status=bookie_pb2.EOK)
+
+    async def WriteLac(
+        self, request: bookie_pb2.WriteLacRequest, context: Any
+    ) -> bookie_pb2.WriteLacResponse:
+        return bookie_pb2.WriteLacResponse(status=bookie_pb2.EUA, message="bad key")
+
+    async def GetBookieInfo(
+        self, request: bookie_pb2.GetBookieInfoRequest, context: Any
+    ) -> bookie_pb2.GetBookieInfoResponse:
+        return bookie_pb2.GetBookieInfoResponse(
+            status=bookie_pb2.EOK, total_disk_capacity=100, free_disk_space=40
+        )
+
+
+@pytest.fixture
+async def bookie() -> AsyncIterator[tuple[MemoryBookie, str]]:
+    servicer = MemoryBookie()
+    server = grpc.aio.server()
+    bookie_pb2_grpc.add_BookieServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield servicer, f"127.0.0.1:{port}"
+    await server.stop(None)
+
+
+async def test_adds_complete_with_per_add_status(bookie: tuple[MemoryBookie, str]) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address)
+    ok = [client.add(1, i, b"k" * 20, b"body%d" % i) for i in range(5)]
+    fenced = client.add(FENCED_LEDGER, 0, b"k" * 20, b"x")
+    recovered = client.add(FENCED_LEDGER, 1, b"k" * 20, b"y", recovery=True)
+    await asyncio.gather(*ok)
+    with pytest.raises(LedgerFencedError):
+        await fenced
+    await recovered
+    assert servicer.entries[(1, 3)] == b"body3"
+    assert servicer.flags[(FENCED_LEDGER, 1)] == bookie_pb2.RECOVERY_ADD
+    await client.close()
+
+
+async def test_adds_queued_while_a_message_is_in_flight_share_the_next_message(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address, BookieClientOptions(max_inflight_messages=1))
+    servicer.hold.clear()
+    first = client.add(1, 0, b"k" * 20, b"a")
+    await servicer.got_message.wait()
+    rest = [client.add(1, i, b"k" * 20, b"b") for i in range(1, 51)]
+    await asyncio.sleep(0.05)
+    assert servicer.message_sizes == [1]  # the window of one message is full: the rest waits
+    servicer.hold.set()
+    await asyncio.gather(first, *rest)
+    assert servicer.message_sizes == [1, 50]
+    await client.close()
+
+
+async def test_in_flight_messages_are_bounded_by_the_window(bookie: tuple[MemoryBookie, str]) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address, BookieClientOptions(max_inflight_messages=3))
+    servicer.hold.clear()
+    futures = []
+    for i in range(10):
+        futures.append(client.add(1, i, b"k" * 20, b"x"))
+        await asyncio.sleep(0.02)  # each add leaves alone if the window allows
+    assert len(servicer.message_sizes) == 3
+    servicer.hold.set()
+    await asyncio.gather(*futures)
+    assert sum(servicer.message_sizes) == 10
+    await client.close()
+
+
+async def test_batches_respect_the_byte_budget(bookie: tuple[MemoryBookie, str]) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address, BookieClientOptions(max_batch_bytes=1000))
+    await asyncio.gather(*(client.add(1, i, b"k" * 20, b"z" * 400) for i in range(6)))
+    assert servicer.message_sizes == [2, 2, 2]
+    await client.close()
+
+
+async def test_stream_failure_fails_every_pending_add_and_next_add_reconnects(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address, BookieClientOptions(max_inflight_messages=1))
+    servicer.abort_after_messages = 1
+    servicer.hold.clear()
+    futures = [client.add(1, 0, b"k" * 20, b"a")]
+    await servicer.got_message.wait()
+    futures += [client.add(1, i, b"k" * 20, b"b") for i in range(1, 4)]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(r, BookieUnavailableError) for r in results), results
+    servicer.abort_after_messages = None
+    servicer.hold.set()
+    await client.add(1, 9, b"k" * 20, b"again")
+    assert servicer.entries[(1, 9)] == b"again"
+    assert client.streams_opened >= 2  # a broken stream is never reused
+    await client.close()
+
+
+async def test_unreachable_bookie_is_unavailable() -> None:
+    client = BookieClient("dead", "127.0.0.1:1")
+    with pytest.raises(BookieUnavailableError):
+        await client.add(1, 0, b"k" * 20, b"a")
+    with pytest.raises(BookieUnavailableError):
+        await client.read_entry(1, 0, timeout=5)
+    await client.close()
+
+
+async def test_read_entry_forwards_fence_and_long_poll_fields(bookie: tuple[MemoryBookie, str]) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address)
+    await client.add(1, 4, b"k" * 20, b"four")
+    result = await client.read_entry(
+        1, 4, fence_master_key=b"m" * 20, previous_lac=3, long_poll_timeout_ms=500, piggyback=True
+    )
+    assert result.body == b"four"
+    assert result.max_lac == 4
+    request = servicer.reads[-1]
+    assert request.flags == bookie_pb2.FENCE_LEDGER | bookie_pb2.ENTRY_PIGGYBACK
+    assert request.master_key == b"m" * 20
+    assert request.HasField("previous_lac")
+    assert (request.previous_lac, request.timeout_ms) == (3, 500)
+    plain = await client.read_entry(1, 4)
+    assert plain.body == b"four"
+    assert not servicer.reads[-1].HasField("previous_lac")
+    with pytest.raises(NoSuchEntryError):
+        await client.read_entry(1, 5)
+    await client.close()
+
+
+async def test_read_timeout_is_translated(bookie: tuple[MemoryBookie, str]) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address)
+    servicer.read_gate.clear()
+    with pytest.raises(TimeoutError):
+        await client.read_entry(1, 0, timeout=0.2)
+    servicer.read_gate.set()
+    await client.close()
+
+
+async def test_other_unary_calls(bookie: tuple[MemoryBookie, str]) -> None:
+    _, address = bookie
+    client = BookieClient(address, address)
+    await asyncio.gather(*(client.add(2, i, b"k" * 20, b"e%d" % i) for i in range(4)))
+    assert await client.read_entries(2, 1, 10, 1 << 20) == [b"e1", b"e2", b"e3"]
+    assert await client.read_lac(2) == (None, None)
+    assert await client.get_bookie_info() == (100, 40)
+    from bkproto.errors import UnauthorizedAccessError
+
+    with pytest.raises(UnauthorizedAccessError):
+        await client.write_lac(2, 3, b"k" * 20, b"body")
+    await client.close()
+
+
+async def test_close_fails_pending_adds(bookie: tuple[MemoryBookie, str]) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address)
+    servicer.hold.clear()
+    future = client.add(1, 0, b"k" * 20, b"a")
+    await asyncio.sleep(0.05)
+    await client.close()
+    with pytest.raises(ClientClosedError):
+        await future
+    with pytest.raises(ClientClosedError):
+        await client.add(1, 1, b"k" * 20, b"a")
+    servicer.hold.set()
+
+
+async def test_pool_resolves_ids_and_falls_back_to_host_port(bookie: tuple[MemoryBookie, str]) -> None:
+    _, address = bookie
+    registry = {"bookie-1": address}
+    pool = BookieClientPool(registry.get)
+    client = pool.get("bookie-1")
+    assert client.address == address
+    assert pool.get("bookie-1") is client
+    assert pool.get("10.0.0.1:3181").address == "10.0.0.1:3181"
+    await client.add(1, 0, b"k" * 20, b"a")
+    registry["bookie-1"] = "127.0.0.1:2"  # re-registered elsewhere: a new connection
+    assert pool.get("bookie-1").address == "127.0.0.1:2"
+    await pool.close()
+    with pytest.raises(ClientClosedError):
+        pool.get("bookie-1")
