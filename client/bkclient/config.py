@@ -1,0 +1,74 @@
+"""Client configuration: BookKeeper's ``ClientConfiguration`` keys that this client honours.
+
+Defaults follow BookKeeper (``addEntryTimeoutSec`` = ``readEntryTimeoutSec`` = 5 s,
+``speculativeReadTimeout`` = 2 s, ``explicitLacInterval`` off, ``throttle`` = 5000 outstanding adds)
+unless a comment says why not. Every field is validated when the config is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bkproto.errors import IncorrectParameterError
+
+MiB = 1024 * 1024
+
+PLACEMENT_POLICIES = ("random", "rackaware")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    # Writes.
+    add_entry_timeout_s: float = 5.0  # addEntryTimeoutSec: a bookie slower than this is replaced
+    max_outstanding_adds: int = 5000  # throttle: adds sent and not yet completed, per handle
+    max_outstanding_bytes: int = 64 * MiB  # payload bytes of those adds, per handle
+    # Adds waiting for room under the two limits above, per handle. append() waits instead of
+    # queueing; append_async() beyond this raises TooManyRequestsError rather than grow memory.
+    max_waiting_adds: int = 100_000
+    explicit_lac_interval_s: float = 0.0  # explicitLacInterval; 0 = off
+    max_ensemble_changes: int = 1_000_000  # maxNumEnsembleChanges (BookKeeper: unbounded)
+    # Reads.
+    read_entry_timeout_s: float = 5.0  # readEntryTimeoutSec
+    speculative_read_timeout_s: float = 2.0  # speculativeReadTimeout; 0 = no speculative reads
+    read_batch_max_entries: int = 1000  # batched reads (E == Qw): entries per ReadEntries call
+    read_batch_max_bytes: int = 4 * MiB
+    long_poll_timeout_s: float = 10.0  # tailing: how long one LAC long poll parks on a bookie
+    # Placement.
+    placement_policy: str = "random"  # "random" (DefaultEnsemblePlacementPolicy) or "rackaware"
+    min_racks_per_write_quorum: int = 2  # minNumRacksPerWriteQuorum
+    enforce_min_racks_per_write_quorum: bool = False  # enforceMinNumRacksPerWriteQuorum
+    # Bookie connections.
+    bookie_max_inflight_messages: int = 8  # add-stream messages awaiting a response, per bookie
+    bookie_max_batch_bytes: int = 4 * MiB  # entry bytes per add-stream message
+    metadata_timeout_s: float = 30.0  # ZooKeeper session/operation timeout
+
+    def __post_init__(self) -> None:
+        positive = {
+            "add_entry_timeout_s": self.add_entry_timeout_s,
+            "max_outstanding_adds": self.max_outstanding_adds,
+            "max_outstanding_bytes": self.max_outstanding_bytes,
+            "max_waiting_adds": self.max_waiting_adds,
+            "max_ensemble_changes": self.max_ensemble_changes,
+            "read_entry_timeout_s": self.read_entry_timeout_s,
+            "read_batch_max_entries": self.read_batch_max_entries,
+            "read_batch_max_bytes": self.read_batch_max_bytes,
+            "long_poll_timeout_s": self.long_poll_timeout_s,
+            "min_racks_per_write_quorum": self.min_racks_per_write_quorum,
+            "bookie_max_inflight_messages": self.bookie_max_inflight_messages,
+            "bookie_max_batch_bytes": self.bookie_max_batch_bytes,
+            "metadata_timeout_s": self.metadata_timeout_s,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise IncorrectParameterError(f"ClientConfig.{name} must be > 0, got {value!r}")
+        for name, value in {
+            "explicit_lac_interval_s": self.explicit_lac_interval_s,
+            "speculative_read_timeout_s": self.speculative_read_timeout_s,
+        }.items():
+            if value < 0:
+                raise IncorrectParameterError(f"ClientConfig.{name} must be >= 0, got {value!r}")
+        if self.placement_policy not in PLACEMENT_POLICIES:
+            raise IncorrectParameterError(
+                f"ClientConfig.placement_policy must be one of {PLACEMENT_POLICIES}, "
+                f"got {self.placement_policy!r}"
+            )
