@@ -1,0 +1,101 @@
+"""What every request handler shares: limits, error translation at the boundary, timing.
+
+A handler never lets an exception reach grpc: a :class:`~bookie.errors.BookieError` becomes the
+response's status and message, anything else becomes EIO (logged with its traceback, because it is
+a bug or a failing disk, not a bad request). Only cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+import grpc.aio
+
+from bkproto.v1 import bookie_pb2
+from bookie.api import BookieCore
+from bookie.errors import BookieError
+from bookie.stats import OpLatency, RequestStats
+
+log = logging.getLogger(__name__)
+
+EOK = bookie_pb2.EOK
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerLimits:
+    """Bounds on what one request may ask for; everything beyond is EBADREQ, never a crash."""
+
+    max_entry_bytes: int = 5 * MiB  # BookKeeper's nettyMaxFrameSizeBytes
+    max_read_batch_bytes: int = 8 * MiB  # ReadEntries response bodies, under the 16 MiB message limit
+    max_read_batch_count: int = 100_000
+    max_long_poll_ms: int = 10 * 60 * 1000  # parked readers are bounded in time as well as number
+    add_stream_window: int = 64  # request messages of one AddEntries stream being processed at once
+
+
+def status_code(value: int) -> bookie_pb2.StatusCode:
+    """Type a plain status number as the generated enum (the stubs don't accept ints)."""
+    return cast("bookie_pb2.StatusCode", value)
+
+
+def elapsed_ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0
+
+
+def failure_of(exc: BaseException, what: str) -> tuple[int, str]:
+    """The (status, message) a response carries for ``exc`` raised while serving ``what``."""
+    if isinstance(exc, BookieError):
+        return exc.status, exc.message
+    log.error("%s failed unexpectedly", what, exc_info=exc)
+    return bookie_pb2.EIO, f"{what} failed on the bookie: {type(exc).__name__}: {exc}"
+
+
+RequestT = TypeVar("RequestT")
+ResponseT = TypeVar("ResponseT")
+
+
+class UnaryHandler(Generic[RequestT, ResponseT]):
+    """One unary request type: validate, call the core, build the response, record latency."""
+
+    name = "request"
+
+    def __init__(self, core: BookieCore, stats: RequestStats, limits: HandlerLimits) -> None:
+        self.core = core
+        self.stats = stats
+        self.limits = limits
+
+    def stat_for(self, request: RequestT) -> OpLatency:
+        raise NotImplementedError
+
+    async def serve(self, request: RequestT) -> ResponseT:
+        """The response for a request; raise BookieError for anything the client did wrong."""
+        raise NotImplementedError
+
+    def error_response(self, request: RequestT, status: int, message: str) -> ResponseT:
+        raise NotImplementedError
+
+    async def __call__(self, request: RequestT, context: grpc.aio.ServicerContext[Any, Any]) -> ResponseT:
+        start = time.perf_counter()
+        try:
+            response = await self.serve(request)
+        except Exception as exc:  # noqa: BLE001 - the gRPC boundary: every failure becomes a status
+            status, message = failure_of(exc, self.name)
+            response = self.error_response(request, status, message)
+            self.stat_for(request).observe(elapsed_ms(start), False)
+            return response
+        self.stat_for(request).observe(elapsed_ms(start), getattr(response, "status", EOK) == EOK)
+        return response
+
+
+def require_ledger_id(ledger_id: int) -> None:
+    if ledger_id < 0:
+        raise BookieError(bookie_pb2.EBADREQ, f"ledger id {ledger_id} is negative")
+
+
+def require_master_key(master_key: bytes, what: str) -> None:
+    # BookKeeper answers a fence without master key with EUA; adds and LAC writes are treated alike.
+    if not master_key:
+        raise BookieError(bookie_pb2.EUA, f"{what} without a master key")

@@ -1,0 +1,49 @@
+"""ReadEntries: consecutive entries in one response (catch-up reads and the shell's readledger)."""
+
+from __future__ import annotations
+
+from bkproto.v1 import bookie_pb2
+from bookie.errors import bad_request
+from bookie.handlers.common import UnaryHandler, require_ledger_id, status_code
+from bookie.stats import OpLatency
+
+
+class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, bookie_pb2.ReadEntriesResponse]):
+    name = "batched read"
+
+    def stat_for(self, request: bookie_pb2.ReadEntriesRequest) -> OpLatency:
+        return self.stats.read_entries_request
+
+    def error_response(
+        self, request: bookie_pb2.ReadEntriesRequest, status: int, message: str
+    ) -> bookie_pb2.ReadEntriesResponse:
+        return bookie_pb2.ReadEntriesResponse(
+            status=status_code(status),
+            ledger_id=request.ledger_id,
+            first_entry_id=request.first_entry_id,
+            message=message,
+        )
+
+    async def serve(self, request: bookie_pb2.ReadEntriesRequest) -> bookie_pb2.ReadEntriesResponse:
+        ledger_id = request.ledger_id
+        first = request.first_entry_id
+        require_ledger_id(ledger_id)
+        if first < 0:
+            raise bad_request(f"first entry id {first} is negative")
+        if request.max_count <= 0:
+            raise bad_request(f"max_count {request.max_count} must be positive")
+        if request.max_bytes < 0:
+            raise bad_request(f"max_bytes {request.max_bytes} is negative")
+        # 0 bytes means "no preference"; either way the response stays under the message limit.
+        max_bytes = min(
+            request.max_bytes or self.limits.max_read_batch_bytes, self.limits.max_read_batch_bytes
+        )
+        max_count = min(request.max_count, self.limits.max_read_batch_count)
+        bodies = await self.core.read_entries(ledger_id, first, max_count, max_bytes)
+        return bookie_pb2.ReadEntriesResponse(
+            status=bookie_pb2.EOK,
+            ledger_id=ledger_id,
+            first_entry_id=first,
+            bodies=bodies,
+            max_lac=self.core.last_add_confirmed(ledger_id),
+        )

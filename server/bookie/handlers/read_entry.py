@@ -1,0 +1,104 @@
+"""ReadEntry: plain reads, fencing reads and LAC long-poll reads (BookKeeper's
+ReadEntryProcessorV3 and LongPollReadEntryProcessorV3).
+
+* Plain: the entry (``entry_id == -1``: the last entry the bookie has) plus the bookie's LAC.
+* FENCE_LEDGER: fence durably with the master key (EUA without one), then read as above; the
+  recovering client reads entry -1 this way.
+* Long poll (``previous_lac`` set): park in :meth:`BookieCore.wait_for_lac` until the LAC passes
+  ``previous_lac`` or the timeout. With ENTRY_PIGGYBACK (entry id must be -1) the response carries
+  entry ``previous_lac + 1``; without it, the requested entry. When the wait times out the answer
+  is ENOENTRY with the unchanged LAC in ``max_lac``: "nothing new yet".
+"""
+
+from __future__ import annotations
+
+from bkproto.entry_format import LAST_ADD_CONFIRMED
+from bkproto.v1 import bookie_pb2
+from bookie.errors import bad_request
+from bookie.handlers.common import UnaryHandler, require_ledger_id, require_master_key, status_code
+from bookie.stats import OpLatency
+
+FENCE_LEDGER = bookie_pb2.FENCE_LEDGER
+ENTRY_PIGGYBACK = bookie_pb2.ENTRY_PIGGYBACK
+
+
+class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadResponse]):
+    name = "read entry"
+
+    def stat_for(self, request: bookie_pb2.ReadRequest) -> OpLatency:
+        if request.flags & FENCE_LEDGER:
+            return self.stats.read_entry_fence_request
+        if request.HasField("previous_lac"):
+            return self.stats.read_entry_long_poll_request
+        return self.stats.read_entry_request
+
+    def error_response(
+        self, request: bookie_pb2.ReadRequest, status: int, message: str
+    ) -> bookie_pb2.ReadResponse:
+        response = bookie_pb2.ReadResponse(
+            status=status_code(status),
+            ledger_id=request.ledger_id,
+            entry_id=request.entry_id,
+            message=message,
+        )
+        if status != bookie_pb2.EBADREQ and request.ledger_id >= 0:
+            response.max_lac = self.core.last_add_confirmed(request.ledger_id)
+        else:
+            response.max_lac = LAST_ADD_CONFIRMED
+        return response
+
+    async def serve(self, request: bookie_pb2.ReadRequest) -> bookie_pb2.ReadResponse:
+        ledger_id = request.ledger_id
+        entry_id = request.entry_id
+        require_ledger_id(ledger_id)
+        if entry_id < LAST_ADD_CONFIRMED:
+            raise bad_request(f"entry id {entry_id} is invalid (-1 asks for the last entry)")
+        if request.flags & FENCE_LEDGER:
+            if request.HasField("previous_lac"):
+                raise bad_request("a fencing read cannot also be a long-poll read")
+            require_master_key(request.master_key, f"fencing read of ledger {ledger_id}")
+            await self.core.fence(ledger_id, request.master_key)
+        elif request.HasField("previous_lac"):
+            return await self._long_poll(request)
+        body = await self.core.read_entry(ledger_id, entry_id)
+        return self._found(ledger_id, entry_id, body)
+
+    async def _long_poll(self, request: bookie_pb2.ReadRequest) -> bookie_pb2.ReadResponse:
+        ledger_id = request.ledger_id
+        previous_lac = request.previous_lac
+        piggyback = bool(request.flags & ENTRY_PIGGYBACK)
+        if previous_lac < LAST_ADD_CONFIRMED:
+            raise bad_request(f"previous_lac {previous_lac} is invalid")
+        if not 0 <= request.timeout_ms <= self.limits.max_long_poll_ms:
+            raise bad_request(
+                f"long-poll timeout {request.timeout_ms} ms is outside 0..{self.limits.max_long_poll_ms}"
+            )
+        if piggyback and request.entry_id != LAST_ADD_CONFIRMED:
+            raise bad_request(
+                "ENTRY_PIGGYBACK long poll must ask for entry -1 (the entry after previous_lac)"
+            )
+        lac = await self.core.wait_for_lac(ledger_id, previous_lac, request.timeout_ms / 1000.0)
+        if lac <= previous_lac:
+            return bookie_pb2.ReadResponse(
+                status=bookie_pb2.ENOENTRY,
+                ledger_id=ledger_id,
+                entry_id=request.entry_id,
+                max_lac=lac,
+                lac_update_timestamp=self.core.lac_update_timestamp(ledger_id),
+                message=f"LAC of ledger {ledger_id} is still {lac} after {request.timeout_ms} ms",
+            )
+        entry_id = previous_lac + 1 if piggyback else request.entry_id
+        body = await self.core.read_entry(ledger_id, entry_id)
+        return self._found(ledger_id, entry_id, body)
+
+    def _found(self, ledger_id: int, entry_id: int, body: bytes) -> bookie_pb2.ReadResponse:
+        if entry_id == LAST_ADD_CONFIRMED and len(body) >= 16:
+            entry_id = int.from_bytes(body[8:16], "big", signed=True)  # the header's entry id
+        return bookie_pb2.ReadResponse(
+            status=bookie_pb2.EOK,
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            body=body,
+            max_lac=self.core.last_add_confirmed(ledger_id),
+            lac_update_timestamp=self.core.lac_update_timestamp(ledger_id),
+        )

@@ -1,0 +1,89 @@
+"""The bookie's gRPC server: the Bookie service, gRPC health and reflection, on one port.
+
+Message limits are raised on both directions (a batch of adds or a batched read is several MiB;
+BookKeeper's frame limit is 5 MiB), and ``SO_REUSEPORT`` is off so a second bookie on the same
+port fails loudly instead of silently sharing it. Health turns SERVING only once the service is
+started, which is what test fixtures and orchestrators wait for.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from bookie.api import BookieCore
+from bookie.handlers import BookieServicer, HandlerLimits
+from bookie.stats import RequestStats
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+# Room for a full AddEntries batch (the client caps batches at 4 MiB of bodies) or a 5 MiB entry.
+MAX_MESSAGE_BYTES = 16 * MiB
+SERVICE_NAME = bookie_pb2.DESCRIPTOR.services_by_name["Bookie"].full_name  # "bkproto.v1.Bookie"
+
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+    # Clients keep connections alive with pings; allow them without striking the connection.
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class BookieService:
+    """Owns the grpc.aio server. ``start()`` binds and serves; ``stop()`` drains and stops."""
+
+    def __init__(
+        self,
+        core: BookieCore,
+        stats: RequestStats,
+        bind_address: str = "127.0.0.1",
+        port: int = 0,
+        limits: HandlerLimits | None = None,
+    ) -> None:
+        self._bind_address = bind_address
+        self._requested_port = port
+        self.servicer = BookieServicer(core, stats, limits)
+        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # stubs predate aio
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the bound port (useful with port 0)."""
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        bookie_pb2_grpc.add_BookieServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        target = f"{self._bind_address}:{self._requested_port}"
+        try:
+            self.port = server.add_insecure_port(target)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {target}: {exc}") from exc
+        await server.start()
+        self._server = server
+        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Report NOT_SERVING, stop add streams from taking new batches, let running requests
+        finish for up to ``grace_s``, then close every connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        await self._health.enter_graceful_shutdown()
+        self.servicer.drain()
+        await server.stop(grace_s)
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
