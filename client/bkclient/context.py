@@ -1,0 +1,69 @@
+"""What every handle and operation of one client shares: metadata access, bookie connections,
+configuration, placement policy and the event loop they all run on."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .bookie_client import BookieClient, BookieClientOptions, BookieClientPool
+from .config import ClientConfig
+from .placement import BookieRacks, PlacementPolicy, make_placement
+
+if TYPE_CHECKING:
+    from bkmeta.registration import BookieWatcher
+
+    from bkmeta import MetadataClient
+    from bkmeta.ledger_manager import LedgerManager
+
+
+def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClientPool:
+    """A connection pool resolving bookie ids through the registration's service info."""
+
+    def resolve(bookie_id: str) -> str | None:
+        if watcher is None:
+            return None
+        info = watcher.all_bookies().get(bookie_id)
+        return info.grpc_target if info is not None else None
+
+    options = BookieClientOptions(
+        max_inflight_messages=config.bookie_max_inflight_messages,
+        max_batch_bytes=config.bookie_max_batch_bytes,
+        default_timeout_s=config.read_entry_timeout_s,
+    )
+    return BookieClientPool(resolve, options)
+
+
+@dataclass
+class ClientContext:
+    metadata: MetadataClient
+    pool: BookieClientPool
+    config: ClientConfig
+    placement: PlacementPolicy
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+
+    @classmethod
+    def create(cls, metadata: MetadataClient, config: ClientConfig | None = None) -> ClientContext:
+        config = config or ClientConfig()
+        placement = make_placement(
+            config.placement_policy,
+            config.min_racks_per_write_quorum,
+            config.enforce_min_racks_per_write_quorum,
+        )
+        return cls(metadata, pool_for(metadata.bookie_watcher, config), config, placement)
+
+    @property
+    def ledger_manager(self) -> LedgerManager:
+        return self.metadata.ledger_manager
+
+    @property
+    def bookie_watcher(self) -> BookieWatcher:
+        return self.metadata.bookie_watcher
+
+    def bookie(self, bookie_id: str) -> BookieClient:
+        return self.pool.get(bookie_id)
+
+    def writable_bookie_racks(self) -> BookieRacks:
+        """Writable bookies now registered, with their racks: the placement policy's choice set."""
+        return {bookie_id: info.rack for bookie_id, info in self.bookie_watcher.writable_bookies().items()}

@@ -1,0 +1,437 @@
+"""Writing a ledger: ordered quorum appends, ensemble changes, explicit LAC, force and close.
+
+Rules (BookKeeper's ``LedgerHandle`` / ``PendingAddOp``, reference §1.4):
+
+* Entry ``e`` goes to its write set ``(e + i) % E`` of the current (last) ensemble, its body carrying
+  the handle's LAC at send time (the LAC piggyback). It completes at Qa acks; the application hears
+  about completions strictly in entry-id order, and the LAC advances with them.
+* A bookie that fails an add (or does not answer within ``add_entry_timeout_s``) is replaced: the
+  metadata gets a new segment starting at LAC+1 by compare-and-set, and every pending add re-sends
+  its copy to the new bookie. While that runs, no completion is released: otherwise an entry could
+  be acknowledged as stored on the old ensemble while metadata says the new one holds it.
+* Fencing (LedgerFencedError), a wrong password (UnauthorizedAccessError), metadata saying the
+  ledger is in recovery or closed, or an impossible ensemble change fail every pending add and
+  every later call with that error.
+* Backpressure: at most ``max_outstanding_adds`` adds / ``max_outstanding_bytes`` payload bytes are
+  sent and not yet completed; further adds wait unsent (``append`` awaits room first, and at most
+  ``max_waiting_adds`` may wait behind ``append_async``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import Any
+
+from bkmeta.model import LedgerMetadata, LedgerState, Versioned
+from bkproto.errors import (
+    BKError,
+    DuplicateEntryIdError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    TooManyRequestsError,
+    UnauthorizedAccessError,
+    WriteError,
+)
+from bkproto.errors import TimeoutError as BKTimeoutError
+
+from .bookie_client import BookieClient
+from .config import ClientConfig
+from .context import ClientContext
+from .digest import DigestManager
+from .distribution import RoundRobinDistribution
+from .ops.add import PendingAddOp
+from .read_handle import ReadHandle
+
+log = logging.getLogger(__name__)
+
+# Errors after which the handle can never write again (BookKeeper's handleUnrecoverableErrorDuringAdd).
+_FATAL_ADD_ERRORS = (LedgerFencedError, UnauthorizedAccessError)
+
+
+class WriteHandle(ReadHandle):
+    """A ledger opened for writing by its creator. Create with ``BookKeeper.create_ledger``."""
+
+    def __init__(
+        self,
+        ctx: ClientContext,
+        ledger_id: int,
+        metadata: Versioned[LedgerMetadata],
+        digest: DigestManager,
+    ) -> None:
+        super().__init__(ctx, ledger_id, metadata, digest)
+        md = metadata.value
+        self._client_ctx = ctx  # the full context (ReadHandle keeps the read-side view)
+        self._config = ctx.config
+        self.master_key = digest.master_key
+        self.distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+        self.ensemble: list[str] = list(md.last_ensemble)
+        self._clients: list[BookieClient] = [ctx.bookie(b) for b in self.ensemble]
+        self.last_add_pushed = md.last_entry_id if md.is_closed else -1
+        self._pushed_length = self.length
+        self._pending: dict[int, PendingAddOp] = {}
+        self._waiting: deque[PendingAddOp] = deque()
+        self._outstanding_adds = 0
+        self._outstanding_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._append_lock = asyncio.Lock()
+        self._failed_bookies: dict[int, str] = {}  # index -> bookie id, awaiting replacement
+        self._changing_ensemble = False
+        self.ensemble_changes = 0
+        self._error: BKError | None = None
+        self._closing = False
+        self._write_closed = False
+        self._piggybacked_lac = -1  # the LAC carried by the last entry sent
+        self._explicit_lac = -1
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._spawn(self._monitor_add_timeouts(), "add-timeouts")
+        if self._config.explicit_lac_interval_s > 0:
+            self._spawn(self._flush_explicit_lac(), "explicit-lac")
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._config
+
+    # -- appending -----------------------------------------------------------------------------
+
+    async def append(self, data: bytes) -> int:
+        """Append ``data``; returns its entry id once Qa bookies stored it. Waits for room
+        under the outstanding-adds limits first (backpressure)."""
+        async with self._append_lock:  # FIFO: appends keep the order in which they were called
+            await self.wait_writable()
+            future = self.append_async(data)
+        return await future
+
+    def append_async(self, data: bytes) -> asyncio.Future[int]:
+        """Append without waiting; the future resolves to the entry id, in entry-id order."""
+        self._check_writable()
+        return self._add(self.last_add_pushed + 1, data)
+
+    async def wait_writable(self) -> None:
+        """Return once an add would be sent at once (outstanding limits not reached)."""
+        while not self._room.is_set():
+            self._check_writable()
+            await self._room.wait()
+        self._check_writable()
+
+    def _check_writable(self) -> None:
+        if self._error is not None:
+            raise type(self._error)(self._error.message)
+        if self._closing or self._write_closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed for writing")
+
+    def _add(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
+        if len(self._waiting) >= self._config.max_waiting_adds:
+            raise TooManyRequestsError(
+                f"ledger {self.ledger_id}: {len(self._waiting)} adds already wait for room; "
+                "await append() or wait_writable() to pace the writer"
+            )
+        payload = bytes(data)
+        self.last_add_pushed = max(self.last_add_pushed, entry_id)
+        self._pushed_length += len(payload)
+        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
+        op = PendingAddOp(self, entry_id, payload, self._pushed_length, future)
+        self._pending[entry_id] = op
+        if self._waiting or not self._has_room(op.size):
+            self._waiting.append(op)
+            self._room.clear()
+        else:
+            self._send(op)
+        return future
+
+    def _has_room(self, size: int) -> bool:
+        if self._outstanding_adds == 0:
+            return True  # one add always goes, however large
+        return (
+            self._outstanding_adds < self._config.max_outstanding_adds
+            and self._outstanding_bytes + size <= self._config.max_outstanding_bytes
+        )
+
+    def _send(self, op: PendingAddOp) -> None:
+        self._outstanding_adds += 1
+        self._outstanding_bytes += op.size
+        lac = self.last_add_confirmed
+        self._piggybacked_lac = lac
+        body = self.digest.encode_entry(op.entry_id, lac, op.length, op.payload)
+        op.send(body, self.ensemble, self._clients, self._client_ctx.loop.time())
+
+    def _release_room(self) -> None:
+        waiting = self._waiting
+        while waiting and self._has_room(waiting[0].size):
+            op = waiting.popleft()
+            if not op.future.done():
+                self._send(op)
+        if not waiting and self._has_room(0):
+            self._room.set()
+
+    # -- completions (called by PendingAddOp) --------------------------------------------------
+
+    def add_completed(self, op: PendingAddOp) -> None:
+        if op.entry_id == self.last_add_confirmed + 1:
+            self._release_completed()
+
+    def _release_completed(self) -> None:
+        """Pop completed adds in entry-id order, advancing the LAC (never during an ensemble change)."""
+        if self._changing_ensemble or self._error is not None:
+            return
+        pending = self._pending
+        next_id = self.last_add_confirmed + 1
+        op = pending.get(next_id)
+        released = False
+        while op is not None and op.completed:
+            del pending[next_id]
+            self.last_add_confirmed = next_id
+            self.length = op.length
+            self._outstanding_adds -= 1
+            self._outstanding_bytes -= op.size
+            if not op.future.done():
+                op.future.set_result(next_id)
+            released = True
+            next_id += 1
+            op = pending.get(next_id)
+        if released:
+            self._release_room()
+
+    def bookie_failed(self, index: int, bookie_id: str, error: BKError) -> None:
+        """An add to ``ensemble[index]`` failed (or timed out)."""
+        if self._error is not None or self.ensemble[index] != bookie_id:
+            return
+        if isinstance(error, _FATAL_ADD_ERRORS):
+            self._fail(error)
+            return
+        if index in self._failed_bookies:
+            return
+        log.info("ledger %d: bookie %s failed an add (%s), replacing it", self.ledger_id, bookie_id, error)
+        self._failed_bookies[index] = bookie_id
+        if not self._changing_ensemble:
+            self._changing_ensemble = True
+            self._spawn(self._ensemble_change_loop(), "ensemble-change")
+
+    def _fail(self, error: BKError) -> None:
+        """Unrecoverable: every pending and waiting add fails with ``error``, and so will later calls."""
+        if self._error is not None:
+            return
+        log.warning("ledger %d: writes failed: %s", self.ledger_id, error)
+        self._error = error
+        for op in self._pending.values():
+            if not op.future.done():
+                op.future.set_exception(type(error)(error.message))
+        self._pending.clear()
+        self._waiting.clear()
+        self._outstanding_adds = self._outstanding_bytes = 0
+        self._room.set()  # wake writers so they see the error
+
+    # -- ensemble change -----------------------------------------------------------------------
+
+    async def _ensemble_change_loop(self) -> None:
+        try:
+            while self._failed_bookies and self._error is None:
+                failed = dict(self._failed_bookies)
+                if self.ensemble_changes >= self._config.max_ensemble_changes:
+                    raise WriteError(f"ledger {self.ledger_id}: too many ensemble changes")
+                versioned = await self._replace_in_metadata(failed)
+                if self._error is not None:
+                    return
+                self._adopt_ensemble(versioned, failed)
+        except BKError as exc:
+            self._fail(exc)
+        finally:
+            self._changing_ensemble = False
+        self._release_completed()
+
+    async def _replace_in_metadata(self, failed: dict[int, str]) -> Versioned[LedgerMetadata]:
+        """CAS a new last segment starting at LAC+1 with the failed bookies replaced."""
+        versioned = self.versioned_metadata
+        first_entry = self.last_add_confirmed + 1
+        while True:
+            md = versioned.value
+            if md.state == LedgerState.IN_RECOVERY:
+                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
+            if md.state == LedgerState.CLOSED:
+                raise LedgerClosedError(f"ledger {self.ledger_id} was closed by another client")
+            ensemble = list(md.last_ensemble)
+            racks = self._client_ctx.writable_bookie_racks()
+            exclude = set(failed.values())
+            for index, bookie_id in failed.items():
+                if ensemble[index] == bookie_id:
+                    ensemble[index] = self._client_ctx.placement.replace_bookie(
+                        ensemble, index, md.write_quorum_size, racks, exclude
+                    )
+            updated = md.with_ensemble_change(first_entry, tuple(ensemble))
+            try:
+                return await self._client_ctx.ledger_manager.write_ledger_metadata(
+                    self.ledger_id, updated, versioned.version
+                )
+            except MetadataVersionError:
+                versioned = await self._client_ctx.ledger_manager.read_ledger_metadata(self.ledger_id)
+                log.info("ledger %d: metadata changed during ensemble change, retrying", self.ledger_id)
+
+    def _adopt_ensemble(self, versioned: Versioned[LedgerMetadata], failed: dict[int, str]) -> None:
+        self.update_metadata(versioned)
+        self.ensemble = list(versioned.value.last_ensemble)
+        self._clients = [self._client_ctx.bookie(b) for b in self.ensemble]
+        self.ensemble_changes += 1
+        for index, bookie_id in failed.items():
+            if self._failed_bookies.get(index) == bookie_id:
+                del self._failed_bookies[index]
+        log.info("ledger %d: new ensemble %s from entry %d", self.ledger_id, self.ensemble,
+                 self.last_add_confirmed + 1)
+        now = self._client_ctx.loop.time()
+        for op in list(self._pending.values()):
+            for index in failed:
+                op.resend(index, self.ensemble[index], self._clients[index], now)
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = self._client_ctx.loop.create_task(coro, name=f"ledger-{self.ledger_id}-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _monitor_add_timeouts(self) -> None:
+        """A bookie that leaves an add unanswered past the timeout counts as failed."""
+        timeout = self._config.add_entry_timeout_s
+        period = min(1.0, timeout / 2)
+        while True:
+            await asyncio.sleep(period)
+            if self._error is not None:
+                return
+            deadline = self._client_ctx.loop.time() - timeout
+            for op in list(self._pending.values()):
+                if not op.sent or op.sent_at > deadline or op.future.done():
+                    continue
+                for index in op.unacked_indices():
+                    self.bookie_failed(
+                        index, self.ensemble[index], BKTimeoutError(f"add of entry {op.entry_id} timed out")
+                    )
+
+    async def _flush_explicit_lac(self) -> None:
+        """Send the LAC explicitly when no later entry carried it (writer idle): tailing readers
+        would otherwise not learn about the last entries until the next append."""
+        interval = self._config.explicit_lac_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            if self._error is not None or self._write_closed:
+                return
+            lac = self.last_add_confirmed
+            if lac > self._explicit_lac and lac > self._piggybacked_lac:
+                await self.write_explicit_lac(lac)
+
+    async def write_explicit_lac(self, lac: int | None = None) -> None:
+        """WriteLac to every bookie of the current ensemble (failures are only logged)."""
+        lac = self.last_add_confirmed if lac is None else lac
+        body = self.digest.encode_lac(lac)
+        results = await asyncio.gather(
+            *(c.write_lac(self.ledger_id, lac, self.master_key, body) for c in self._clients),
+            return_exceptions=True,
+        )
+        if any(r is None for r in results):
+            self._explicit_lac = max(self._explicit_lac, lac)
+        for bookie_id, result in zip(self.ensemble, results, strict=True):
+            if isinstance(result, BaseException):
+                log.info("ledger %d: explicit LAC to %s failed: %s", self.ledger_id, bookie_id, result)
+
+    # -- force and close -----------------------------------------------------------------------
+
+    async def force(self) -> int:
+        """Wait for every add appended so far, then make the bookies of the current ensemble
+        sync this ledger. Returns the LAC covered."""
+        await self._wait_pending()
+        self._check_writable()
+        await asyncio.gather(*(c.force_ledger(self.ledger_id) for c in self._clients))
+        return self.last_add_confirmed
+
+    async def _wait_pending(self) -> None:
+        futures = [op.future for op in self._pending.values()]
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Wait for pending adds, then CAS the metadata OPEN → CLOSED at the LAC.
+
+        BookKeeper's rules: already CLOSED at the same last entry and length is success; closed at
+        another point raises MetadataVersionError; IN_RECOVERY raises LedgerFencedError."""
+        if self._write_closed:
+            return
+        self._closing = True
+        try:
+            await self._wait_pending()
+            self._abandon_unreachable()
+            await self._close_metadata()
+        finally:
+            self._write_closed = True
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _abandon_unreachable(self) -> None:
+        """Adds that cannot complete (a gap before them, ledger-adv only) fail at close."""
+        for op in self._pending.values():
+            if not op.future.done():
+                op.future.set_exception(
+                    LedgerClosedError(f"ledger {self.ledger_id} closed before entry {op.entry_id}")
+                )
+        self._pending.clear()
+
+    async def _close_metadata(self) -> None:
+        lac, length = self.last_add_confirmed, self.length
+        versioned = self.versioned_metadata
+        while True:
+            md = versioned.value
+            if md.state == LedgerState.CLOSED:
+                if md.last_entry_id == lac and md.length == length:
+                    self.update_metadata(versioned)
+                    return
+                raise MetadataVersionError(
+                    f"ledger {self.ledger_id} was closed at entry {md.last_entry_id} "
+                    f"(length {md.length}), this writer's LAC is {lac} (length {length})"
+                )
+            if md.state == LedgerState.IN_RECOVERY:
+                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
+            try:
+                closed = await self._client_ctx.ledger_manager.write_ledger_metadata(
+                    self.ledger_id, md.with_closed(lac, length), versioned.version
+                )
+            except MetadataVersionError:
+                versioned = await self._client_ctx.ledger_manager.read_ledger_metadata(self.ledger_id)
+                continue
+            self.update_metadata(closed)
+            return
+
+    async def __aenter__(self) -> WriteHandle:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class WriteAdvHandle(WriteHandle):
+    """A ledger written with caller-chosen entry ids (BookKeeper's ledger-adv). Entries may be
+    written in any order; completion (and the LAC) still advance strictly in id order."""
+
+    def append_async(self, data: bytes) -> asyncio.Future[int]:
+        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
+
+    async def append(self, data: bytes) -> int:
+        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
+
+    def write_async(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
+        self._check_writable()
+        if entry_id < 0:
+            raise DuplicateEntryIdError(f"entry id must be >= 0, got {entry_id}")
+        if entry_id <= self.last_add_confirmed or entry_id in self._pending:
+            raise DuplicateEntryIdError(f"ledger {self.ledger_id}: entry {entry_id} was already written")
+        return self._add(entry_id, data)
+
+    async def write(self, entry_id: int, data: bytes) -> int:
+        async with self._append_lock:
+            await self.wait_writable()
+            future = self.write_async(entry_id, data)
+        return await future

@@ -1,0 +1,305 @@
+"""WriteHandle rules against in-memory bookies and metadata (see test_write_handle_fakes)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from test_write_handle_fakes import WriteWorld, make_world, new_ledger
+
+from bkclient.write_handle import WriteAdvHandle, WriteHandle
+from bkmeta.model import LedgerState
+from bkproto.entry_format import parse_header
+from bkproto.errors import (
+    BookieUnavailableError,
+    DuplicateEntryIdError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NotEnoughBookiesError,
+    TooManyRequestsError,
+    UnauthorizedAccessError,
+)
+
+
+def handle(world: WriteWorld, **kw: object) -> WriteHandle:
+    return WriteHandle(world.ctx, *new_ledger(world, **kw))  # type: ignore[arg-type]
+
+
+async def test_entries_go_to_their_write_sets_and_complete_in_order() -> None:
+    world = make_world()
+    wh = handle(world)
+    ids = [await wh.append(b"e%d" % i) for i in range(6)]
+    assert ids == list(range(6))
+    assert wh.last_add_confirmed == 5
+    assert wh.length == sum(len(b"e%d" % i) for i in range(6))
+    # (e + i) % 3 for i in 0..1
+    assert world.bookie("b0").entry_ids() == [0, 2, 3, 5]
+    assert world.bookie("b1").entry_ids() == [0, 1, 3, 4]
+    assert world.bookie("b2").entry_ids() == [1, 2, 4, 5]
+    body = world.bookie("b1").adds[-1].body
+    payload, lac, length = wh.digest.verify_entry(4, body)
+    assert payload == b"e4"
+    assert lac == 3  # LAC piggyback: entry 4 was sent after entry 3 completed
+    assert length == wh.length - len(b"e5")
+    await wh.close()
+
+
+async def test_completion_waits_for_earlier_entries() -> None:
+    world = make_world()
+    for b in ("b0", "b1", "b2"):
+        world.bookie(b).mode = "hold"
+    wh = handle(world)
+    f0, f1 = wh.append_async(b"zero"), wh.append_async(b"one")
+    completed: list[int] = []
+    f0.add_done_callback(lambda f: completed.append(f.result()))
+    f1.add_done_callback(lambda f: completed.append(f.result()))
+    world.bookie("b1").ack(1)
+    world.bookie("b2").ack(1)  # entry 1 reached Qa first
+    await asyncio.sleep(0)
+    assert not f1.done()
+    assert wh.last_add_confirmed == -1
+    world.bookie("b0").ack(0)
+    world.bookie("b1").ack(0)
+    assert await f1 == 1
+    await asyncio.sleep(0)  # let the done-callbacks run
+    assert completed == [0, 1]
+    assert wh.last_add_confirmed == 1
+
+
+async def test_failed_bookie_is_replaced_from_lac_plus_one_and_adds_resent() -> None:
+    world = make_world(bookies=4)
+    wh = handle(world)
+    assert await wh.append(b"first") == 0
+    b1 = world.bookie("b1")
+    b1.mode = "hold"
+    futures = [wh.append_async(b"x%d" % i) for i in range(1, 5)]
+    await asyncio.sleep(0)
+    b1.fail(BookieUnavailableError("b1 died"))
+    assert [await f for f in futures] == [1, 2, 3, 4]
+    md = world.lm.ledgers[wh.ledger_id].value
+    assert [s.first_entry_id for s in md.segments] == [0, 1]
+    assert md.segments[1].bookies == ("b0", "b3", "b2")
+    assert wh.ensemble == ["b0", "b3", "b2"]
+    # Every entry held by b1 went to b3 instead, byte for byte.
+    b3 = world.bookie("b3")
+    assert sorted(set(b3.entry_ids())) == [1, 3, 4]
+    for add in b3.adds:
+        assert parse_header(add.body).entry_id == add.entry_id
+    assert wh.ensemble_changes == 1
+    b1.ack()  # a late answer from the replaced bookie changes nothing
+    assert await wh.append(b"after") == 5
+    await wh.close()
+    assert world.lm.ledgers[wh.ledger_id].value.last_entry_id == 5
+
+
+async def test_no_entry_completes_while_the_ensemble_changes() -> None:
+    world = make_world(bookies=4)
+    wh = handle(world)
+    gate = asyncio.Event()
+    original_write = world.lm.write_ledger_metadata
+
+    async def slow_write(*args: object) -> object:
+        await gate.wait()
+        return await original_write(*args)  # type: ignore[arg-type]
+
+    world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
+    world.bookie("b2").mode = "error"
+    world.bookie("b2").error = BookieUnavailableError("down")
+    f0 = wh.append_async(b"0")  # b0, b1: fine
+    f1 = wh.append_async(b"1")  # b1, b2: b2 fails -> ensemble change waits on the gate
+    await asyncio.sleep(0.01)
+    assert f0.done()
+    f2 = wh.append_async(b"2")  # b2, b0
+    await asyncio.sleep(0.01)
+    assert not f1.done() and not f2.done()
+    assert wh.last_add_confirmed == 0
+    gate.set()
+    assert await f1 == 1 and await f2 == 2
+    assert world.lm.ledgers[wh.ledger_id].value.segments[1].first_entry_id == 1
+
+
+async def test_slow_bookie_is_replaced_after_the_add_timeout() -> None:
+    world = make_world(bookies=4, add_entry_timeout_s=0.2)
+    world.bookie("b0").mode = "hold"  # never answers
+    wh = handle(world)
+    assert await asyncio.wait_for(wh.append(b"a"), 10) == 0
+    assert "b0" not in wh.ensemble
+
+
+async def test_metadata_conflict_during_ensemble_change_is_retried() -> None:
+    world = make_world(bookies=4)
+    wh = handle(world)
+    await wh.append(b"a")
+    md = world.lm.ledgers[wh.ledger_id].value
+    world.lm.force(wh.ledger_id, dataclasses.replace(md, custom_metadata={"k": b"v"}))
+    world.bookie("b1").mode = "error"
+    world.bookie("b1").error = BookieUnavailableError("down")
+    assert await wh.append(b"b") == 1
+    latest = world.lm.ledgers[wh.ledger_id].value
+    assert latest.custom_metadata == {"k": b"v"}  # the other change survived
+    assert len(latest.segments) == 2
+
+
+@pytest.mark.parametrize(
+    ("state", "error"),
+    [(LedgerState.IN_RECOVERY, LedgerFencedError), (LedgerState.CLOSED, LedgerClosedError)],
+)
+async def test_ensemble_change_aborts_when_metadata_left_open(state: LedgerState, error: type) -> None:
+    world = make_world(bookies=4)
+    wh = handle(world)
+    await wh.append(b"a")
+    md = world.lm.ledgers[wh.ledger_id].value
+    world.lm.force(wh.ledger_id, md.with_state(state))
+    world.bookie("b2").mode = "error"
+    world.bookie("b2").error = BookieUnavailableError("down")
+    futures = [wh.append_async(b"b"), wh.append_async(b"c")]
+    for f in futures:
+        with pytest.raises(error):
+            await f
+    with pytest.raises(error):
+        wh.append_async(b"d")
+
+
+@pytest.mark.parametrize("fatal", [LedgerFencedError, UnauthorizedAccessError])
+async def test_fencing_and_wrong_password_fail_every_pending_add(fatal: type) -> None:
+    world = make_world()
+    for b in ("b0", "b1", "b2"):
+        world.bookie(b).mode = "hold"
+    wh = handle(world)
+    futures = [wh.append_async(b"%d" % i) for i in range(4)]
+    world.bookie("b0").fail(fatal("no"))
+    for f in futures:
+        with pytest.raises(fatal):
+            await f
+    with pytest.raises(fatal):
+        await wh.append(b"more")
+    assert world.lm.writes == 0  # no ensemble change attempted
+
+
+async def test_not_enough_bookies_for_replacement_fails_adds() -> None:
+    world = make_world(bookies=3)
+    wh = handle(world)
+    world.bookie("b1").mode = "error"
+    world.bookie("b1").error = BookieUnavailableError("down")
+    with pytest.raises(NotEnoughBookiesError):
+        await wh.append(b"a")
+
+
+async def test_outstanding_adds_are_bounded() -> None:
+    world = make_world(max_outstanding_adds=2, max_waiting_adds=3)
+    for b in ("b0", "b1", "b2"):
+        world.bookie(b).mode = "hold"
+    wh = handle(world)
+    futures = [wh.append_async(b"%d" % i) for i in range(5)]
+    await asyncio.sleep(0)
+    sent = {a.entry_id for b in ("b0", "b1", "b2") for a in world.bookie(b).adds}
+    assert sent == {0, 1}  # the other three wait unsent
+    with pytest.raises(TooManyRequestsError):
+        wh.append_async(b"too many")
+    waiter = asyncio.ensure_future(wh.append(b"5"))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    for b in ("b0", "b1", "b2"):
+        world.bookie(b).mode = "ack"
+        world.bookie(b).ack()
+    assert [await f for f in futures] == [0, 1, 2, 3, 4]
+    assert await waiter == 5
+
+
+async def test_bytes_outstanding_are_bounded() -> None:
+    world = make_world(max_outstanding_bytes=100)
+    for b in ("b0", "b1", "b2"):
+        world.bookie(b).mode = "hold"
+    wh = handle(world)
+    wh.append_async(b"x" * 60)
+    wh.append_async(b"y" * 60)
+    await asyncio.sleep(0)
+    assert {a.entry_id for a in world.bookie("b1").adds} == {0}
+
+
+async def test_close_records_last_entry_and_length() -> None:
+    world = make_world()
+    wh = handle(world)
+    for _ in range(3):
+        await wh.append(b"abc")
+    await wh.close()
+    md = world.lm.ledgers[wh.ledger_id].value
+    assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, 2, 9)
+    assert wh.is_closed
+    with pytest.raises(LedgerClosedError):
+        await wh.append(b"late")
+    await wh.close()  # idempotent
+
+
+async def test_close_of_empty_ledger() -> None:
+    world = make_world()
+    wh = handle(world)
+    await wh.close()
+    md = world.lm.ledgers[wh.ledger_id].value
+    assert (md.last_entry_id, md.length) == (-1, 0)
+
+
+async def test_close_conflict_rules() -> None:
+    world = make_world()
+    same = handle(world, ledger_id=1)
+    await same.append(b"ab")
+    md = world.lm.ledgers[1].value
+    world.lm.force(1, md.with_closed(0, 2))
+    await same.close()  # closed elsewhere at the same point: success
+
+    other = handle(world, ledger_id=2)
+    await other.append(b"ab")
+    world.lm.force(2, world.lm.ledgers[2].value.with_closed(5, 99))
+    with pytest.raises(MetadataVersionError):
+        await other.close()
+
+    recovering = handle(world, ledger_id=3)
+    await recovering.append(b"ab")
+    world.lm.force(3, world.lm.ledgers[3].value.with_state(LedgerState.IN_RECOVERY))
+    with pytest.raises(LedgerFencedError):
+        await recovering.close()
+
+
+async def test_explicit_lac_is_sent_when_the_writer_goes_idle() -> None:
+    world = make_world(explicit_lac_interval_s=0.05)
+    wh = handle(world)
+    for _ in range(3):
+        await wh.append(b"x")
+    for _ in range(100):
+        if world.bookie("b0").lacs:
+            break
+        await asyncio.sleep(0.02)
+    lac, body = world.bookie("b0").lacs[0]
+    assert lac == 2
+    assert wh.digest.verify_lac(body) == 2
+    await wh.close()
+
+
+async def test_force_syncs_the_current_ensemble() -> None:
+    world = make_world()
+    wh = handle(world)
+    await wh.append(b"x")
+    assert await wh.force() == 0
+    assert all(world.bookie(b).forced == [wh.ledger_id] for b in ("b0", "b1", "b2"))
+
+
+async def test_adv_handle_completes_in_id_order_whatever_the_write_order() -> None:
+    world = make_world()
+    wh = WriteAdvHandle(world.ctx, *new_ledger(world))  # type: ignore[arg-type]
+    f2 = wh.write_async(2, b"two")
+    f0 = wh.write_async(0, b"zero")
+    await asyncio.sleep(0.01)
+    assert f0.done() and not f2.done()
+    with pytest.raises(DuplicateEntryIdError):
+        wh.write_async(2, b"again")
+    with pytest.raises(DuplicateEntryIdError):
+        wh.write_async(0, b"again")
+    assert await wh.write(1, b"one") == 1
+    assert await f2 == 2
+    assert wh.last_add_confirmed == 2
+    with pytest.raises(DuplicateEntryIdError):
+        wh.append_async(b"no ids")
+    await wh.close()
+    assert world.lm.ledgers[wh.ledger_id].value.last_entry_id == 2
