@@ -1,0 +1,77 @@
+"""``pybk bookie``: run one bookie daemon in the foreground until SIGTERM/SIGINT.
+
+Configuration comes from ``--conf`` (bk_server.conf keys), then ``BK_<key>`` environment variables,
+then these flags. A configuration error prints one clear line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from bookie.config import ConfigError, load_config
+from bookie.main import run_daemon
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "bookie",
+        help="run a bookie (storage server) in the foreground",
+        description="Run a bookie until SIGTERM/SIGINT. Flags override BK_<key> environment "
+        "variables, which override the --conf file (BookKeeper's bk_server.conf key names).",
+    )
+    parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
+    parser.add_argument("--zk", help="ZooKeeper connect string (zkServers); 'none' runs unregistered")
+    parser.add_argument("--port", type=int, help="gRPC port (bookiePort; 0 picks a free port)")
+    parser.add_argument("--http-port", type=int, help="serve /heartbeat and /metrics on this port (0 = any)")
+    parser.add_argument("--journal-dirs", help="comma-separated journal directories (journalDirectories)")
+    parser.add_argument("--ledger-dirs", help="comma-separated ledger directories (ledgerDirectories)")
+    parser.add_argument(
+        "--data-dir", type=Path, help="put the journal in DIR/journal and ledgers in DIR/ledgers"
+    )
+    parser.add_argument("--bind", help="listen address (bindAddress, default 0.0.0.0)")
+    parser.add_argument("--advertised-address", help="address clients use (advertisedAddress)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.set_defaults(func=run)
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """Command-line flags as BookKeeper configuration keys."""
+    overrides: dict[str, str] = {}
+    if args.data_dir is not None:
+        overrides["journalDirectories"] = str(args.data_dir / "journal")
+        overrides["ledgerDirectories"] = str(args.data_dir / "ledgers")
+    pairs = {
+        "zkServers": args.zk,
+        "bookiePort": args.port,
+        "journalDirectories": args.journal_dirs,
+        "ledgerDirectories": args.ledger_dirs,
+        "bindAddress": args.bind,
+        "advertisedAddress": args.advertised_address,
+    }
+    overrides.update({key: str(value) for key, value in pairs.items() if value is not None})
+    if args.http_port is not None:
+        overrides["httpServerEnabled"] = "true"
+        overrides["httpServerPort"] = str(args.http_port)
+    return overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load_config(args.conf, os.environ, flag_overrides(args))
+        return asyncio.run(run_daemon(config))
+    except ConfigError as exc:
+        print(f"pybk bookie: configuration error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,281 @@
+"""Bookie configuration: a ``bk_server.conf``-style file with BookKeeper's key names, overridden by
+``BK_<key>`` environment variables, overridden by command-line flags.
+
+Everything is typed and validated before the bookie starts: an unknown key or a bad value is a
+:class:`ConfigError` naming the key, the value and where it came from, never a silent default.
+Keys that tune storage are handed to :class:`bookie.storage.config.StorageConfig` only when set, so
+the storage layer keeps the defaults it was sized for.
+
+Environment: every ``BK_<key>`` whose key starts with a lower-case letter is read as a key (as
+BookKeeper's docker image does: ``BK_journalDirectories=/data/journal``). Upper-case names such as
+``BK_HOME`` belong to scripts and are left alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "BK_"
+DEFAULT_JOURNAL_DIR = "/tmp/bk-txn"  # BookKeeper's defaults
+DEFAULT_LEDGER_DIR = "/tmp/bk-data"
+DEFAULT_ZK_SERVERS = "localhost:2181"
+NO_ZK = "none"  # zkServers / --zk value that runs the bookie unregistered
+
+
+class ConfigError(ValueError):
+    """A configuration problem the operator must fix; the daemon exits with code 2."""
+
+
+def _int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError("expected an integer") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise ConfigError(f"must be {bounds}")
+        return value
+
+    return parse
+
+
+def _float(minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError("expected a number") from None
+        if not value >= minimum:  # also rejects NaN
+            raise ConfigError(f"must be >= {minimum}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ConfigError("expected true or false")
+
+
+def _text(text: str) -> str:
+    if not text:
+        raise ConfigError("must not be empty")
+    return text
+
+
+def _dirs(text: str) -> tuple[str, ...]:
+    dirs = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not dirs:
+        raise ConfigError("expected a comma-separated list of directories")
+    return dirs
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Callable[[str], Any]
+    storage_field: str | None = None  # StorageConfig field the value goes to, if a storage key
+    help: str = ""
+
+
+KEYS: dict[str, Key] = {
+    # daemon
+    "bookiePort": Key(_int(0, 65535), help="gRPC port (0 = pick a free one)"),
+    "bindAddress": Key(_text, help="address to listen on (pybookkeeper extension; default 0.0.0.0)"),
+    "advertisedAddress": Key(_text, help="address clients use; the bookie id is <address>:<port>"),
+    "httpServerEnabled": Key(_bool, help="serve /heartbeat and /metrics"),
+    "httpServerPort": Key(_int(0, 65535), help="HTTP admin port (0 = pick a free one)"),
+    "metadataServiceUri": Key(_text, help="zk+hierarchical://host:port[;host:port]/ledgers"),
+    "zkServers": Key(_text, help="ZooKeeper connect string, or 'none' to run unregistered"),
+    "zkTimeout": Key(_int(1), help="ZooKeeper session timeout (ms)"),
+    "nettyMaxFrameSizeBytes": Key(_int(1024), help="largest entry body accepted (bytes)"),
+    "shutdownGracePeriodMs": Key(_int(0), help="how long in-flight requests may finish on SIGTERM"),
+    # storage: directories
+    "journalDirectories": Key(_dirs, "journal_dirs"),
+    "journalDirectory": Key(_dirs, "journal_dirs", help="single journal directory (older key)"),
+    "ledgerDirectories": Key(_dirs, "ledger_dirs"),
+    # storage: journal
+    "journalMaxGroupWaitMSec": Key(_float(0.0), "journal_max_group_wait_ms"),
+    "journalBufferedWritesThreshold": Key(_int(1), "journal_buffered_writes_threshold"),
+    "journalFlushWhenQueueEmpty": Key(_bool, "journal_flush_when_queue_empty"),
+    "journalSyncData": Key(_bool, "journal_sync_data"),
+    "journalPreAllocSizeMB": Key(_int(1), "journal_pre_alloc_size_mb"),
+    "journalMaxSizeMB": Key(_int(1), "journal_max_size_mb"),
+    "journalMaxBackups": Key(_int(0), "journal_max_backups"),
+    "journalQueueSize": Key(_int(1), "journal_queue_size"),
+    # storage: DbLedgerStorage
+    "dbStorage_writeCacheMaxSizeMb": Key(_int(1), "write_cache_max_size_mb"),
+    "dbStorage_maxThrottleTimeMs": Key(_int(0), "max_throttle_time_ms"),
+    "dbStorage_readAheadCacheMaxSizeMb": Key(_int(1), "read_ahead_cache_max_size_mb"),
+    "dbStorage_readAheadCacheBatchSize": Key(_int(1), "read_ahead_batch_size"),
+    "logSizeLimit": Key(_int(1024 * 1024), "entry_log_size_limit"),
+    "flushInterval": Key(_int(1), "flush_interval_ms"),
+}
+
+
+@dataclass(frozen=True)
+class BookieConfig:
+    """The validated configuration of one bookie daemon."""
+
+    port: int = 3181
+    bind_address: str = "0.0.0.0"
+    advertised_address: str = "127.0.0.1"
+    http_enabled: bool = False
+    http_port: int = 8080
+    zk_servers: str | None = DEFAULT_ZK_SERVERS  # None: run unregistered
+    zk_timeout_ms: int = 10_000
+    max_entry_bytes: int = 5 * 1024 * 1024
+    shutdown_grace_s: float = 5.0
+    journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
+    ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
+    # StorageConfig field -> value, for the storage keys that were set explicitly
+    storage_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def bookie_id(self) -> str:
+        return f"{self.advertised_address}:{self.port}"
+
+    def storage_config(self) -> Any:
+        """The :class:`bookie.storage.config.StorageConfig` for this bookie."""
+        # Imported late: configuration is parsed and validated without touching storage code.
+        storage_config_class = importlib.import_module("bookie.storage.config").StorageConfig
+        kwargs: dict[str, Any] = dict(self.storage_overrides)
+        kwargs["journal_dirs"] = [str(d) for d in self.journal_dirs]
+        kwargs["ledger_dirs"] = [str(d) for d in self.ledger_dirs]
+        return storage_config_class(**kwargs)
+
+
+def parse_conf_file(path: Path) -> dict[str, tuple[str, str]]:
+    """``key -> (value, where)`` from a properties file: ``key=value`` lines, ``#``/``!`` comments."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    settings: dict[str, tuple[str, str]] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+        settings[key.strip()] = (value.strip(), f"{path}:{number}")
+    return settings
+
+
+def env_settings(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    settings: dict[str, tuple[str, str]] = {}
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX) : len(ENV_PREFIX) + 1].islower():
+            settings[name[len(ENV_PREFIX) :]] = (value.strip(), f"environment variable {name}")
+    return settings
+
+
+def load_config(
+    conf_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> BookieConfig:
+    """Merge file < environment < ``overrides`` (command-line flags, by BookKeeper key name)."""
+    layers: list[dict[str, tuple[str, str]]] = []
+    if conf_file is not None:
+        layers.append(parse_conf_file(conf_file))
+    layers.append(env_settings(environ or {}))
+    layers.append({key: (value, "command line") for key, value in (overrides or {}).items()})
+    values = _typed(layer for layer in layers)
+    return _build(values)
+
+
+def _typed(layers: Iterable[dict[str, tuple[str, str]]]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for layer in layers:
+        for key, (text, where) in layer.items():
+            spec = KEYS.get(key)
+            if spec is None:
+                raise ConfigError(f"{where}: unknown configuration key {key!r}")
+            try:
+                value = spec.parse(text)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: bad value {text!r} for {key}: {exc}") from None
+            if key in ("journalDirectory", "journalDirectories"):
+                values.pop("journalDirectory", None)
+                values.pop("journalDirectories", None)
+            values[key] = value
+    return values
+
+
+def _build(values: dict[str, Any]) -> BookieConfig:
+    storage = {
+        spec.storage_field: values[key]
+        for key, spec in KEYS.items()
+        if spec.storage_field is not None
+        and key in values
+        and spec.storage_field not in ("journal_dirs", "ledger_dirs")
+    }
+    journal = values.get("journalDirectories") or values.get("journalDirectory") or (DEFAULT_JOURNAL_DIR,)
+    ledgers = values.get("ledgerDirectories") or (DEFAULT_LEDGER_DIR,)
+    bind = values.get("bindAddress", "0.0.0.0")
+    advertised = values.get("advertisedAddress") or (
+        "127.0.0.1" if bind in ("0.0.0.0", "::", "[::]") else bind
+    )
+    config = BookieConfig(
+        port=values.get("bookiePort", 3181),
+        bind_address=bind,
+        advertised_address=advertised,
+        http_enabled=values.get("httpServerEnabled", False),
+        http_port=values.get("httpServerPort", 8080),
+        zk_servers=_zk_servers(values),
+        zk_timeout_ms=values.get("zkTimeout", 10_000),
+        max_entry_bytes=values.get("nettyMaxFrameSizeBytes", 5 * 1024 * 1024),
+        shutdown_grace_s=values.get("shutdownGracePeriodMs", 5000) / 1000.0,
+        journal_dirs=tuple(Path(d) for d in journal),
+        ledger_dirs=tuple(Path(d) for d in ledgers),
+        storage_overrides=storage,
+    )
+    _check_dirs(config)
+    return config
+
+
+def _zk_servers(values: Mapping[str, Any]) -> str | None:
+    """zkServers wins over metadataServiceUri; ``none`` disables registration."""
+    servers: str | None = values.get("zkServers")
+    if servers is None and "metadataServiceUri" in values:
+        servers = zk_servers_from_uri(values["metadataServiceUri"])
+    servers = servers or DEFAULT_ZK_SERVERS
+    return None if servers.lower() == NO_ZK else servers
+
+
+def zk_servers_from_uri(uri: str) -> str:
+    """``zk+hierarchical://h1:2181;h2:2181/ledgers`` -> ``h1:2181,h2:2181``."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not scheme.startswith("zk"):
+        raise ConfigError(
+            f"metadataServiceUri {uri!r}: expected zk[+<layout>]://host:port[;host:port]/ledgers"
+        )
+    hosts, _, root = rest.partition("/")
+    if root.rstrip("/") not in ("", "ledgers"):
+        raise ConfigError(f"metadataServiceUri {uri!r}: only the /ledgers root is supported")
+    if not hosts:
+        raise ConfigError(f"metadataServiceUri {uri!r} names no ZooKeeper host")
+    return hosts.replace(";", ",")
+
+
+def _check_dirs(config: BookieConfig) -> None:
+    all_dirs = [*config.journal_dirs, *config.ledger_dirs]
+    for d in all_dirs:
+        if d.exists() and not d.is_dir():
+            raise ConfigError(f"{d} is configured as a bookie directory but is not a directory")
+    resolved = [d.resolve() for d in config.ledger_dirs]
+    if len(set(resolved)) != len(resolved):
+        raise ConfigError(
+            f"ledgerDirectories lists a directory twice: {', '.join(map(str, config.ledger_dirs))}"
+        )

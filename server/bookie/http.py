@@ -1,0 +1,73 @@
+"""The bookie's HTTP admin endpoint: ``GET /heartbeat`` -> ``OK`` and ``GET /metrics`` -> Prometheus
+text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``).
+
+It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
+metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger(__name__)
+
+
+class _AdminServer(ThreadingHTTPServer):
+    daemon_threads = True
+    registry: CollectorRegistry
+
+
+class _AdminRequestHandler(BaseHTTPRequestHandler):
+    server: _AdminServer
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/heartbeat":
+            self._reply(200, b"OK\n", "text/plain; charset=utf-8")
+        elif path == "/metrics":
+            self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        else:
+            self._reply(404, f"no such endpoint: {path}\n".encode(), "text/plain; charset=utf-8")
+
+    def _reply(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("http %s: " + format, self.address_string(), *args)
+
+
+class BookieHttpServer:
+    def __init__(self, registry: CollectorRegistry, bind_address: str = "127.0.0.1", port: int = 0) -> None:
+        self._registry = registry
+        self._bind_address = bind_address
+        self._requested_port = port
+        self._server: _AdminServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    def start(self) -> int:
+        """Bind and serve in a daemon thread; returns the bound port."""
+        server = _AdminServer((self._bind_address, self._requested_port), _AdminRequestHandler)
+        server.registry = self._registry
+        self._server = server
+        self.port = server.server_address[1]
+        self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)
+        self._thread.start()
+        return self.port
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,157 @@
+"""The bookie daemon: configuration -> storage core -> gRPC service -> HTTP admin -> (registration),
+and the reverse on SIGTERM/SIGINT.
+
+Shutdown order matters for clients: first leave the cluster (unregister), then stop taking new
+requests and let running ones finish (add streams answer every batch they started), then close the
+core (flush the write cache, checkpoint) so a clean restart has nothing to replay, then HTTP.
+
+When ready the daemon logs one line, ``bookie <id> ready: grpc <host>:<port>, http <port|off>``,
+which scripts and test fixtures wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from bookie.api import BookieCore
+from bookie.config import BookieConfig, ConfigError
+from bookie.handlers import HandlerLimits
+from bookie.http import BookieHttpServer
+from bookie.service import BookieService
+from bookie.stats import RequestStats
+
+log = logging.getLogger(__name__)
+
+
+class ManagedCore(BookieCore, Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Registration(Protocol):
+    """The bookie's presence in ZooKeeper (``/ledgers/available/<id>`` and its cookie)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+CoreFactory = Callable[[BookieConfig, CollectorRegistry], ManagedCore]
+RegistrationFactory = Callable[[BookieConfig], Registration]
+
+# Hook for the metadata layer: builds the ZooKeeper registration of a started bookie (config has
+# the bound port and ``zk_servers``). Until it is set, only ``zkServers=none`` can run.
+registration_factory: RegistrationFactory | None = None
+
+
+def storage_core(config: BookieConfig, registry: CollectorRegistry) -> ManagedCore:
+    """The DbLedgerStorage-backed core (``bookie.bookie.Bookie``)."""
+    bookie_class = importlib.import_module("bookie.bookie").Bookie
+    core: ManagedCore = bookie_class(config.storage_config(), registry)
+    return core
+
+
+class BookieDaemon:
+    def __init__(
+        self,
+        config: BookieConfig,
+        core_factory: CoreFactory = storage_core,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if config.zk_servers is not None and registration_factory is None:
+            raise ConfigError(
+                f"zkServers={config.zk_servers}: ZooKeeper registration is not available in this build;"
+                " run with --zk none (zkServers=none) for an unregistered bookie"
+            )
+        self.config = config
+        self.registry = registry or CollectorRegistry()
+        self._core_factory = core_factory
+        self.core: ManagedCore | None = None
+        self.service: BookieService | None = None
+        self.http: BookieHttpServer | None = None
+        self._registration: Registration | None = None
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        config = self.config
+        self.core = self._core_factory(config, self.registry)
+        await self.core.start()  # replays the journal from the last log mark
+        limits = HandlerLimits(max_entry_bytes=config.max_entry_bytes)
+        self.service = BookieService(
+            self.core, RequestStats(self.registry), config.bind_address, config.port, limits
+        )
+        port = await self.service.start()
+        self.config = config = dataclasses.replace(config, port=port)
+        http_port: int | None = None
+        if config.http_enabled:
+            self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port)
+            http_port = await asyncio.to_thread(self.http.start)
+        if registration_factory is not None and config.zk_servers is not None:
+            self._registration = registration_factory(config)
+            await self._registration.start()
+        log.info(
+            "bookie %s ready: grpc %s:%d, http %s",
+            config.bookie_id,
+            config.advertised_address,
+            port,
+            http_port if http_port is not None else "off",
+        )
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopping.wait()
+
+    async def close(self) -> None:
+        """Unregister, drain requests, flush and checkpoint storage, stop HTTP. Idempotent."""
+        if self._registration is not None:
+            registration, self._registration = self._registration, None
+            await _logged(registration.close(), "unregister")
+        if self.service is not None:
+            service, self.service = self.service, None
+            await _logged(service.stop(self.config.shutdown_grace_s), "stop gRPC service")
+        if self.core is not None:
+            core, self.core = self.core, None
+            await core.close()  # a failure here is worth a non-zero exit: data may need a replay
+        if self.http is not None:
+            http, self.http = self.http, None
+            await asyncio.to_thread(http.close)
+
+
+async def _logged(step: Awaitable[None], what: str) -> None:
+    try:
+        await step
+    except Exception:  # shutdown goes on: the next steps still protect the data
+        log.exception("shutdown step %r failed", what)
+
+
+async def run_daemon(config: BookieConfig, core_factory: CoreFactory = storage_core) -> int:
+    """Run until SIGTERM/SIGINT; returns the process exit code."""
+    daemon = BookieDaemon(config, core_factory)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, daemon.request_stop)
+    try:
+        try:
+            await daemon.start()
+        except OSError as exc:
+            log.error("bookie failed to start: %s", exc)
+            return 1
+        await daemon.wait_stopped()
+        log.info("bookie %s stopping", daemon.config.bookie_id)
+    finally:
+        await daemon.close()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    log.info("bookie %s stopped", daemon.config.bookie_id)
+    return 0
