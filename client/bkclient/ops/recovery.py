@@ -1,0 +1,343 @@
+"""Ledger recovery: fence the writer out and close the ledger at exactly the right entry.
+
+BookKeeper's algorithm (reference §1.6), step by step:
+
+1. CAS the metadata OPEN -> IN_RECOVERY (a CLOSED ledger needs nothing; IN_RECOVERY means another
+   reader started and maybe died: recover anyway). From then on the writer cannot change the
+   ensemble: its metadata CAS sees IN_RECOVERY and it gives up with LedgerFencedError.
+2. Fence the last ensemble: read entry -1 with the master key from every bookie. A fenced bookie
+   refuses ordinary adds, so the writer cannot get new entries acknowledged. Wait until the answers
+   cover every write quorum; the highest LAC seen (at least the first entry of the last segment - 1)
+   is the starting point: every entry up to it is known to be acknowledged.
+3. Read LAC+1, LAC+2, ... from their write sets. A found entry may have been acknowledged, so it is
+   re-added (RECOVERY_ADD, allowed on fenced bookies, same body byte for byte) to its write set
+   until Qa bookies hold it. The first entry that enough replicas say they do not have
+   (``coverage.provably_absent``) was never acknowledged: it and everything after it do not exist.
+4. CAS IN_RECOVERY -> CLOSED with the last recovered entry and its cumulative length.
+
+If a replica of the last ensemble is down, the re-adds of step 3 cannot reach Qa there; the bookie is
+replaced like a writer would: a new segment from the first entry being recovered (LAC+1) is written
+into the IN_RECOVERY metadata by CAS, and the re-adds go to the new ensemble.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from bkclient.coverage import provably_absent
+from bkclient.digest import DigestManager
+from bkclient.ops.read import ReadContext, discard_tasks, is_absent, write_set_bookies
+from bkclient.ops.read_lac import ReadLastConfirmedOp
+from bkclient.placement import BookieRacks, PlacementPolicy
+from bkmeta.ledger_manager import LedgerWatcher
+from bkmeta.model import LedgerMetadata, LedgerState, Versioned
+from bkproto.entry_format import NO_ENTRY
+from bkproto.errors import (
+    BKError,
+    DigestMismatchError,
+    LedgerRecoveryError,
+    MetadataVersionError,
+    UnauthorizedAccessError,
+)
+
+log = logging.getLogger(__name__)
+
+_RECOVERY_READS_IN_FLIGHT = 8  # entries read ahead while earlier ones are being re-added
+_MAX_ENSEMBLE_CHANGES = 16  # per recovery: more means bookies keep failing, give up and retry later
+
+
+class LedgerMetadataStore(Protocol):
+    """The ledger manager calls the read path uses (``bkmeta.ledger_manager.LedgerManager``)."""
+
+    async def read_ledger_metadata(self, ledger_id: int) -> Versioned[LedgerMetadata]: ...
+
+    async def write_ledger_metadata(
+        self, ledger_id: int, md: LedgerMetadata, expected_version: int
+    ) -> Versioned[LedgerMetadata]: ...
+
+    def watch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None: ...
+
+    def unwatch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None: ...
+
+
+class RecoveryContext(ReadContext, Protocol):
+    @property
+    def ledger_manager(self) -> LedgerMetadataStore: ...
+
+    @property
+    def placement(self) -> PlacementPolicy: ...
+
+    def writable_bookie_racks(self) -> BookieRacks: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FoundEntry:
+    entry_id: int
+    body: bytes  # exactly as the writer sent it: re-added unchanged
+    length: int  # cumulative ledger length up to and including this entry
+
+
+class RecoveryReadOp:
+    """Ask the whole write set of one entry at once. Returns the entry as soon as one replica
+    serves a body that verifies, ``None`` once enough replicas said "no such entry" to prove it
+    was never acknowledged, and raises when neither can be decided."""
+
+    def __init__(
+        self, ctx: ReadContext, ledger_id: int, metadata: LedgerMetadata, digest: DigestManager, entry_id: int
+    ) -> None:
+        self._ctx = ctx
+        self._ledger_id = ledger_id
+        self._metadata = metadata
+        self._digest = digest
+        self._entry_id = entry_id
+
+    async def run(self) -> FoundEntry | None:
+        md = self._metadata
+        timeout = self._ctx.config.read_entry_timeout_s
+        replicas = write_set_bookies(md, self._entry_id)
+        tasks = {
+            asyncio.ensure_future(
+                self._ctx.bookie(b).read_entry(self._ledger_id, self._entry_id, timeout=timeout)
+            ): b
+            for b in replicas
+        }
+        missing = 0
+        errors: list[BKError] = []
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    error = task.exception()
+                    if error is None:
+                        body = task.result().body
+                        try:
+                            verified = self._digest.verify_entry(self._entry_id, body)
+                        except DigestMismatchError as exc:
+                            log.warning("recovery: bookie %s holds a corrupt copy: %s", tasks[task], exc)
+                            errors.append(exc)
+                            continue
+                        return FoundEntry(self._entry_id, body, verified.length)
+                    if not isinstance(error, BKError):
+                        raise error
+                    if isinstance(error, UnauthorizedAccessError):
+                        raise error
+                    if is_absent(error):
+                        missing += 1
+                        if provably_absent(missing, md.write_quorum_size, md.ack_quorum_size):
+                            return None
+                    else:
+                        errors.append(error)
+        finally:
+            discard_tasks(tasks)
+        detail = "; ".join(str(e) for e in errors)
+        raise LedgerRecoveryError(
+            f"ledger {self._ledger_id}: cannot tell whether entry {self._entry_id} exists "
+            f"({missing} replicas lack it): {detail}"
+        )
+
+
+class LedgerRecoveryOp:
+    """Fence and close a ledger another client was writing; returns the CLOSED metadata."""
+
+    def __init__(self, ctx: RecoveryContext, ledger_id: int, password: bytes, digest: DigestManager) -> None:
+        self._ctx = ctx
+        self._ledger_id = ledger_id
+        self._password = password
+        self._digest = digest
+        self._versioned: Versioned[LedgerMetadata] | None = None
+        self._recovery_start = 0
+        self._change_lock = asyncio.Lock()
+        self.recovered_entries = 0  # entries re-added (observability, tests)
+        self.ensemble_changes = 0
+
+    async def run(self) -> Versioned[LedgerMetadata]:
+        versioned = await self._mark_in_recovery()
+        if versioned.value.is_closed:
+            return versioned
+        self._versioned = versioned
+        md = versioned.value
+        lac = await ReadLastConfirmedOp(self._ctx, self._ledger_id, md, self._digest, fence=True).run()
+        lac = max(lac, md.segments[-1].first_entry_id - 1)
+        log.info("recovering ledger %d from LAC %d", self._ledger_id, lac)
+        self._recovery_start = lac + 1
+        last, length = await self._recover_from(lac)
+        return await self._close(last, length)
+
+    # -- step 1 ----------------------------------------------------------------------------------
+
+    async def _mark_in_recovery(self) -> Versioned[LedgerMetadata]:
+        store = self._ctx.ledger_manager
+        while True:
+            versioned = await store.read_ledger_metadata(self._ledger_id)
+            md = versioned.value
+            if md.state != LedgerState.OPEN:  # CLOSED: done; IN_RECOVERY: someone began, finish it
+                return versioned
+            try:
+                return await store.write_ledger_metadata(
+                    self._ledger_id, md.with_state(LedgerState.IN_RECOVERY), versioned.version
+                )
+            except MetadataVersionError:
+                continue  # the writer changed the ensemble or closed meanwhile: look again
+
+    # -- step 3 ----------------------------------------------------------------------------------
+
+    def _metadata(self) -> LedgerMetadata:
+        assert self._versioned is not None
+        return self._versioned.value
+
+    async def _recover_from(self, lac: int) -> tuple[int, int]:
+        """Re-add every entry after ``lac`` that exists; (last entry id, ledger length)."""
+        reads: deque[asyncio.Task[FoundEntry | None]] = deque()
+        adds: list[asyncio.Task[None]] = []
+        next_read = lac + 1
+        last, length = lac, -1
+        try:
+            while True:
+                while len(reads) < _RECOVERY_READS_IN_FLIGHT:
+                    op = RecoveryReadOp(self._ctx, self._ledger_id, self._metadata(), self._digest, next_read)
+                    reads.append(asyncio.ensure_future(op.run()))
+                    next_read += 1
+                found = await reads.popleft()
+                if found is None:
+                    break
+                adds.append(asyncio.ensure_future(self._re_add(found)))
+                last, length = found.entry_id, found.length
+            discard_tasks(reads)
+            reads.clear()
+            await asyncio.gather(*adds)
+        finally:
+            discard_tasks(reads)
+            discard_tasks(adds)
+        self.recovered_entries = len(adds)
+        if length < 0:
+            length = await self._length_at(lac)
+        return last, length
+
+    async def _length_at(self, entry_id: int) -> int:
+        """Cumulative length at an entry known to be acknowledged (0 before the first)."""
+        if entry_id == NO_ENTRY:
+            return 0
+        found = await RecoveryReadOp(
+            self._ctx, self._ledger_id, self._metadata(), self._digest, entry_id
+        ).run()
+        if found is None:
+            raise LedgerRecoveryError(
+                f"ledger {self._ledger_id}: entry {entry_id} is acknowledged but no replica has it"
+            )
+        return found.length
+
+    async def _re_add(self, found: FoundEntry) -> None:
+        """RECOVERY_ADD the entry to its write set until Qa bookies hold it, replacing bookies
+        that fail or do not answer in time."""
+        timeout = self._ctx.config.add_entry_timeout_s
+        changes = 0
+        acked: set[str] = set()
+        while True:
+            md = self._metadata()
+            replicas = write_set_bookies(md, found.entry_id)
+            acked &= set(replicas)  # a replaced bookie's copy no longer counts
+            if len(acked) >= md.ack_quorum_size:
+                return
+            targets = [b for b in replicas if b not in acked]
+            results = await asyncio.gather(
+                *(
+                    asyncio.wait_for(
+                        self._ctx.bookie(b).add(
+                            self._ledger_id,
+                            found.entry_id,
+                            self._digest.master_key,
+                            found.body,
+                            recovery=True,
+                        ),
+                        timeout,
+                    )
+                    for b in targets
+                ),
+                return_exceptions=True,
+            )
+            failed: list[str] = []
+            for bookie_id, result in zip(targets, results, strict=True):
+                if result is None:
+                    acked.add(bookie_id)
+                elif isinstance(result, UnauthorizedAccessError):
+                    raise result
+                elif isinstance(result, BKError | asyncio.TimeoutError):
+                    log.warning(
+                        "recovery add of %d:%d to %s failed: %r",
+                        self._ledger_id,
+                        found.entry_id,
+                        bookie_id,
+                        result,
+                    )
+                    failed.append(bookie_id)
+                else:
+                    raise result
+            if len(acked) >= md.ack_quorum_size:
+                return
+            changes += 1
+            if changes > _MAX_ENSEMBLE_CHANGES:
+                raise LedgerRecoveryError(
+                    f"ledger {self._ledger_id}: entry {found.entry_id} reached {len(acked)} of "
+                    f"{md.ack_quorum_size} bookies after {changes - 1} ensemble changes"
+                )
+            await self._replace_bookies(failed)
+
+    async def _replace_bookies(self, failed: Sequence[str]) -> None:
+        """Swap the failed bookies out of the last ensemble, in a segment starting at the first
+        entry being recovered (BookKeeper's LAC+1 rule: every entry before it is acknowledged on
+        its old bookies). A CAS conflict means another client changed the IN_RECOVERY metadata:
+        recovery fails and starts over on the next open."""
+        async with self._change_lock:  # concurrent re-adds of other entries may see the same failure
+            assert self._versioned is not None
+            md = self._versioned.value
+            ensemble = list(md.last_ensemble)
+            todo = [b for b in failed if b in ensemble]  # another re-add may have replaced it already
+            if not todo:
+                return
+            exclude = set(failed)
+            for bookie_id in todo:
+                index = ensemble.index(bookie_id)
+                ensemble[index] = self._ctx.placement.replace_bookie(
+                    ensemble, index, md.write_quorum_size, self._ctx.writable_bookie_racks(), exclude
+                )
+            updated = md.with_ensemble_change(self._recovery_start, tuple(ensemble))
+            try:
+                self._versioned = await self._ctx.ledger_manager.write_ledger_metadata(
+                    self._ledger_id, updated, self._versioned.version
+                )
+            except MetadataVersionError as exc:
+                raise LedgerRecoveryError(
+                    f"ledger {self._ledger_id}: metadata changed during recovery; open it again to retry"
+                ) from exc
+            self.ensemble_changes += 1
+            log.info(
+                "recovery of ledger %d: ensemble from entry %d is now %s",
+                self._ledger_id,
+                self._recovery_start,
+                ensemble,
+            )
+
+    # -- step 4 ----------------------------------------------------------------------------------
+
+    async def _close(self, last_entry_id: int, length: int) -> Versioned[LedgerMetadata]:
+        store = self._ctx.ledger_manager
+        versioned = self._versioned
+        assert versioned is not None
+        while True:
+            md = versioned.value
+            if md.is_closed:
+                return versioned  # another recoverer closed it first; its result stands
+            if md.state != LedgerState.IN_RECOVERY:
+                raise LedgerRecoveryError(f"ledger {self._ledger_id}: state {md.state.name} during recovery")
+            try:
+                return await store.write_ledger_metadata(
+                    self._ledger_id, md.with_closed(last_entry_id, length), versioned.version
+                )
+            except MetadataVersionError:
+                versioned = await store.read_ledger_metadata(self._ledger_id)

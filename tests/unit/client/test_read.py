@@ -1,0 +1,282 @@
+"""Read path against memory bookies: ranges in order, batching, replica fallback on failure and
+corruption, speculative reads, LAC reads with quorum coverage."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.unit.client.test_read_fakes import (
+    LEDGER,
+    PASSWORD,
+    FakeContext,
+    Writer,
+    make_cluster,
+    make_metadata,
+    payload,
+)
+
+from bkclient.digest import DigestManager
+from bkclient.entry import LedgerEntry
+from bkclient.ops.read import ReadEntryOp, ReadRangeOp, write_set_bookies
+from bkclient.read_handle import ReadHandle
+from bkmeta.model import LedgerState, Segment, Versioned
+from bkproto.errors import (
+    BookieUnavailableError,
+    DigestMismatchError,
+    IncorrectParameterError,
+    NoSuchEntryError,
+    ReadError,
+)
+
+
+def handle(ctx: FakeContext, writer: Writer, version: int = 1) -> ReadHandle:
+    ctx.ledger_manager.ledgers[LEDGER] = Versioned(writer.metadata, version)
+    return ReadHandle(
+        ctx,
+        LEDGER,
+        Versioned(writer.metadata, version),
+        DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type),
+    )
+
+
+async def collect(it: object) -> list[LedgerEntry]:
+    return [e async for e in it]  # type: ignore[attr-defined]
+
+
+def closed(writer: Writer) -> Writer:
+    writer.metadata = writer.metadata.with_closed(writer.lac, writer.length)
+    return writer
+
+
+async def test_striped_range_reads_every_entry_in_order() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(50)
+    rh = handle(ctx, closed(writer))
+    entries = await collect(rh.read(0, 49))
+    assert [e.entry_id for e in entries] == list(range(50))
+    assert all(e.data == payload(e.entry_id) and e.ledger_id == LEDGER for e in entries)
+    assert not any(b.batch_reads for b in ctx.bookies.values())  # E != Qw: no bookie has them all
+
+
+async def test_full_replication_uses_batched_reads_spread_over_replicas() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 3, 2))
+    writer.write(450)
+    rh = handle(ctx, closed(writer))
+    entries = await collect(rh.read(0, 449))
+    assert [e.data for e in entries] == [payload(i) for i in range(450)]
+    assert all(b.batch_reads for b in ctx.bookies.values())  # chunks went to every replica
+    assert not any(b.reads for b in ctx.bookies.values())
+
+
+async def test_batched_read_falls_back_on_corrupt_and_down_replicas() -> None:
+    ctx = make_cluster(3)
+    ids = list(ctx.bookies)
+    writer = Writer(ctx, make_metadata(ids, 3, 2))
+    writer.write(300)
+    ctx.bookies[ids[0]].corrupt.add((LEDGER, 150))
+    ctx.bookies[ids[1]].corrupt.add((LEDGER, 150))
+    ctx.bookies[ids[2]].down = True
+    rh = handle(ctx, closed(writer))
+    with pytest.raises(DigestMismatchError):
+        await collect(rh.read(0, 299))  # entry 150: corrupt on both live replicas
+    ctx.bookies[ids[1]].corrupt.clear()
+    entries = await collect(rh.read(0, 299))
+    assert [e.data for e in entries] == [payload(i) for i in range(300)]
+
+
+async def test_batches_do_not_cross_segments() -> None:
+    ctx = make_cluster(4)
+    ids = list(ctx.bookies)
+    segments = (Segment(0, (ids[0], ids[1])), Segment(10, (ids[2], ids[3])))
+    writer = Writer(ctx, make_metadata(ids[:2], 2, 2, segments=segments))
+    writer.write(20)
+    rh = handle(ctx, closed(writer))
+    entries = await collect(rh.read(5, 14))
+    assert [e.entry_id for e in entries] == list(range(5, 15))
+    for bookie_id in ids[:2]:
+        assert all(first + count <= 10 for _, first, count in ctx.bookies[bookie_id].batch_reads)
+
+
+async def test_corrupt_copy_is_detected_and_served_by_another_replica() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(10)
+    first_replica = write_set_bookies(writer.metadata, 4)[0]
+    ctx.bookies[first_replica].corrupt.add((LEDGER, 4))
+    rh = handle(ctx, closed(writer))
+    entries = await collect(rh.read(0, 9))
+    assert entries[4].data == payload(4)
+    assert (LEDGER, 4) in ctx.bookies[first_replica].reads  # it was asked, and rejected
+
+
+async def test_every_replica_corrupt_is_a_digest_error_not_missing() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(3)
+    for bookie_id in write_set_bookies(writer.metadata, 1):
+        ctx.bookies[bookie_id].corrupt.add((LEDGER, 1))
+    rh = handle(ctx, closed(writer))
+    with pytest.raises(DigestMismatchError):
+        await rh.read_entry(1)
+
+
+async def test_missing_everywhere_is_no_such_entry_and_down_is_unavailable() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(3)
+    rh = handle(ctx, writer)
+    with pytest.raises(NoSuchEntryError):
+        await rh.read_entry(7)
+    for bookie_id in write_set_bookies(writer.metadata, 2):
+        ctx.bookies[bookie_id].down = True
+    with pytest.raises(BookieUnavailableError):
+        await rh.read_entry(2)
+
+
+async def test_slow_replica_triggers_speculative_read_of_the_next() -> None:
+    ctx = make_cluster(3, speculative_read_timeout_s=0.01)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(5)
+    slow, fast = write_set_bookies(writer.metadata, 3)
+    ctx.bookies[slow].gate.clear()  # never answers until released
+    digest = DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type)
+    op = ReadEntryOp(ctx, digest, LEDGER, 3, (slow, fast))
+    read = await op.run()
+    assert read.entry.data == payload(3)
+    assert (LEDGER, 3) in ctx.bookies[fast].reads
+    assert ctx.bookies[slow].reads == []  # still parked at the gate
+    ctx.bookies[slow].gate.set()
+
+
+async def test_without_speculation_a_slow_replica_is_waited_for() -> None:
+    ctx = make_cluster(3, speculative_read_timeout_s=0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(5)
+    slow, fast = write_set_bookies(writer.metadata, 3)
+    ctx.bookies[slow].gate.clear()
+    digest = DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type)
+    task = asyncio.ensure_future(ReadEntryOp(ctx, digest, LEDGER, 3, (slow, fast)).run())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done()
+    assert ctx.bookies[fast].reads == []
+    ctx.bookies[slow].gate.set()
+    assert (await task).entry.data == payload(3)
+
+
+async def test_read_stops_at_lac_and_read_unconfirmed_goes_past() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(10)
+    writer.write(2, confirm=False)  # entries 10, 11 written, never acknowledged
+    rh = handle(ctx, writer)
+    assert rh.last_add_confirmed == -1
+    entries = await collect(rh.read(0, 8))  # beyond the local LAC: asks the bookies first
+    assert [e.entry_id for e in entries] == list(range(9))
+    assert rh.last_add_confirmed == 9  # entry 10 carries LAC 9
+    with pytest.raises(ReadError):
+        await collect(rh.read(0, 10))
+    assert [e.entry_id for e in await collect(rh.read_unconfirmed(10, 11))] == [10, 11]
+    assert await collect(rh.read(3, 2)) == []
+    with pytest.raises(IncorrectParameterError):
+        await collect(rh.read(-1, 2))
+
+
+async def test_closed_ledger_lac_comes_from_metadata() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(4)
+    rh = handle(ctx, closed(writer))
+    assert rh.is_closed
+    assert rh.last_add_confirmed == 3
+    assert rh.length == writer.length
+    for bookie in ctx.bookies.values():
+        bookie.down = True
+    assert await rh.read_last_add_confirmed() == 3  # no bookie needed
+
+
+async def test_lac_read_needs_quorum_coverage() -> None:
+    ctx = make_cluster(3)
+    ids = list(ctx.bookies)
+    writer = Writer(ctx, make_metadata(ids, 2, 2))
+    writer.write(20)
+    rh = handle(ctx, writer)
+    ctx.bookies[ids[0]].down = True  # E3 Qw2 Qa2: one unknown per window is fine
+    assert await rh.read_last_add_confirmed() == 18
+    ctx.bookies[ids[1]].down = True
+    with pytest.raises(BookieUnavailableError):
+        await rh.read_last_add_confirmed()
+    assert rh.last_add_confirmed == 18  # never goes back
+
+
+async def test_try_read_lac_does_not_wait_for_a_slow_bookie() -> None:
+    ctx = make_cluster(3)
+    ids = list(ctx.bookies)
+    writer = Writer(ctx, make_metadata(ids, 2, 2))
+    writer.write(20)
+    rh = handle(ctx, writer)
+    ctx.bookies[ids[0]].gate.clear()
+    ctx.bookies[ids[1]].gate.clear()
+    assert await rh.try_read_last_add_confirmed() == 18
+    ctx.bookies[ids[0]].gate.set()
+    ctx.bookies[ids[1]].gate.set()
+
+
+async def test_long_poll_returns_the_piggybacked_entry() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(5)
+    rh = handle(ctx, writer)
+    poll = asyncio.ensure_future(rh.read_lac_long_poll(3, 5.0))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not poll.done()  # every bookie's LAC is 3 (entry 4 carries LAC 3): parked
+    writer.write(1)  # entry 5 carries LAC 4
+    await writer.notify()
+    result = await poll
+    assert result.last_add_confirmed == 4
+    assert result.entry is not None and result.entry.entry_id == 4 and result.entry.data == payload(4)
+    assert rh.last_add_confirmed == 4
+
+
+async def test_long_poll_times_out_without_progress() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(5)
+    rh = handle(ctx, writer)
+    result = await rh.read_lac_long_poll(3, 0.01)
+    assert result.last_add_confirmed == 3 and result.entry is None
+
+
+async def test_range_op_stops_early_without_leaking_tasks() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 3, 2))
+    writer.write(500)
+    digest = DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type)
+    gen = ReadRangeOp(ctx, digest, writer.metadata, LEDGER, 0, 499).entries()
+    got = []
+    async for entry in gen:
+        got.append(entry.entry_id)
+        if len(got) == 3:
+            break
+    await gen.aclose()
+    assert got == [0, 1, 2]
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert all(t.done() for t in pending)
+
+
+async def test_update_metadata_ignores_older_versions() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(3)
+    rh = handle(ctx, writer, version=5)
+    rh.update_metadata(Versioned(writer.metadata.with_closed(2, writer.length), 4))
+    assert not rh.is_closed
+    rh.update_metadata(Versioned(writer.metadata.with_closed(2, writer.length), 6))
+    assert rh.is_closed and rh.last_add_confirmed == 2 and rh.length == writer.length
+    assert rh.metadata.state == LedgerState.CLOSED

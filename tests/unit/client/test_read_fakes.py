@@ -1,0 +1,307 @@
+"""In-memory stand-ins for the read path's collaborators: bookies that store, fence and long-poll
+like the real ones (behind BookieClient's read/add interface), a CAS ledger store, a client context.
+
+Failure knobs per bookie: ``down`` (every call fails like an unreachable bookie), ``gate`` (calls
+wait until it is set: a slow bookie), ``corrupt`` (entries returned with a flipped payload byte).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from bkclient.bookie_client import ReadResult
+from bkclient.config import ClientConfig
+from bkclient.digest import DigestManager
+from bkclient.placement import BookieRacks, RandomPlacement
+from bkmeta.ledger_manager import LedgerWatcher
+from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
+from bkproto.errors import (
+    BookieUnavailableError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
+
+LEDGER = 7
+PASSWORD = b"secret"
+
+
+class MemoryBookie:
+    def __init__(self, bookie_id: str) -> None:
+        self.bookie_id = bookie_id
+        self.entries: dict[int, dict[int, bytes]] = {}
+        self.master_keys: dict[int, bytes] = {}
+        self.fenced: set[int] = set()
+        self.explicit_lac: dict[int, int] = {}
+        self.down = False
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.corrupt: set[tuple[int, int]] = set()
+        self.reads: list[tuple[int, int]] = []
+        self.batch_reads: list[tuple[int, int, int]] = []
+        self.recovery_adds: list[tuple[int, int]] = []
+        self.fence_reads = 0
+        self._lac_changed = asyncio.Condition()
+
+    # -- state helpers for tests ----------------------------------------------------------------
+
+    def store(self, ledger_id: int, entry_id: int, body: bytes, master_key: bytes) -> None:
+        self.master_keys.setdefault(ledger_id, master_key)
+        self.entries.setdefault(ledger_id, {})[entry_id] = body
+
+    def lac(self, ledger_id: int, digest: DigestManager) -> int:
+        best = self.explicit_lac.get(ledger_id, -1)
+        for body in self.entries.get(ledger_id, {}).values():
+            best = max(best, digest.verify_header(body).last_add_confirmed)
+        return best
+
+    def _known_lac(self, ledger_id: int) -> int:
+        from bkproto.entry_format import parse_header
+
+        best = self.explicit_lac.get(ledger_id, -1)
+        for body in self.entries.get(ledger_id, {}).values():
+            best = max(best, parse_header(body).last_add_confirmed)
+        return best
+
+    async def _enter(self) -> None:
+        await self.gate.wait()
+        if self.down:
+            raise BookieUnavailableError(f"bookie {self.bookie_id}: UNAVAILABLE")
+
+    def _body(self, ledger_id: int, entry_id: int) -> bytes:
+        ledger = self.entries.get(ledger_id)
+        if ledger is None:
+            raise NoSuchLedgerError(f"bookie {self.bookie_id}: ENOLEDGER")
+        if entry_id == -1:
+            if not ledger:
+                raise NoSuchEntryError(f"bookie {self.bookie_id}: ENOENTRY")
+            entry_id = max(ledger)
+        body = ledger.get(entry_id)
+        if body is None:
+            raise NoSuchEntryError(f"bookie {self.bookie_id}: ENOENTRY {entry_id}")
+        if (ledger_id, entry_id) in self.corrupt:
+            body = body[:-1] + bytes([body[-1] ^ 0xFF])
+        return body
+
+    # -- BookieClient interface -----------------------------------------------------------------
+
+    async def read_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence_master_key: bytes | None = None,
+        previous_lac: int | None = None,
+        long_poll_timeout_ms: int = 0,
+        piggyback: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 - BookieClient's signature
+    ) -> ReadResult:
+        await self._enter()
+        self.reads.append((ledger_id, entry_id))
+        if fence_master_key is not None:
+            self.fence_reads += 1
+            known = self.master_keys.get(ledger_id)
+            if known is not None and known != fence_master_key:
+                raise UnauthorizedAccessError(f"bookie {self.bookie_id}: EUA")
+            self.master_keys[ledger_id] = fence_master_key
+            self.fenced.add(ledger_id)
+            self.entries.setdefault(ledger_id, {})
+        if previous_lac is not None:
+            async with self._lac_changed:
+                try:
+                    await asyncio.wait_for(
+                        self._lac_changed.wait_for(lambda: self._known_lac(ledger_id) > previous_lac),
+                        long_poll_timeout_ms / 1000.0,
+                    )
+                except TimeoutError:
+                    return ReadResult(b"", self._known_lac(ledger_id))
+            if self.down:
+                raise BookieUnavailableError(f"bookie {self.bookie_id}: UNAVAILABLE")
+            lac = self._known_lac(ledger_id)
+            body = self.entries.get(ledger_id, {}).get(entry_id, b"")
+            return ReadResult(body, lac)
+        body = self._body(ledger_id, entry_id)
+        return ReadResult(body, self._known_lac(ledger_id))
+
+    async def read_entries(
+        self,
+        ledger_id: int,
+        first: int,
+        max_count: int,
+        max_bytes: int,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> list[bytes]:
+        await self._enter()
+        self.batch_reads.append((ledger_id, first, max_count))
+        out = [self._body(ledger_id, first)]
+        size = len(out[0])
+        entry_id = first + 1
+        ledger = self.entries[ledger_id]
+        while len(out) < max_count and entry_id in ledger:
+            body = self._body(ledger_id, entry_id)
+            if size + len(body) > max_bytes:
+                break
+            out.append(body)
+            size += len(body)
+            entry_id += 1
+        return out
+
+    def add(
+        self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False
+    ) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                await self._enter()
+                known = self.master_keys.get(ledger_id)
+                if known is not None and known != master_key:
+                    raise UnauthorizedAccessError(f"bookie {self.bookie_id}: EUA")
+                if ledger_id in self.fenced and not recovery:
+                    raise LedgerFencedError(f"bookie {self.bookie_id}: EFENCED")
+                if recovery:
+                    self.recovery_adds.append((ledger_id, entry_id))
+                self.store(ledger_id, entry_id, body, master_key)
+                async with self._lac_changed:
+                    self._lac_changed.notify_all()
+                future.set_result(None)
+            except Exception as exc:
+                future.set_exception(exc)
+
+        task = asyncio.ensure_future(run())
+        future.add_done_callback(lambda _: task.cancel() if not task.done() else None)
+        return future
+
+    async def write_lac(self, ledger_id: int, lac: int) -> None:
+        self.explicit_lac[ledger_id] = max(lac, self.explicit_lac.get(ledger_id, -1))
+        async with self._lac_changed:
+            self._lac_changed.notify_all()
+
+
+class MemoryLedgerStore:
+    """CAS store for ledger metadata with a write log and watches (called on every write)."""
+
+    def __init__(self) -> None:
+        self.ledgers: dict[int, Versioned[LedgerMetadata]] = {}
+        self.writes: list[LedgerMetadata] = []
+        self.watchers: dict[int, list[LedgerWatcher]] = {}
+
+    async def read_ledger_metadata(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        await asyncio.sleep(0)
+        try:
+            return self.ledgers[ledger_id]
+        except KeyError:
+            raise NoSuchLedgerError(f"ledger {ledger_id}") from None
+
+    async def write_ledger_metadata(
+        self, ledger_id: int, md: LedgerMetadata, expected_version: int
+    ) -> Versioned[LedgerMetadata]:
+        await asyncio.sleep(0)
+        current = self.ledgers[ledger_id]
+        if current.version != expected_version:
+            raise MetadataVersionError(f"ledger {ledger_id}: version {expected_version} != {current.version}")
+        new = Versioned(md, expected_version + 1)
+        self.ledgers[ledger_id] = new
+        self.writes.append(md)
+        for callback in list(self.watchers.get(ledger_id, [])):
+            asyncio.get_running_loop().call_soon(callback, new)
+        return new
+
+    def watch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None:
+        self.watchers.setdefault(ledger_id, []).append(callback)
+
+    def unwatch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None:
+        self.watchers[ledger_id].remove(callback)
+
+
+@dataclass
+class FakeContext:
+    bookies: dict[str, MemoryBookie]
+    config: ClientConfig = field(default_factory=ClientConfig)
+    ledger_manager: MemoryLedgerStore = field(default_factory=MemoryLedgerStore)
+    placement: RandomPlacement = field(default_factory=RandomPlacement)
+
+    def bookie(self, bookie_id: str) -> MemoryBookie:
+        return self.bookies[bookie_id]
+
+    def writable_bookie_racks(self) -> BookieRacks:
+        return {b: None for b, bookie in self.bookies.items() if not bookie.down}
+
+
+def make_cluster(n: int, **config: float) -> FakeContext:
+    bookies = {f"127.0.0.1:{3181 + i}": MemoryBookie(f"127.0.0.1:{3181 + i}") for i in range(n)}
+    return FakeContext(bookies, ClientConfig(**config))  # type: ignore[arg-type]
+
+
+def make_metadata(
+    ensemble: list[str],
+    write_quorum: int,
+    ack_quorum: int,
+    *,
+    state: LedgerState = LedgerState.OPEN,
+    last_entry_id: int = -1,
+    length: int = 0,
+    segments: tuple[Segment, ...] | None = None,
+    digest_type: DigestType = DigestType.CRC32C,
+) -> LedgerMetadata:
+    return LedgerMetadata(
+        ensemble_size=len(ensemble),
+        write_quorum_size=write_quorum,
+        ack_quorum_size=ack_quorum,
+        state=state,
+        last_entry_id=last_entry_id,
+        length=length,
+        digest_type=digest_type,
+        password=PASSWORD,
+        ctime=0,
+        segments=segments or (Segment(0, tuple(ensemble)),),
+    )
+
+
+def payload(entry_id: int) -> bytes:
+    return f"entry-{entry_id:06d}".encode() * 3
+
+
+class Writer:
+    """Writes entries the way a WriteHandle does (round-robin, LAC piggybacked), straight into
+    the memory bookies, so readers have something realistic to read."""
+
+    def __init__(self, ctx: FakeContext, metadata: LedgerMetadata, ledger_id: int = LEDGER) -> None:
+        self.ctx = ctx
+        self.metadata = metadata
+        self.ledger_id = ledger_id
+        self.digest = DigestManager(ledger_id, PASSWORD, metadata.digest_type)
+        self.length = 0
+        self.lac = -1
+        self.next_id = 0
+
+    def body(self, entry_id: int) -> bytes:
+        data = payload(entry_id)
+        return self.digest.encode_entry(entry_id, self.lac, self.length + len(data), data)
+
+    def write(
+        self, count: int, *, skip: set[str] | frozenset[str] = frozenset(), confirm: bool = True
+    ) -> None:
+        """Store ``count`` entries on their write sets (minus ``skip``); confirm = advance LAC."""
+        from bkclient.ops.read import write_set_bookies
+
+        for _ in range(count):
+            entry_id = self.next_id
+            data = payload(entry_id)
+            body = self.digest.encode_entry(entry_id, self.lac, self.length + len(data), data)
+            for bookie_id in write_set_bookies(self.metadata, entry_id):
+                if bookie_id not in skip:
+                    self.ctx.bookies[bookie_id].store(self.ledger_id, entry_id, body, self.digest.master_key)
+            self.length += len(data)
+            self.next_id += 1
+            if confirm:
+                self.lac = entry_id
+
+    async def notify(self) -> None:
+        for bookie in self.ctx.bookies.values():
+            async with bookie._lac_changed:
+                bookie._lac_changed.notify_all()

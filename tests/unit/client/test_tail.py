@@ -1,0 +1,147 @@
+"""Tailing reader against memory bookies: every committed entry in order, no busy polling, and an
+end exactly at the close."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.unit.client.test_read_fakes import (
+    LEDGER,
+    PASSWORD,
+    FakeContext,
+    Writer,
+    make_cluster,
+    make_metadata,
+    payload,
+)
+
+from bkclient.digest import DigestManager
+from bkclient.entry import LedgerEntry
+from bkclient.read_handle import ReadHandle
+from bkmeta.model import Versioned
+from bkproto.errors import NoSuchLedgerError
+
+
+def open_handle(ctx: FakeContext, writer: Writer) -> ReadHandle:
+    versioned = Versioned(writer.metadata, 1)
+    ctx.ledger_manager.ledgers[LEDGER] = versioned
+    return ReadHandle(ctx, LEDGER, versioned, DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type))
+
+
+async def close_ledger(ctx: FakeContext, writer: Writer) -> Versioned:  # type: ignore[type-arg]
+    current = ctx.ledger_manager.ledgers[LEDGER]
+    return await ctx.ledger_manager.write_ledger_metadata(
+        LEDGER, current.value.with_closed(writer.lac, writer.length), current.version
+    )
+
+
+async def test_tail_follows_writer_and_stops_at_close_noticed_through_metadata_watch() -> None:
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    rh = open_handle(ctx, writer)
+    received: list[LedgerEntry] = []
+
+    async def consume() -> None:
+        async for entry in rh.tail(0):
+            received.append(entry)
+
+    consumer = asyncio.ensure_future(consume())
+    for batch in (1, 3, 1, 20, 2):
+        writer.write(batch)
+        await writer.notify()
+        for _ in range(30):
+            await asyncio.sleep(0)
+    await close_ledger(ctx, writer)  # the long poll would park 30 s: only the watch ends it now
+    await asyncio.wait_for(consumer, 5)
+    assert ctx.ledger_manager.watchers[LEDGER] == []
+    assert [e.entry_id for e in received] == list(range(27))
+    assert [e.data for e in received] == [payload(i) for i in range(27)]
+    # Long polls park on the bookies: a handful of reads per batch, not a spin.
+    total_reads = sum(len(b.reads) + len(b.batch_reads) for b in ctx.bookies.values())
+    assert total_reads < 100
+
+
+async def test_tail_notices_close_without_a_watch_notification_when_the_poll_times_out() -> None:
+    ctx = make_cluster(3, long_poll_timeout_s=0.02)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 3, 2))
+    writer.write(5)
+    rh = open_handle(ctx, writer)
+    ctx.ledger_manager.watch_ledger = lambda ledger_id, callback: None  # type: ignore[method-assign]
+    ctx.ledger_manager.unwatch_ledger = lambda ledger_id, callback: None  # type: ignore[method-assign]
+    received = []
+    got_four = asyncio.Event()
+
+    async def consume() -> None:
+        async for entry in rh.tail(0):
+            received.append(entry.entry_id)
+            if len(received) == 4:
+                got_four.set()
+
+    consumer = asyncio.ensure_future(consume())
+    await asyncio.wait_for(got_four.wait(), 5)
+    await asyncio.sleep(0.05)  # several poll timeouts: entry 4 must still not show up
+    # Entry 4 carries LAC 3; the last entry only becomes readable once the metadata says closed.
+    assert received == [0, 1, 2, 3]
+    await close_ledger(ctx, writer)
+    await asyncio.wait_for(consumer, 5)
+    assert received == [0, 1, 2, 3, 4]
+
+
+async def test_tail_of_closed_ledger_from_the_middle() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(30)
+    writer.metadata = writer.metadata.with_closed(writer.lac, writer.length)
+    rh = open_handle(ctx, writer)
+    assert [e.entry_id async for e in rh.tail(12)] == list(range(12, 30))
+    assert [e.entry_id async for e in rh.tail(30)] == []
+
+
+async def test_tail_survives_an_ensemble_change_it_learns_from_metadata() -> None:
+    ctx = make_cluster(4, long_poll_timeout_s=0.02)
+    ids = list(ctx.bookies)
+    writer = Writer(ctx, make_metadata(ids[:3], 3, 2))
+    writer.write(10)
+    rh = open_handle(ctx, writer)
+    received: list[int] = []
+
+    async def consume() -> None:
+        async for entry in rh.tail(0):
+            received.append(entry.entry_id)
+
+    consumer = asyncio.ensure_future(consume())
+    await asyncio.sleep(0.03)
+    # Bookie 0 dies; the writer moves on with bookie 3 from entry 10 (LAC 9 after entry 10 acks).
+    ctx.bookies[ids[0]].down = True
+    current = ctx.ledger_manager.ledgers[LEDGER]
+    changed = current.value.with_ensemble_change(10, (ids[3], ids[1], ids[2]))
+    await ctx.ledger_manager.write_ledger_metadata(LEDGER, changed, current.version)
+    writer.metadata = changed
+    writer.write(10)
+    await writer.notify()
+    await asyncio.sleep(0.05)
+    await close_ledger(ctx, writer)
+    await asyncio.wait_for(consumer, 5)
+    assert received == list(range(20))
+
+
+async def test_tail_of_deleted_ledger_raises() -> None:
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(3)
+    rh = open_handle(ctx, writer)
+    received: list[int] = []
+
+    async def consume() -> None:
+        async for entry in rh.tail(0):
+            received.append(entry.entry_id)
+
+    consumer = asyncio.ensure_future(consume())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    for callback in list(ctx.ledger_manager.watchers[LEDGER]):
+        callback(None)  # what the ledger manager reports once the znode is gone
+    with pytest.raises(NoSuchLedgerError):
+        await asyncio.wait_for(consumer, 5)
+    assert received == [0, 1]
