@@ -1,1 +1,92 @@
-"""The pybookkeeper client library."""
+"""The pybookkeeper client library: asyncio first, with a blocking facade in ``bkclient.sync``.
+
+    from bkclient import BookKeeper, DigestType
+    async with await BookKeeper.connect("127.0.0.1:2181") as bk:
+        wh = await bk.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"pw")
+        await wh.append(b"payload")
+        await wh.close()
+
+Every error raised is a :class:`BKError` subclass with BookKeeper's code, re-exported here.
+"""
+
+from __future__ import annotations
+
+from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment
+from bkproto.errors import (
+    AddQuorumTimeoutError,
+    BadRequestError,
+    BKError,
+    BookieIOError,
+    BookieUnavailableError,
+    ClientClosedError,
+    DigestMismatchError,
+    DuplicateEntryIdError,
+    IllegalOpError,
+    IncorrectParameterError,
+    LedgerClosedError,
+    LedgerExistsError,
+    LedgerFencedError,
+    LedgerRecoveryError,
+    MetadataStoreError,
+    MetadataVersionError,
+    NoBookieAvailableError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    ReadError,
+    ReadOnlyBookieError,
+    TimeoutError,
+    TooManyRequestsError,
+    UnauthorizedAccessError,
+    UnexpectedConditionError,
+    UnknownLedgerStateError,
+    WriteError,
+)
+
+from .bookkeeper import BookKeeper
+from .config import ClientConfig
+from .entry import LastConfirmedAndEntry, LedgerEntry
+from .read_handle import ReadHandle
+from .write_handle import WriteAdvHandle, WriteHandle
+
+__all__ = [
+    "AddQuorumTimeoutError",
+    "BKError",
+    "BadRequestError",
+    "BookKeeper",
+    "BookieIOError",
+    "BookieUnavailableError",
+    "ClientClosedError",
+    "ClientConfig",
+    "DigestMismatchError",
+    "DigestType",
+    "DuplicateEntryIdError",
+    "IllegalOpError",
+    "IncorrectParameterError",
+    "LastConfirmedAndEntry",
+    "LedgerClosedError",
+    "LedgerEntry",
+    "LedgerExistsError",
+    "LedgerFencedError",
+    "LedgerMetadata",
+    "LedgerRecoveryError",
+    "LedgerState",
+    "MetadataStoreError",
+    "MetadataVersionError",
+    "NoBookieAvailableError",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
+    "NotEnoughBookiesError",
+    "ReadError",
+    "ReadHandle",
+    "ReadOnlyBookieError",
+    "Segment",
+    "TimeoutError",
+    "TooManyRequestsError",
+    "UnauthorizedAccessError",
+    "UnexpectedConditionError",
+    "UnknownLedgerStateError",
+    "WriteAdvHandle",
+    "WriteError",
+    "WriteHandle",
+]

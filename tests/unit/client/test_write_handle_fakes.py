@@ -15,7 +15,7 @@ from bkclient.context import ClientContext
 from bkclient.digest import DigestManager
 from bkclient.placement import RandomPlacement
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
-from bkproto.errors import BKError, MetadataVersionError, NoSuchLedgerError
+from bkproto.errors import BKError, LedgerExistsError, MetadataVersionError, NoSuchLedgerError
 
 AddCallback = Callable[[BKError | None], None]
 
@@ -108,6 +108,8 @@ class FakeLedgerManager:
     async def create_ledger_metadata(
         self, ledger_id: int, metadata: LedgerMetadata
     ) -> Versioned[LedgerMetadata]:
+        if ledger_id in self.ledgers:
+            raise LedgerExistsError(str(ledger_id))
         versioned = Versioned(metadata, 0)
         self.ledgers[ledger_id] = versioned
         return versioned
@@ -131,6 +133,13 @@ class FakeLedgerManager:
         updated = Versioned(metadata, version + 1)
         self.ledgers[ledger_id] = updated
         return updated
+
+    async def remove_ledger_metadata(self, ledger_id: int, version: int = -1) -> None:
+        if self.ledgers.pop(ledger_id, None) is None:
+            raise NoSuchLedgerError(str(ledger_id))
+
+    async def list_ledgers(self) -> list[int]:
+        return sorted(self.ledgers)
 
     def force(self, ledger_id: int, metadata: LedgerMetadata) -> None:
         """Another client's change (bumps the version)."""

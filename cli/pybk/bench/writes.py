@@ -1,0 +1,133 @@
+"""``pybk bench writes``: replicated append throughput and latency (BookKeeper's
+BenchThroughputLatency): ledgers with E/Qw/Qa, fixed-size entries, at most ``--throttle`` adds
+outstanding, for a number of entries or a duration."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from functools import partial
+from typing import Any
+
+from bkclient import BookKeeper, ClientConfig, DigestType
+
+from .report import BenchResult, Progress
+
+log = logging.getLogger(__name__)
+
+
+def register(targets: Any) -> None:
+    parser: argparse.ArgumentParser = targets.add_parser(
+        "writes", help="append entries to ledgers through the replicating client"
+    )
+    parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
+    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=int, default=2, help="write quorum Qw (default 2)")
+    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    amount = parser.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--entries", type=int, help="number of entries to write")
+    amount.add_argument("--time", type=float, help="seconds to write for")
+    parser.add_argument(
+        "--throttle", type=int, default=10000, help="max outstanding adds over all ledgers (default 10000)"
+    )
+    parser.add_argument("--ledgers", type=int, default=1, help="ledgers written round-robin (default 1)")
+    parser.add_argument(
+        "--digest", choices=[d.name.lower() for d in DigestType], default="crc32", help="digest type"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    for name in ("entries", "time", "throttle", "ledgers", "size"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise SystemExit(f"--{name} must be > 0, got {value}")
+    result = asyncio.run(run_writes(args))
+    result.print(args.json, "bench writes")
+    return 1 if result.errors else 0
+
+
+class _Tally:
+    """Completion bookkeeping shared by every add's done-callback."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, slots: asyncio.Semaphore) -> None:
+        self.loop = loop
+        self.slots = slots
+        self.latencies_ms: list[float] = []
+        self.errors = 0
+        self.first_error: BaseException | None = None
+
+    def done(self, started: float, future: asyncio.Future[int]) -> None:
+        self.slots.release()
+        error = future.exception()
+        if error is None:
+            self.latencies_ms.append((self.loop.time() - started) * 1000.0)
+        else:
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = error
+
+    @property
+    def completed(self) -> int:
+        return len(self.latencies_ms) + self.errors
+
+
+async def run_writes(args: argparse.Namespace) -> BenchResult:
+    throttle = args.throttle
+    config = ClientConfig(
+        max_outstanding_adds=max(throttle, 1),
+        max_outstanding_bytes=max(64 * 1024 * 1024, 2 * throttle * args.size),
+    )
+    payload = os.urandom(args.size)
+    loop = asyncio.get_running_loop()
+    async with await BookKeeper.connect(args.zk, config) as bk:
+        handles = [
+            await bk.create_ledger(
+                args.ensemble, args.write_quorum, args.ack_quorum, DigestType[args.digest.upper()], b"bench"
+            )
+            for _ in range(args.ledgers)
+        ]
+        slots = asyncio.Semaphore(throttle)
+        tally = _Tally(loop, slots)
+        progress = Progress(args.entries)
+        started = loop.time()
+        deadline = started + args.time if args.time else None
+        sent = 0
+        while (args.entries is None or sent < args.entries) and (deadline is None or loop.time() < deadline):
+            await slots.acquire()
+            if tally.first_error is not None and tally.errors >= 100:
+                break  # the cluster is failing: stop instead of reporting a flood of errors
+            handle = handles[sent % len(handles)]
+            future = handle.append_async(payload)
+            future.add_done_callback(partial(tally.done, loop.time()))
+            sent += 1
+            if sent % 1024 == 0:
+                progress.update(tally.completed)
+        for _ in range(throttle):  # wait for the adds still outstanding
+            await slots.acquire()
+        elapsed = loop.time() - started
+        progress.done()
+        changes = sum(h.ensemble_changes for h in handles)
+        for handle in handles:
+            await handle.close()
+    if tally.first_error is not None:
+        log.error("first add error: %s", tally.first_error)
+    return BenchResult(
+        entries=len(tally.latencies_ms),
+        errors=tally.errors,
+        elapsed_s=elapsed,
+        entry_size=args.size,
+        latencies_ms=tally.latencies_ms,
+        extra={
+            "ledgers": args.ledgers,
+            "ensemble": args.ensemble,
+            "write_quorum": args.write_quorum,
+            "ack_quorum": args.ack_quorum,
+            "throttle": throttle,
+            "ensemble_changes": changes,
+        },
+    )
