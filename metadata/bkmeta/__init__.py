@@ -1,1 +1,50 @@
 """ZooKeeper metadata for pybookkeeper: layout, ledger manager, registration, embedded ZooKeeper."""
+
+from bkmeta.cluster import (
+    ClusterLayoutError,
+    ClusterNotInitializedError,
+    init_new_cluster,
+    nuke_existing_cluster,
+    read_instance_id,
+)
+from bkmeta.cookie import Cookie, InvalidCookieError, verify_or_create_cookie
+from bkmeta.layout import ZkLayout, ledger_relative_path, parse_ledger_relative_path
+from bkmeta.ledger_manager import LedgerManager, LedgerWatcher, ZkLedgerManager
+from bkmeta.metadata_client import MetadataClient
+from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
+from bkmeta.registration import BookieIdInUseError, BookieRegistration, BookieServiceInfo, BookieWatcher
+from bkmeta.serde import CorruptLedgerMetadataError, deserialize, serialize
+from bkmeta.zk import SessionEvent, ZkClient, ZkClientConfig
+
+__all__ = [
+    "BookieIdInUseError",
+    "BookieRegistration",
+    "BookieServiceInfo",
+    "BookieWatcher",
+    "ClusterLayoutError",
+    "ClusterNotInitializedError",
+    "Cookie",
+    "CorruptLedgerMetadataError",
+    "DigestType",
+    "InvalidCookieError",
+    "LedgerManager",
+    "LedgerMetadata",
+    "LedgerState",
+    "LedgerWatcher",
+    "MetadataClient",
+    "Segment",
+    "SessionEvent",
+    "Versioned",
+    "ZkClient",
+    "ZkClientConfig",
+    "ZkLayout",
+    "ZkLedgerManager",
+    "deserialize",
+    "init_new_cluster",
+    "ledger_relative_path",
+    "nuke_existing_cluster",
+    "parse_ledger_relative_path",
+    "read_instance_id",
+    "serialize",
+    "verify_or_create_cookie",
+]

@@ -1,0 +1,301 @@
+"""Bookie registration (bookie side) and the live bookie set (client side).
+
+A bookie announces itself with an EPHEMERAL ``/ledgers/available/<bookieId>`` znode holding a
+serialized ``BookieServiceInfoFormat`` (its gRPC and HTTP endpoints, its rack); a read-only bookie
+lives under ``available/readonly/`` instead. Ephemerals die with the session, so registration is
+re-created whenever the ZooKeeper session is replaced after an expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from bkmeta.layout import READONLY_ZNODE, ZkLayout
+from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkproto.errors import MetadataStoreError
+from bkproto.v1 import metadata_pb2
+
+log = logging.getLogger(__name__)
+
+GRPC_ENDPOINT_ID = "bookie"
+HTTP_ENDPOINT_ID = "http"
+DEFAULT_RACK = "/default-rack"
+
+
+@dataclass(frozen=True)
+class BookieServiceInfo:
+    bookie_id: str
+    grpc_host: str
+    grpc_port: int
+    http_host: str | None = None
+    http_port: int | None = None
+    rack: str = DEFAULT_RACK
+    properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def for_address(cls, host: str, port: int, **kwargs: object) -> BookieServiceInfo:
+        return cls(f"{host}:{port}", host, port, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{self.grpc_host}:{self.grpc_port}"
+
+    def to_bytes(self) -> bytes:
+        msg = metadata_pb2.BookieServiceInfoFormat()
+        msg.endpoints.add(id=GRPC_ENDPOINT_ID, port=self.grpc_port, host=self.grpc_host, protocol="grpc")
+        if self.http_host is not None and self.http_port is not None:
+            msg.endpoints.add(id=HTTP_ENDPOINT_ID, port=self.http_port, host=self.http_host, protocol="http")
+        msg.properties.update(self.properties)
+        msg.properties["rack"] = self.rack
+        return msg.SerializeToString(deterministic=True)
+
+    @classmethod
+    def from_bytes(cls, bookie_id: str, data: bytes) -> BookieServiceInfo:
+        """Decode a registration; empty data (older BookKeeper) falls back to the id's host:port."""
+        host, _, port = bookie_id.rpartition(":")
+        fallback = cls(bookie_id, host or bookie_id, int(port) if port.isdigit() else 3181)
+        if not data:
+            return fallback
+        msg = metadata_pb2.BookieServiceInfoFormat()
+        try:
+            msg.ParseFromString(data)
+        except DecodeError:
+            log.warning("bookie %s has an unreadable registration; using its id as address", bookie_id)
+            return fallback
+        grpc_ep = next((e for e in msg.endpoints if e.id == GRPC_ENDPOINT_ID), None)
+        http_ep = next((e for e in msg.endpoints if e.id == HTTP_ENDPOINT_ID), None)
+        props = dict(msg.properties)
+        return cls(
+            bookie_id,
+            grpc_ep.host if grpc_ep else fallback.grpc_host,
+            grpc_ep.port if grpc_ep else fallback.grpc_port,
+            http_ep.host if http_ep else None,
+            http_ep.port if http_ep else None,
+            props.get("rack", DEFAULT_RACK),
+            props,
+        )
+
+
+class BookieIdInUseError(MetadataStoreError):
+    """Another live session holds this bookie's registration."""
+
+    retriable = False
+
+
+class BookieRegistration:
+    """The bookie's own ephemeral registration, kept alive across session expiries."""
+
+    def __init__(
+        self, zk: ZkClient, info: BookieServiceInfo, layout: ZkLayout | None = None, stale_wait_s: float = 0.0
+    ) -> None:
+        self._zk = zk
+        self._info = info
+        self._layout = layout or ZkLayout()
+        # How long to wait for a stale registration of a previous incarnation to expire; 0 means
+        # the session timeout (plus a margin).
+        self._stale_wait_s = stale_wait_s or zk.config.session_timeout_s * 1.5 + 1.0
+        self._read_only = False
+        self._registered = False
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def path(self) -> str:
+        if self._read_only:
+            return self._layout.readonly_bookie(self._info.bookie_id)
+        return self._layout.writable_bookie(self._info.bookie_id)
+
+    async def register(self, read_only: bool = False) -> None:
+        async with self._lock:
+            self._read_only = read_only
+            await self._create_own_node(self.path)
+            if not self._registered:
+                self._zk.add_session_listener(self._on_session_event)
+                self._registered = True
+            log.info("bookie %s registered at %s", self._info.bookie_id, self.path)
+
+    async def _create_own_node(self, path: str) -> None:
+        data = self._info.to_bytes()
+        deadline = time.monotonic() + self._stale_wait_s
+        while True:
+            try:
+                await self._zk.create(path, data, ephemeral=True, makepath=True)
+                return
+            except ZkNodeExistsError:
+                pass
+            try:
+                _, stat = await self._zk.get(path)
+            except ZkNoNodeError:
+                continue
+            if stat.ephemeralOwner == self._zk.session_id:
+                return  # already ours (e.g. re-register raced with a reconnect)
+            if time.monotonic() > deadline:
+                raise BookieIdInUseError(
+                    f"{path} is held by another ZooKeeper session (0x{stat.ephemeralOwner:x}): is another "
+                    f"bookie running as {self._info.bookie_id}?"
+                )
+            # Probably our previous incarnation (kill -9, quick restart): wait for its session to expire.
+            await asyncio.sleep(0.25)
+
+    async def _delete_own_node(self, path: str) -> None:
+        try:
+            _, stat = await self._zk.get(path)
+            if stat.ephemeralOwner == self._zk.session_id:
+                await self._zk.delete(path, stat.version)
+        except ZkNoNodeError:
+            pass
+
+    async def set_read_only(self, read_only: bool) -> None:
+        """Move the registration between ``available/`` and ``available/readonly/``."""
+        async with self._lock:
+            if read_only == self._read_only:
+                return
+            old_path = self.path
+            self._read_only = read_only
+            # New node first, then the old one: clients never see the bookie vanish entirely.
+            await self._create_own_node(self.path)
+            await self._delete_own_node(old_path)
+            log.info("bookie %s is now %s", self._info.bookie_id, "read-only" if read_only else "writable")
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event != SessionEvent.NEW_SESSION:
+            return
+        task = asyncio.ensure_future(self._reregister())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reregister(self) -> None:
+        try:
+            await self.register(self._read_only)
+        except MetadataStoreError:
+            log.exception("bookie %s could not re-register after session expiry", self._info.bookie_id)
+
+    async def close(self) -> None:
+        """Unregister (delete the ephemeral now rather than at session end)."""
+        self._zk.remove_session_listener(self._on_session_event)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._registered:
+            self._registered = False
+            try:
+                await self._delete_own_node(self.path)
+            except MetadataStoreError:
+                log.warning("could not delete %s on close; it expires with the session", self.path)
+
+
+BookieSetListener = Callable[[dict[str, BookieServiceInfo], dict[str, BookieServiceInfo]], None]
+
+
+class BookieWatcher:
+    """Client-side live view of writable and read-only bookies, kept current by child watches."""
+
+    def __init__(self, zk: ZkClient, layout: ZkLayout | None = None) -> None:
+        self._zk = zk
+        self._layout = layout or ZkLayout()
+        self._writable: dict[str, BookieServiceInfo] = {}
+        self._readonly: dict[str, BookieServiceInfo] = {}
+        self._listeners: list[BookieSetListener] = []
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def start(self) -> None:
+        self._zk.add_session_listener(self._on_session_event)
+        await asyncio.gather(self._refresh(readonly=False), self._refresh(readonly=True))
+
+    def writable_bookies(self) -> dict[str, BookieServiceInfo]:
+        return dict(self._writable)
+
+    def readonly_bookies(self) -> dict[str, BookieServiceInfo]:
+        return dict(self._readonly)
+
+    def all_bookies(self) -> dict[str, BookieServiceInfo]:
+        return {**self._readonly, **self._writable}
+
+    def add_listener(self, listener: BookieSetListener) -> None:
+        """``listener(writable, readonly)`` runs on the event loop after every change."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: BookieSetListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def wait_for(
+        self, predicate: Callable[[BookieWatcher], bool], timeout_s: float = 30.0
+    ) -> None:
+        """Wait until ``predicate(self)`` holds (e.g. "3 writable bookies"); ``TimeoutError`` if not."""
+        async with asyncio.timeout(timeout_s):
+            while not predicate(self):
+                self._changed.clear()
+                await self._changed.wait()
+
+    def _spawn_refresh(self, readonly: bool) -> None:
+        if self._closed:
+            return
+        task = asyncio.ensure_future(self._refresh(readonly))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refresh(self, readonly: bool) -> None:
+        path = self._layout.readonly if readonly else self._layout.available
+
+        def on_event(event: WatchedEvent) -> None:
+            if event.type != EventType.NONE:
+                self._spawn_refresh(readonly)
+
+        try:
+            children = await self._zk.get_children(path, watch=self._zk.wrap_watcher(on_event))
+        except ZkNoNodeError:
+            # No cluster yet: watch for the node to appear.
+            await self._zk.exists(path, watch=self._zk.wrap_watcher(on_event))
+            children = []
+        except MetadataStoreError:
+            log.exception("cannot list bookies under %s; will retry on reconnect", path)
+            return
+        current = self._readonly if readonly else self._writable
+        names = {c for c in children if c != READONLY_ZNODE}
+        fresh: dict[str, BookieServiceInfo] = {n: current[n] for n in names if n in current}
+        missing = [n for n in names if n not in current]
+
+        async def fetch(name: str) -> None:
+            try:
+                data, _ = await self._zk.get(f"{path}/{name}")
+            except ZkNoNodeError:
+                return
+            fresh[name] = BookieServiceInfo.from_bytes(name, data)
+
+        await asyncio.gather(*(fetch(n) for n in missing))
+        if readonly:
+            self._readonly = fresh
+        else:
+            self._writable = fresh
+        self._changed.set()
+        for listener in list(self._listeners):
+            try:
+                listener(self.writable_bookies(), self.readonly_bookies())
+            except Exception:
+                log.exception("bookie set listener %r failed", listener)
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event in (SessionEvent.NEW_SESSION, SessionEvent.RECONNECTED):
+            self._spawn_refresh(False)
+            self._spawn_refresh(True)
+
+    async def close(self) -> None:
+        self._closed = True
+        self._zk.remove_session_listener(self._on_session_event)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

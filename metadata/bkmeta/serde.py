@@ -1,0 +1,134 @@
+"""Ledger metadata <-> znode bytes, byte-compatible with BookKeeper's ``LedgerMetadataSerDe``.
+
+Format v3 (what we write)::
+
+    b"BookieMetadataFormatVersion\\t3\\n" + varint(len(msg)) + LedgerMetadataFormat   # writeDelimitedTo
+
+Format v2 (read only): the same header with ``2`` followed by the protobuf TextFormat of
+``LedgerMetadataFormat``. As in Java, ``lastEntryId`` is stored only for closed ledgers, the write
+quorum goes in field 1 (``quorumSize``) and custom metadata is a repeated key/value message.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError
+
+from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment
+from bkproto.errors import MetadataStoreError
+from bkproto.v1 import metadata_pb2
+
+VERSION_KEY = b"BookieMetadataFormatVersion\t"
+CURRENT_VERSION = 3
+
+_Format = metadata_pb2.LedgerMetadataFormat
+
+
+class CorruptLedgerMetadataError(MetadataStoreError):
+    """A ledger metadata znode could not be decoded."""
+
+    retriable = False
+
+
+def encode_varint(value: int) -> bytes:
+    if value < 0:
+        raise ValueError("varint must be non-negative")
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it); raises ``ValueError`` on truncation or > 64 bits."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 64:
+            raise ValueError("varint longer than 64 bits")
+
+
+def to_proto(md: LedgerMetadata) -> metadata_pb2.LedgerMetadataFormat:
+    msg = _Format(
+        quorumSize=md.write_quorum_size,
+        ensembleSize=md.ensemble_size,
+        length=md.length,
+        state=md.state.name,
+        digestType=md.digest_type.name,
+        password=md.password,
+        ackQuorumSize=md.ack_quorum_size,
+        ctime=md.ctime,
+        cToken=md.c_token,
+    )
+    if md.is_closed:
+        msg.lastEntryId = md.last_entry_id
+    for seg in md.segments:
+        msg.segment.add(ensembleMember=list(seg.bookies), firstEntryId=seg.first_entry_id)
+    for key in sorted(md.custom_metadata):
+        msg.customMetadata.add(key=key, value=bytes(md.custom_metadata[key]))
+    return msg
+
+
+def from_proto(msg: metadata_pb2.LedgerMetadataFormat) -> LedgerMetadata:
+    state = LedgerState(msg.state)
+    return LedgerMetadata(
+        ensemble_size=msg.ensembleSize,
+        write_quorum_size=msg.quorumSize,
+        # Metadata written before ackQuorumSize existed means Qa == Qw (Java does the same).
+        ack_quorum_size=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else msg.quorumSize,
+        state=state,
+        last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
+        length=msg.length,
+        digest_type=DigestType(msg.digestType) if msg.HasField("digestType") else DigestType.CRC32,
+        password=msg.password,
+        ctime=msg.ctime,
+        custom_metadata={e.key: e.value for e in msg.customMetadata},
+        segments=tuple(Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment),
+        c_token=msg.cToken,
+    )
+
+
+def serialize(md: LedgerMetadata) -> bytes:
+    body = to_proto(md).SerializeToString(deterministic=True)
+    return VERSION_KEY + str(CURRENT_VERSION).encode() + b"\n" + encode_varint(len(body)) + body
+
+
+def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = None) -> LedgerMetadata:
+    """Decode a v3 (binary) or v2 (text) metadata znode; errors name the ledger and path."""
+    where = f"ledger {ledger_id if ledger_id is not None else '?'} at {path or '?'}"
+    try:
+        if not data.startswith(VERSION_KEY):
+            raise ValueError("missing BookieMetadataFormatVersion header")
+        newline = data.index(b"\n", len(VERSION_KEY))
+        version = int(data[len(VERSION_KEY) : newline])
+        rest = data[newline + 1 :]
+        msg = _Format()
+        if version == 3:
+            size, pos = decode_varint(rest, 0)
+            if pos + size > len(rest):
+                raise ValueError(f"message length {size} exceeds the {len(rest) - pos} bytes present")
+            msg.ParseFromString(rest[pos : pos + size])
+        elif version == 2:
+            text_format.Parse(rest.decode("utf-8"), msg)
+        else:
+            raise ValueError(f"unsupported metadata format version {version}")
+        return from_proto(msg)
+    except (ValueError, DecodeError, text_format.ParseError, UnicodeDecodeError) as e:
+        raise CorruptLedgerMetadataError(f"corrupt metadata for {where}: {e}") from e
+    except MetadataStoreError:
+        raise
+    except Exception as e:  # validation errors from the model, unknown enum values, ...
+        raise CorruptLedgerMetadataError(f"corrupt metadata for {where}: {type(e).__name__}: {e}") from e

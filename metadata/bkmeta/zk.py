@@ -1,0 +1,383 @@
+"""`ZkClient`: kazoo (threading handler) used from asyncio without ever blocking the event loop.
+
+Every call goes through kazoo's ``*_async`` API; the result is handed to an asyncio future with
+``loop.call_soon_threadsafe``. Connection loss and operation timeouts are retried a bounded number of
+times with exponential backoff, then surface as :class:`MetadataStoreError` naming the path. kazoo
+errors never escape this module: they are translated into ``bkproto.errors`` classes (the ledger
+manager narrows the ZooKeeper-generic ones to ledger meanings such as ``NoSuchLedgerError``).
+
+Retries of non-idempotent writes are made safe here: a create retried after a connection loss that
+finds its node with our data counts as our create; a CAS retried after a loss that finds our data at
+the next version counts as our write; a delete retried after a loss that finds no node is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
+
+from bkproto.errors import MetadataStoreError, MetadataVersionError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class ZkNoNodeError(MetadataStoreError):
+    """The znode does not exist (callers narrow this to e.g. ``NoSuchLedgerError``)."""
+
+    retriable: ClassVar[bool] = False
+
+
+class ZkNodeExistsError(MetadataStoreError):
+    """The znode already exists (callers narrow this to e.g. ``LedgerExistsError``)."""
+
+    retriable: ClassVar[bool] = False
+
+
+class ZkNotEmptyError(MetadataStoreError):
+    """The znode has children and cannot be deleted non-recursively."""
+
+    retriable: ClassVar[bool] = False
+
+
+# kazoo errors worth another attempt: the request may not have reached the server, or the session is
+# being re-established after an expiry.
+_RETRIABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, asyncio.TimeoutError)
+
+
+class SessionEvent(enum.Enum):
+    """What a session listener is told (always on the event loop's thread)."""
+
+    DISCONNECTED = "disconnected"  # SUSPENDED: the session may survive; ephemerals still exist
+    RECONNECTED = "reconnected"  # same session back
+    EXPIRED = "expired"  # LOST: ephemerals are gone
+    NEW_SESSION = "new_session"  # connected again after an expiry: re-create ephemerals now
+
+
+SessionListener = Callable[[SessionEvent], None]
+Watcher = Callable[[WatchedEvent], None]
+
+
+@dataclass(frozen=True)
+class ZkClientConfig:
+    hosts: str
+    session_timeout_s: float = 10.0
+    connect_timeout_s: float = 15.0
+    operation_timeout_s: float = 5.0
+    max_attempts: int = 4
+    retry_delay_s: float = 0.1
+    max_retry_delay_s: float = 2.0
+
+
+class ZkClient:
+    """An asyncio face over one kazoo session. ``await start()`` / ``await close()`` or ``async with``."""
+
+    def __init__(self, config: ZkClientConfig) -> None:
+        self.config = config
+        self._kazoo = KazooClient(hosts=config.hosts, timeout=config.session_timeout_s)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listeners: list[SessionListener] = []
+        self._lost = False
+        self._started = False
+
+    @classmethod
+    def for_hosts(cls, hosts: str, **kwargs: Any) -> ZkClient:
+        return cls(ZkClientConfig(hosts=hosts, **kwargs))
+
+    @property
+    def kazoo(self) -> KazooClient:
+        """The underlying kazoo client (tests use it to expire the session; do not block on it)."""
+        return self._kazoo
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise MetadataStoreError("ZkClient not started")
+        return self._loop
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._kazoo.connected)
+
+    @property
+    def session_id(self) -> int | None:
+        cid = self._kazoo.client_id
+        return int(cid[0]) if cid else None
+
+    async def start(self) -> None:
+        """Connect; raises :class:`MetadataStoreError` if ZooKeeper cannot be reached in time."""
+        self._loop = asyncio.get_running_loop()
+        self._kazoo.add_listener(self._on_kazoo_state)
+        event = self._kazoo.start_async()
+        ok = await asyncio.to_thread(event.wait, self.config.connect_timeout_s)
+        if not ok or not self._kazoo.connected:
+            await asyncio.to_thread(self._stop_kazoo)
+            raise MetadataStoreError(
+                f"cannot connect to ZooKeeper at {self.config.hosts} within {self.config.connect_timeout_s} s"
+            )
+        self._started = True
+        log.debug("connected to ZooKeeper %s session 0x%x", self.config.hosts, self.session_id or 0)
+
+    async def close(self) -> None:
+        if self._loop is None:
+            return
+        self._listeners.clear()
+        self._started = False
+        await asyncio.to_thread(self._stop_kazoo)
+
+    def _stop_kazoo(self) -> None:
+        try:
+            self._kazoo.stop()
+        finally:
+            self._kazoo.close()
+
+    async def __aenter__(self) -> ZkClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- session state ----------------------------------------------------------------------------
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_session_listener(self, listener: SessionListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _on_kazoo_state(self, state: str) -> None:
+        # kazoo's connection thread: must not block, so only hop into the loop.
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._dispatch_state, state)
+
+    def _dispatch_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._lost = True
+            event = SessionEvent.EXPIRED
+        elif state == KazooState.SUSPENDED:
+            event = SessionEvent.DISCONNECTED
+        elif self._lost:
+            self._lost = False
+            event = SessionEvent.NEW_SESSION
+        else:
+            event = SessionEvent.RECONNECTED
+        log.info("ZooKeeper session event: %s", event.value)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener %r failed", listener)
+
+    def wrap_watcher(self, watcher: Callable[[WatchedEvent], None]) -> Watcher:
+        """A kazoo watch callback that runs ``watcher`` on the event loop instead of kazoo's thread."""
+        loop = self.loop
+
+        def on_kazoo_thread(event: WatchedEvent) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(watcher, event)
+
+        return on_kazoo_thread
+
+    # -- bridging ---------------------------------------------------------------------------------
+
+    async def _once(self, start: Callable[[], Any]) -> Any:
+        loop = self.loop
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(async_result: Any) -> None:
+            exc = async_result.exception
+            if exc is not None:
+                loop.call_soon_threadsafe(_set_exception, fut, exc)
+            else:
+                loop.call_soon_threadsafe(_set_result, fut, async_result.value)
+
+        start().rawlink(settle)
+        return await asyncio.wait_for(fut, self.config.operation_timeout_s)
+
+    async def _call(self, what: str, path: str, start: Callable[[], Any]) -> tuple[Any, int]:
+        """Run one kazoo async call with bounded retries; returns (value, attempts used)."""
+        delay = self.config.retry_delay_s
+        last: BaseException | None = None
+        for attempt in range(1, self.config.max_attempts + 1):
+            try:
+                return await self._once(start), attempt
+            except _RETRIABLE as e:
+                last = e
+                log.debug("%s %s: %r (attempt %d)", what, path, e, attempt)
+            except ConnectionClosedError as e:
+                raise MetadataStoreError(f"{what} {path}: ZooKeeper client is closed") from e
+            except NoNodeError as e:
+                raise ZkNoNodeError(f"{what} {path}: no such znode") from e
+            except NodeExistsError as e:
+                raise ZkNodeExistsError(f"{what} {path}: znode already exists") from e
+            except BadVersionError as e:
+                raise MetadataVersionError(f"{what} {path}: znode version changed") from e
+            except NotEmptyError as e:
+                raise ZkNotEmptyError(f"{what} {path}: znode has children") from e
+            except Exception as e:
+                raise MetadataStoreError(f"{what} {path}: {type(e).__name__}: {e}") from e
+            if attempt < self.config.max_attempts:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.max_retry_delay_s)
+        reason = type(last).__name__ if last is not None else "unknown"
+        raise MetadataStoreError(
+            f"{what} {path}: ZooKeeper at {self.config.hosts} unavailable after "
+            f"{self.config.max_attempts} attempts ({reason})"
+        )
+
+    # -- operations -------------------------------------------------------------------------------
+
+    async def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, ZnodeStat]:
+        value, _ = await self._call("get", path, lambda: self._kazoo.get_async(path, watch=watch))
+        data, stat = value
+        return bytes(data or b""), stat
+
+    async def exists(self, path: str, watch: Watcher | None = None) -> ZnodeStat | None:
+        value, _ = await self._call("exists", path, lambda: self._kazoo.exists_async(path, watch=watch))
+        return value  # type: ignore[no-any-return]
+
+    async def get_children(self, path: str, watch: Watcher | None = None) -> list[str]:
+        value, _ = await self._call(
+            "get_children", path, lambda: self._kazoo.get_children_async(path, watch=watch)
+        )
+        return list(value)
+
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        """Create a znode and return its path (with the sequence suffix when ``sequence``)."""
+
+        def start() -> Any:
+            return self._kazoo.create_async(
+                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+            )
+
+        try:
+            created, _ = await self._call("create", path, start)
+            return str(created)
+        except ZkNodeExistsError:
+            if sequence or not await self._is_own_node(path, value, ephemeral):
+                raise
+            # A retry after a connection loss whose first attempt did succeed: the node is ours.
+            return path
+
+    async def _is_own_node(self, path: str, value: bytes, ephemeral: bool) -> bool:
+        try:
+            data, stat = await self.get(path)
+        except ZkNoNodeError:
+            return False
+        if data != value:
+            return False
+        return not ephemeral or stat.ephemeralOwner == self.session_id
+
+    async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
+        """Set data if the znode is at ``version`` (-1: any); a mismatch is ``MetadataVersionError``."""
+        try:
+            stat, _ = await self._call("set", path, lambda: self._kazoo.set_async(path, value, version))
+            return stat  # type: ignore[no-any-return]
+        except MetadataVersionError:
+            if version < 0:
+                raise
+            # Our first attempt may have landed before the connection dropped: then the znode holds
+            # exactly our bytes one version later. Anything else is a real conflict.
+            data, stat = await self.get(path)
+            if data == value and stat.version == version + 1:
+                return stat
+            raise
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        attempts = 0
+        try:
+            _, attempts = await self._call("delete", path, lambda: self._kazoo.delete_async(path, version))
+        except ZkNoNodeError:
+            if attempts > 1:
+                return
+            raise
+
+    async def delete_recursive(self, path: str) -> None:
+        """Delete ``path`` and everything under it (children first); a missing node is fine."""
+        try:
+            children = await self.get_children(path)
+        except ZkNoNodeError:
+            return
+        await asyncio.gather(*(self.delete_recursive(f"{path.rstrip('/')}/{c}") for c in children))
+        with contextlib.suppress(ZkNoNodeError):
+            await self.delete(path)
+
+    async def ensure_path(self, path: str) -> None:
+        parts = [p for p in path.split("/") if p]
+        current = ""
+        for part in parts:
+            current += "/" + part
+            if await self.exists(current) is None:
+                with contextlib.suppress(ZkNodeExistsError):
+                    await self.create(current)
+
+    async def multi(self, ops: list[tuple[str, str, bytes, int]]) -> None:
+        """Commit ``ops`` atomically. Each op is ``(kind, path, data, version)`` with kind in
+        ``create`` / ``set`` / ``delete`` / ``check``; the first failed op is raised, translated."""
+
+        def start() -> Any:
+            txn = self._kazoo.transaction()
+            for kind, path, data, version in ops:
+                if kind == "create":
+                    txn.create(path, data)
+                elif kind == "set":
+                    txn.set_data(path, data, version)
+                elif kind == "delete":
+                    txn.delete(path, version)
+                elif kind == "check":
+                    txn.check(path, version)
+                else:
+                    raise ValueError(f"unknown transaction op {kind!r}")
+            return txn.commit_async()
+
+        label = ops[0][1] if ops else "(empty)"
+        results, _ = await self._call("multi", label, start)
+        for (kind, path, _data, _version), result in zip(ops, results, strict=False):
+            if isinstance(result, NodeExistsError):
+                raise ZkNodeExistsError(f"multi {kind} {path}: znode already exists")
+            if isinstance(result, NoNodeError):
+                raise ZkNoNodeError(f"multi {kind} {path}: no such znode")
+            if isinstance(result, BadVersionError):
+                raise MetadataVersionError(f"multi {kind} {path}: znode version changed")
+            if isinstance(result, Exception) and type(result).__name__ != "RolledBackError":
+                raise MetadataStoreError(f"multi {kind} {path}: {type(result).__name__}")
+
+
+def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
