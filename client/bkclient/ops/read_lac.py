@@ -229,7 +229,7 @@ class ReadLastConfirmedAndEntryOp:
         wanted = self._previous_lac + 1
         result = await self._ctx.bookie(bookie_id).read_entry(
             self._ledger_id,
-            wanted,
+            LAST_ADD_CONFIRMED,  # with ENTRY_PIGGYBACK: "the entry after previous_lac"
             previous_lac=self._previous_lac,
             long_poll_timeout_ms=max(1, int(self._timeout_s * 1000)),
             piggyback=True,

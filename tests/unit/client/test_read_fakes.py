@@ -117,12 +117,13 @@ class MemoryBookie:
                         long_poll_timeout_ms / 1000.0,
                     )
                 except TimeoutError:
-                    return ReadResult(b"", self._known_lac(ledger_id))
+                    raise NoSuchEntryError(f"bookie {self.bookie_id}: ENOENTRY, LAC unchanged") from None
             if self.down:
                 raise BookieUnavailableError(f"bookie {self.bookie_id}: UNAVAILABLE")
-            lac = self._known_lac(ledger_id)
-            body = self.entries.get(ledger_id, {}).get(entry_id, b"")
-            return ReadResult(body, lac)
+            # Like the real bookie: piggyback asks for -1 = the entry after previous_lac; a timeout
+            # or a missing entry is ENOENTRY.
+            assert not piggyback or entry_id == -1
+            return ReadResult(self._body(ledger_id, previous_lac + 1), self._known_lac(ledger_id))
         body = self._body(ledger_id, entry_id)
         return ReadResult(body, self._known_lac(ledger_id))
 
