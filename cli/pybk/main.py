@@ -11,6 +11,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "pybk.bench",
     "pybk.cmd_bookie",
+    "pybk.cmd_localcluster",
 )
 
 

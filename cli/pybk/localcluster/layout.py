@@ -1,0 +1,143 @@
+"""Where a local cluster keeps its files and which ports it uses, and the commands it runs.
+
+    D/zookeeper/                ZooKeeper's data (zoo.cfg, snapshots, transaction logs)
+    D/bookie-<i>/journal        bookie i's journal
+    D/bookie-<i>/ledgers        bookie i's entry logs and indexes
+    D/logs/zookeeper.log        each child's stdout and stderr
+    D/logs/bookie-<i>.log
+
+Bookie i (0-based) listens on ``base_port + i`` for gRPC and ``base_port + 100 + i`` for HTTP
+(``/heartbeat``, ``/metrics``). The same layout on the same directory gives the same cluster back.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pybk.localcluster.child import ChildSpec
+
+HTTP_PORT_OFFSET = 100
+MAX_BOOKIES = HTTP_PORT_OFFSET  # gRPC and HTTP port ranges must not overlap
+
+
+class LayoutError(ValueError):
+    """The requested cluster cannot be laid out (bad count or ports)."""
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    data_dir: Path
+    bookies: int = 3
+    zk_port: int = 2181
+    base_port: int = 3181
+    host: str = "127.0.0.1"
+    python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.bookies <= MAX_BOOKIES:
+            raise LayoutError(f"--bookies must be between 1 and {MAX_BOOKIES}, got {self.bookies}")
+        if not 1 <= self.zk_port <= 65535:
+            raise LayoutError(f"--zk-port must be a TCP port (1-65535), got {self.zk_port}")
+        top = self.base_port + HTTP_PORT_OFFSET + self.bookies - 1
+        if self.base_port < 1 or top > 65535:
+            raise LayoutError(
+                f"--base-port {self.base_port} leaves no room for {self.bookies} bookies "
+                f"(ports {self.base_port}..{top} are needed)"
+            )
+        if self.zk_port in self.all_bookie_ports():
+            raise LayoutError(f"--zk-port {self.zk_port} collides with a bookie port")
+
+    # -- addresses -----------------------------------------------------------------------------
+
+    @property
+    def zk_hosts(self) -> str:
+        return f"{self.host}:{self.zk_port}"
+
+    def bookie_port(self, index: int) -> int:
+        return self.base_port + index
+
+    def http_port(self, index: int) -> int:
+        return self.base_port + HTTP_PORT_OFFSET + index
+
+    def bookie_address(self, index: int) -> str:
+        return f"{self.host}:{self.bookie_port(index)}"
+
+    def metrics_url(self, index: int) -> str:
+        return f"http://{self.host}:{self.http_port(index)}/metrics"
+
+    def heartbeat_url(self, index: int) -> str:
+        return f"http://{self.host}:{self.http_port(index)}/heartbeat"
+
+    def all_bookie_ports(self) -> set[int]:
+        return {self.bookie_port(i) for i in range(self.bookies)} | {
+            self.http_port(i) for i in range(self.bookies)
+        }
+
+    def busy_ports(self) -> list[int]:
+        """Ports of this layout that something else already listens on (checked by binding)."""
+        busy: list[int] = []
+        for port in sorted({self.zk_port} | self.all_bookie_ports()):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                # Like the servers themselves: TIME_WAIT leftovers of a previous run are no conflict.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((self.host, port))
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        busy.append(port)
+                    else:
+                        raise
+        return busy
+
+    # -- files ---------------------------------------------------------------------------------
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def zookeeper_dir(self) -> Path:
+        return self.data_dir / "zookeeper"
+
+    def bookie_dir(self, index: int) -> Path:
+        return self.data_dir / f"bookie-{index}"
+
+    def journal_dir(self, index: int) -> Path:
+        return self.bookie_dir(index) / "journal"
+
+    def ledger_dir(self, index: int) -> Path:
+        return self.bookie_dir(index) / "ledgers"
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def zookeeper_spec(self) -> ChildSpec:
+        return ChildSpec(
+            name="zookeeper",
+            argv=(
+                self.python, "-m", "pybk", "zookeeper",
+                "--port", str(self.zk_port),
+                "--data-dir", str(self.zookeeper_dir),
+            ),
+            log_path=self.log_dir / "zookeeper.log",
+        )
+
+    def bookie_spec(self, index: int) -> ChildSpec:
+        return ChildSpec(
+            name=f"bookie-{index}",
+            argv=(
+                self.python, "-m", "pybk", "bookie",
+                "--zk", self.zk_hosts,
+                "--port", str(self.bookie_port(index)),
+                "--http-port", str(self.http_port(index)),
+                "--journal-dirs", str(self.journal_dir(index)),
+                "--ledger-dirs", str(self.ledger_dir(index)),
+                # A development cluster listens on loopback only.
+                "--bind", self.host,
+                "--advertised-address", self.host,
+            ),
+            log_path=self.log_dir / f"bookie-{index}.log",
+        )

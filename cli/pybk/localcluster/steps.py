@@ -1,0 +1,135 @@
+"""The start-up steps that talk to the cluster: ZooKeeper readiness, cluster metadata, bookie
+registration and the self-check through the real client.
+
+Each step is a coroutine that either returns or raises; :class:`LocalCluster` bounds them with a
+time limit and aborts early when a child process dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from bkclient import BookKeeper
+from bkmeta.cluster import init_new_cluster
+from bkmeta.layout import ZkLayout
+from bkmeta.zk import ZkClient, ZkNoNodeError
+from bkproto.errors import BKError
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 0.2
+SELF_CHECK_ENTRIES = 10
+SELF_CHECK_PASSWORD = b"localcluster-self-check"
+
+
+async def zookeeper_answers_ruok(host: str, port: int) -> bool:
+    """One ``ruok`` four-letter probe without blocking the loop."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=2.0)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        writer.write(b"ruok")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(16), timeout=2.0)
+        return answer.startswith(b"imok")
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def wait_for_zookeeper(host: str, port: int) -> None:
+    """Return once ZooKeeper answers ``imok`` (the caller bounds the wait)."""
+    while True:
+        if await zookeeper_answers_ruok(host, port):
+            return
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def initialise_cluster(zk_hosts: str) -> bool:
+    """Create the cluster metadata unless it exists. True if it was created now."""
+    async with ZkClient.for_hosts(zk_hosts) as zk:
+        instance_id, created = await init_new_cluster(zk)
+    log.info("cluster instance %s (%s)", instance_id, "created" if created else "existing")
+    return created
+
+
+async def wait_for_bookies(zk_hosts: str, ports: set[int]) -> list[str]:
+    """Return the registered ids of the bookies listening on ``ports``, once all of them are
+    registered as writable (bookie ids are ``host:port``). Polls: this runs once at start-up."""
+    layout = ZkLayout()
+    async with ZkClient.for_hosts(zk_hosts) as zk:
+        while True:
+            try:
+                children = await zk.get_children(layout.available)
+            except ZkNoNodeError:
+                children = []
+            found = {_port_of(c): c for c in children if _port_of(c) in ports}
+            if set(found) == ports:
+                return [found[p] for p in sorted(ports)]
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
+def _port_of(bookie_id: str) -> int | None:
+    _, _, port = bookie_id.rpartition(":")
+    return int(port) if port.isdigit() else None
+
+
+@dataclass(frozen=True)
+class SelfCheckResult:
+    ledger_id: int
+    ensemble: int
+    write_quorum: int
+    ack_quorum: int
+    entries: int
+    elapsed_s: float
+
+
+def self_check_quorums(bookies: int) -> tuple[int, int, int]:
+    """The widest replication the cluster allows, up to BookKeeper's usual 3/2/2."""
+    ensemble = min(3, bookies)
+    quorum = min(2, bookies)
+    return ensemble, quorum, quorum
+
+
+async def run_self_check(zk_hosts: str, bookies: int) -> SelfCheckResult:
+    """Write a replicated ledger, close it, read every entry back byte for byte, delete it."""
+    ensemble, write_quorum, ack_quorum = self_check_quorums(bookies)
+    started = time.monotonic()
+    payloads = [f"self-check entry {i} ".encode() + os.urandom(16) for i in range(SELF_CHECK_ENTRIES)]
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        writer = await bk.create_ledger(
+            ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
+            password=SELF_CHECK_PASSWORD, custom_metadata={"application": b"pybk-localcluster-self-check"},
+        )
+        ledger_id = writer.ledger_id
+        try:
+            for payload in payloads:
+                await writer.append(payload)
+            await writer.close()
+            reader = await bk.open_ledger(ledger_id, password=SELF_CHECK_PASSWORD, recovery=False)
+            read_back = [entry.data async for entry in reader.read(0, reader.last_add_confirmed)]
+            if read_back != payloads:
+                raise SelfCheckError(
+                    f"self-check ledger {ledger_id}: wrote {len(payloads)} entries, read back "
+                    f"{len(read_back)} and they differ"
+                )
+        finally:
+            # The check's ledger is not the user's data: leave ZooKeeper as the user expects it.
+            with contextlib.suppress(BKError):
+                await bk.delete_ledger(ledger_id)
+    return SelfCheckResult(
+        ledger_id, ensemble, write_quorum, ack_quorum, len(payloads), time.monotonic() - started
+    )
+
+
+class SelfCheckError(RuntimeError):
+    """What the self-check read back is not what it wrote."""
