@@ -10,7 +10,7 @@ import argparse
 import importlib
 from typing import Any
 
-BENCH_MODULES: tuple[str, ...] = ("pybk.bench.writes",)
+BENCH_MODULES: tuple[str, ...] = ("pybk.bench.writes", "pybk.bench.bookie")
 
 
 def register(subparsers: Any) -> None:

@@ -1,0 +1,213 @@
+"""``pybk bench bookie``: adds straight to one bookie over the AddEntries stream (BookKeeper's BenchBookie).
+
+Three phases on fresh ledgers:
+
+1. warm-up: ``--warmup`` entries, pipelined, not reported;
+2. throughput: ``--entries`` entries pipelined over one stream, ``--batch`` entries per message and
+   at most ``--window`` entries outstanding; each entry's latency is from its message being sent
+   to the message's response;
+3. latency: ``--latency-entries`` entries with a single add outstanding (one entry per message).
+
+Entries are BookKeeper v3 bodies (32-byte header, an 8-byte stand-in digest, ``--size`` bytes of
+payload): the bookie does not verify digests. The report is the throughput phase; the latency
+phase is added as ``single_add_latency_ms`` (same percentiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import time
+from collections import deque
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from bkproto.entry_format import HEADER
+from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from pybk.bench.report import BenchResult, Progress, percentile
+
+MiB = 1024 * 1024
+MASTER_KEY = b"pybk-bench-bookie-key"[:20]
+DIGEST = b"\0" * 8
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 16 * MiB),
+    ("grpc.max_receive_message_length", 16 * MiB),
+]
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "bookie", help="add throughput and latency of one bookie (like BookKeeper's BenchBookie)"
+    )
+    parser.add_argument("--bookie", required=True, help="HOST:PORT of the bookie")
+    parser.add_argument("--entries", type=int, default=100_000, help="entries in the throughput phase")
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes per entry")
+    parser.add_argument("--window", type=int, default=10_000, help="max entries outstanding")
+    parser.add_argument("--batch", type=int, default=500, help="max entries per stream message")
+    parser.add_argument("--latency-entries", type=int, default=2000, help="single-outstanding adds")
+    parser.add_argument("--warmup", type=int, default=2000, help="warm-up entries (not reported)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("entries", "size", "window", "batch"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"pybk bench bookie: --{name} must be >= 1")
+    if args.latency_entries < 0 or args.warmup < 0:
+        raise SystemExit("pybk bench bookie: --latency-entries and --warmup must be >= 0")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    return asyncio.run(_bench(args))
+
+
+class EntryMaker:
+    def __init__(self, size: int) -> None:
+        self._payload = os.urandom(size)
+        self._length = len(self._payload)
+
+    def add(self, request: bookie_pb2.AddEntriesRequest, ledger_id: int, entry_id: int) -> None:
+        body = HEADER.pack(ledger_id, entry_id, entry_id - 1, (entry_id + 1) * self._length)
+        request.adds.add(
+            ledger_id=ledger_id, entry_id=entry_id, master_key=MASTER_KEY, body=body + DIGEST + self._payload
+        )
+
+
+class PipelinedAdds:
+    """One AddEntries stream with at most ``window`` entries outstanding."""
+
+    def __init__(self, stub: bookie_pb2_grpc.BookieStub, maker: EntryMaker, window: int, batch: int) -> None:
+        self._stub = stub
+        self._maker = maker
+        self._window = window
+        self._batch = min(batch, window)
+        self.latencies_ms: list[float] = []
+        self.errors = 0
+        self.first_error = ""
+
+    async def run(self, ledger_id: int, count: int, progress: Progress | None = None) -> float:
+        """Add ``count`` entries; returns the elapsed seconds from first send to last response."""
+        call = self._stub.AddEntries()
+        sent: deque[tuple[float, int]] = deque()
+        room = asyncio.Event()
+        room.set()
+        outstanding = 0
+        done = 0
+
+        async def receive() -> None:
+            nonlocal outstanding, done
+            while done < count:
+                response = await call.read()
+                if not isinstance(response, bookie_pb2.AddEntriesResponse):  # grpc.aio.EOF
+                    raise RuntimeError("the bookie ended the add stream early")
+                now = time.perf_counter()
+                sent_at, n = sent.popleft()
+                self.latencies_ms.extend([(now - sent_at) * 1000.0] * n)
+                for result in response.results:
+                    if result.status != bookie_pb2.EOK:
+                        self.errors += 1
+                        self.first_error = self.first_error or (
+                            f"{bookie_pb2.StatusCode.Name(result.status)}: {result.message}"
+                        )
+                outstanding -= n
+                done += n
+                room.set()
+                if progress is not None:
+                    progress.update(done)
+
+        start = time.perf_counter()
+        receiver = asyncio.create_task(receive())
+        entry_id = 0
+        try:
+            while entry_id < count:
+                n = min(self._batch, count - entry_id)
+                while outstanding + n > self._window:
+                    room.clear()
+                    await room.wait()
+                request = bookie_pb2.AddEntriesRequest()
+                for eid in range(entry_id, entry_id + n):
+                    self._maker.add(request, ledger_id, eid)
+                outstanding += n
+                sent.append((time.perf_counter(), n))
+                await call.write(request)
+                entry_id += n
+            await call.done_writing()
+            await receiver
+        finally:
+            receiver.cancel()
+            call.cancel()
+        return time.perf_counter() - start
+
+
+async def _single_adds(
+    stub: bookie_pb2_grpc.BookieStub, maker: EntryMaker, ledger_id: int, count: int
+) -> list[float]:
+    call = stub.AddEntries()
+    latencies: list[float] = []
+    try:
+        for entry_id in range(count):
+            request = bookie_pb2.AddEntriesRequest()
+            maker.add(request, ledger_id, entry_id)
+            start = time.perf_counter()
+            await call.write(request)
+            response = await call.read()
+            latencies.append((time.perf_counter() - start) * 1000.0)
+            if (
+                not isinstance(response, bookie_pb2.AddEntriesResponse)
+                or response.results[0].status != bookie_pb2.EOK
+            ):
+                raise RuntimeError(f"single add {entry_id} failed: {response}")
+        await call.done_writing()
+    finally:
+        call.cancel()
+    return latencies
+
+
+async def _bench(args: argparse.Namespace) -> int:
+    maker = EntryMaker(args.size)
+    base = random.randrange(1 << 40, 1 << 50)
+    async with grpc.aio.insecure_channel(args.bookie, options=CHANNEL_OPTIONS) as channel:
+        stub = bookie_pb2_grpc.BookieStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            await asyncio.wait_for(channel.channel_ready(), 10)
+        except TimeoutError:
+            print(f"pybk bench bookie: cannot connect to {args.bookie}", file=sys.stderr)
+            return 1
+        if args.warmup:
+            await PipelinedAdds(stub, maker, args.window, args.batch).run(base, args.warmup)
+        progress = Progress(args.entries) if not args.json else None
+        adds = PipelinedAdds(stub, maker, args.window, args.batch)
+        elapsed = await adds.run(base + 1, args.entries, progress)
+        if progress is not None:
+            progress.done()
+        single = await _single_adds(stub, maker, base + 2, args.latency_entries)
+    single.sort()
+    result = BenchResult(
+        entries=args.entries - adds.errors,
+        errors=adds.errors,
+        elapsed_s=elapsed,
+        entry_size=args.size,
+        latencies_ms=adds.latencies_ms,
+        extra={
+            "window": args.window,
+            "batch": min(args.batch, args.window),
+            "single_add_latency_ms": {
+                "p50": round(percentile(single, 50), 3),
+                "p95": round(percentile(single, 95), 3),
+                "p99": round(percentile(single, 99), 3),
+                "p999": round(percentile(single, 99.9), 3),
+                "max": round(single[-1], 3) if single else 0.0,
+            },
+        },
+    )
+    if adds.first_error:
+        result.extra["first_error"] = adds.first_error
+    result.print(args.json, f"bench bookie {args.bookie}")
+    return 0 if adds.errors == 0 else 1
