@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
+
 from bkmeta import (
     DigestType,
     LedgerMetadata,
@@ -26,19 +28,19 @@ BOOKIES = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 
 
 def metadata(**overrides: object) -> LedgerMetadata:
-    fields: dict[str, object] = dict(
-        ensemble_size=3,
-        write_quorum_size=2,
-        ack_quorum_size=2,
-        state=LedgerState.OPEN,
-        last_entry_id=-1,
-        length=0,
-        digest_type=DigestType.CRC32C,
-        password=b"pw",
-        ctime=1_700_000_000_000,
-        custom_metadata={"app": b"test"},
-        segments=(Segment(0, BOOKIES),),
-    )
+    fields: dict[str, object] = {
+        "ensemble_size": 3,
+        "write_quorum_size": 2,
+        "ack_quorum_size": 2,
+        "state": LedgerState.OPEN,
+        "last_entry_id": -1,
+        "length": 0,
+        "digest_type": DigestType.CRC32C,
+        "password": b"pw",
+        "ctime": 1_700_000_000_000,
+        "custom_metadata": {"app": b"test"},
+        "segments": (Segment(0, BOOKIES),),
+    }
     fields.update(overrides)
     return LedgerMetadata(**fields)  # type: ignore[arg-type]
 
@@ -98,7 +100,7 @@ async def test_concurrent_cas_updates_never_lose_an_update(meta: MetadataClient)
             current = await lm.read_ledger_metadata(3)
             custom = dict(current.value.custom_metadata)
             custom[key] = key.encode()
-            import dataclasses
+
 
             updated = dataclasses.replace(current.value, custom_metadata=custom)
             try:
