@@ -10,7 +10,12 @@ import argparse
 import importlib
 from typing import Any
 
-BENCH_MODULES: tuple[str, ...] = ("pybk.bench.writes", "pybk.bench.bookie")
+BENCH_MODULES: tuple[str, ...] = (
+    "pybk.bench.writes",
+    "pybk.bench.bookie",
+    "pybk.bench.reads",
+    "pybk.bench.tail",
+)
 
 
 def register(subparsers: Any) -> None:

@@ -1,0 +1,128 @@
+"""``pybk bench reads``: catch-up read of a closed ledger (throughput), plus the latency of single
+random entry reads.
+
+Without ``--ledger`` the benchmark first writes ``--entries`` entries to a new ledger (E/Qw/Qa as
+given; with E == Qw the reader uses batched ReadEntries, otherwise one read per entry), closes it,
+and then reads it end to end with a fresh client, so nothing is served from the writer's memory.
+Throughput is the catch-up read; ``latency_ms`` is measured on ``--samples`` sequential reads of
+random single entries (a catch-up read has no per-entry latency worth reporting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+from typing import Any
+
+from bkclient import BookKeeper, ClientConfig, DigestType
+
+from .report import BenchResult, Progress
+
+log = logging.getLogger(__name__)
+
+
+def register(targets: Any) -> None:
+    parser: argparse.ArgumentParser = targets.add_parser(
+        "reads", help="catch-up read of a closed ledger, and single-entry read latency"
+    )
+    parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
+    parser.add_argument("--ledger", type=int, help="read this existing ledger instead of writing one")
+    parser.add_argument("--password", default="bench", help="ledger password (default: bench)")
+    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=int, default=3, help="write quorum Qw (default 3)")
+    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    parser.add_argument(
+        "--entries", type=int, default=100_000, help="entries to write, then read (default 100000)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=500, help="random single-entry reads for latency (default 500)"
+    )
+    parser.add_argument(
+        "--digest", choices=[d.name.lower() for d in DigestType], default="crc32c", help="digest type"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    for name in ("entries", "size", "samples"):
+        if getattr(args, name) <= 0:
+            raise SystemExit(f"--{name} must be > 0, got {getattr(args, name)}")
+    result = asyncio.run(run_reads(args))
+    result.print(args.json, "bench reads")
+    return 1 if result.errors else 0
+
+
+async def write_ledger(args: argparse.Namespace) -> int:
+    """A closed ledger of ``args.entries`` entries of ``args.size`` random bytes."""
+    config = ClientConfig(max_outstanding_adds=5000, max_outstanding_bytes=max(64 << 20, 10_000 * args.size))
+    payload = os.urandom(args.size)
+    async with await BookKeeper.connect(args.zk, config) as bk:
+        handle = await bk.create_ledger(
+            args.ensemble,
+            args.write_quorum,
+            args.ack_quorum,
+            DigestType[args.digest.upper()],
+            args.password.encode(),
+        )
+        progress = Progress(args.entries)
+        window: list[asyncio.Future[int]] = []
+        for i in range(args.entries):
+            window.append(handle.append_async(payload))
+            if len(window) >= 2000:
+                await asyncio.gather(*window)
+                window.clear()
+                progress.update(i + 1)
+        await asyncio.gather(*window)
+        progress.done()
+        await handle.close()
+        return handle.ledger_id
+
+
+async def run_reads(args: argparse.Namespace) -> BenchResult:
+    ledger_id = args.ledger if args.ledger is not None else await write_ledger(args)
+    loop = asyncio.get_running_loop()
+    async with await BookKeeper.connect(args.zk) as bk:
+        handle = await bk.open_ledger(ledger_id, args.password.encode(), recovery=False)
+        last = handle.last_add_confirmed
+        if last < 0:
+            raise SystemExit(f"ledger {ledger_id} has no confirmed entries")
+        progress = Progress(last + 1)
+        count = 0
+        size = 0
+        started = loop.time()
+        async for entry in handle.read(0, last):
+            count += 1
+            size += len(entry.data)
+            if count % 4096 == 0:
+                progress.update(count)
+        elapsed = loop.time() - started
+        progress.done()
+        latencies: list[float] = []
+        errors = 0 if count == last + 1 else 1
+        rng = random.Random(ledger_id)
+        for _ in range(min(args.samples, last + 1)):
+            entry_id = rng.randint(0, last)
+            t0 = loop.time()
+            await handle.read_entry(entry_id)
+            latencies.append((loop.time() - t0) * 1000.0)
+        md = handle.metadata
+    return BenchResult(
+        entries=count,
+        errors=errors,
+        elapsed_s=elapsed,
+        entry_size=size // count if count else args.size,
+        latencies_ms=latencies,
+        extra={
+            "ledger_id": ledger_id,
+            "ensemble": md.ensemble_size,
+            "write_quorum": md.write_quorum_size,
+            "ack_quorum": md.ack_quorum_size,
+            "batched": md.ensemble_size == md.write_quorum_size,
+            "latency": f"{len(latencies)} sequential random single-entry reads",
+        },
+    )
