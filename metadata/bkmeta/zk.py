@@ -45,12 +45,20 @@ class ZkNoNodeError(MetadataStoreError):
     """The znode does not exist (callers narrow this to e.g. ``NoSuchLedgerError``)."""
 
     retriable: ClassVar[bool] = False
+    attempts: int = 1  # how many tries the call took: > 1 means an earlier try may have applied
 
 
 class ZkNodeExistsError(MetadataStoreError):
     """The znode already exists (callers narrow this to e.g. ``LedgerExistsError``)."""
 
     retriable: ClassVar[bool] = False
+    attempts: int = 1
+
+
+class ZkBadVersionError(MetadataVersionError):
+    """A versioned write found another version (``MetadataVersionError`` with the try count)."""
+
+    attempts: int = 1
 
 
 class ZkNotEmptyError(MetadataStoreError):
@@ -216,24 +224,30 @@ class ZkClient:
         start().rawlink(settle)
         return await asyncio.wait_for(fut, self.config.operation_timeout_s)
 
-    async def _call(self, what: str, path: str, start: Callable[[], Any]) -> tuple[Any, int]:
-        """Run one kazoo async call with bounded retries; returns (value, attempts used)."""
+    async def _call(self, what: str, path: str, start: Callable[[], Any]) -> Any:
+        """Run one kazoo async call with bounded retries and translate its errors."""
         delay = self.config.retry_delay_s
         last: BaseException | None = None
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                return await self._once(start), attempt
+                return await self._once(start)
             except _RETRIABLE as e:
                 last = e
                 log.debug("%s %s: %r (attempt %d)", what, path, e, attempt)
             except ConnectionClosedError as e:
                 raise MetadataStoreError(f"{what} {path}: ZooKeeper client is closed") from e
             except NoNodeError as e:
-                raise ZkNoNodeError(f"{what} {path}: no such znode") from e
+                no_node = ZkNoNodeError(f"{what} {path}: no such znode")
+                no_node.attempts = attempt
+                raise no_node from e
             except NodeExistsError as e:
-                raise ZkNodeExistsError(f"{what} {path}: znode already exists") from e
+                exists = ZkNodeExistsError(f"{what} {path}: znode already exists")
+                exists.attempts = attempt
+                raise exists from e
             except BadVersionError as e:
-                raise MetadataVersionError(f"{what} {path}: znode version changed") from e
+                bad_version = ZkBadVersionError(f"{what} {path}: znode version changed")
+                bad_version.attempts = attempt
+                raise bad_version from e
             except NotEmptyError as e:
                 raise ZkNotEmptyError(f"{what} {path}: znode has children") from e
             except Exception as e:
@@ -250,19 +264,18 @@ class ZkClient:
     # -- operations -------------------------------------------------------------------------------
 
     async def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, ZnodeStat]:
-        value, _ = await self._call("get", path, lambda: self._kazoo.get_async(path, watch=watch))
-        data, stat = value
+        data, stat = await self._call("get", path, lambda: self._kazoo.get_async(path, watch=watch))
         return bytes(data or b""), stat
 
     async def exists(self, path: str, watch: Watcher | None = None) -> ZnodeStat | None:
-        value, _ = await self._call("exists", path, lambda: self._kazoo.exists_async(path, watch=watch))
-        return value  # type: ignore[no-any-return]
+        stat = await self._call("exists", path, lambda: self._kazoo.exists_async(path, watch=watch))
+        return stat  # type: ignore[no-any-return]
 
     async def get_children(self, path: str, watch: Watcher | None = None) -> list[str]:
-        value, _ = await self._call(
+        children = await self._call(
             "get_children", path, lambda: self._kazoo.get_children_async(path, watch=watch)
         )
-        return list(value)
+        return list(children)
 
     async def create(
         self,
@@ -281,10 +294,9 @@ class ZkClient:
             )
 
         try:
-            created, _ = await self._call("create", path, start)
-            return str(created)
-        except ZkNodeExistsError:
-            if sequence or not await self._is_own_node(path, value, ephemeral):
+            return str(await self._call("create", path, start))
+        except ZkNodeExistsError as e:
+            if e.attempts == 1 or sequence or not await self._is_own_node(path, value, ephemeral):
                 raise
             # A retry after a connection loss whose first attempt did succeed: the node is ours.
             return path
@@ -301,10 +313,9 @@ class ZkClient:
     async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
         """Set data if the znode is at ``version`` (-1: any); a mismatch is ``MetadataVersionError``."""
         try:
-            stat, _ = await self._call("set", path, lambda: self._kazoo.set_async(path, value, version))
-            return stat  # type: ignore[no-any-return]
-        except MetadataVersionError:
-            if version < 0:
+            return await self._call("set", path, lambda: self._kazoo.set_async(path, value, version))  # type: ignore[no-any-return]
+        except ZkBadVersionError as e:
+            if version < 0 or e.attempts == 1:
                 raise
             # Our first attempt may have landed before the connection dropped: then the znode holds
             # exactly our bytes one version later. Anything else is a real conflict.
@@ -314,12 +325,11 @@ class ZkClient:
             raise
 
     async def delete(self, path: str, version: int = -1) -> None:
-        attempts = 0
         try:
-            _, attempts = await self._call("delete", path, lambda: self._kazoo.delete_async(path, version))
-        except ZkNoNodeError:
-            if attempts > 1:
-                return
+            await self._call("delete", path, lambda: self._kazoo.delete_async(path, version))
+        except ZkNoNodeError as e:
+            if e.attempts > 1:
+                return  # an earlier try deleted it before the connection dropped
             raise
 
     async def delete_recursive(self, path: str) -> None:
@@ -361,7 +371,7 @@ class ZkClient:
             return txn.commit_async()
 
         label = ops[0][1] if ops else "(empty)"
-        results, _ = await self._call("multi", label, start)
+        results = await self._call("multi", label, start)
         for (kind, path, _data, _version), result in zip(ops, results, strict=False):
             if isinstance(result, NodeExistsError):
                 raise ZkNodeExistsError(f"multi {kind} {path}: znode already exists")
