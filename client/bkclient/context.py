@@ -12,10 +12,9 @@ from .config import ClientConfig
 from .placement import BookieRacks, PlacementPolicy, make_placement
 
 if TYPE_CHECKING:
-    from bkmeta.registration import BookieWatcher
-
     from bkmeta import MetadataClient
     from bkmeta.ledger_manager import LedgerManager
+    from bkmeta.registration import BookieWatcher
 
 
 def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClientPool:

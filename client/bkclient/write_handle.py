@@ -39,7 +39,7 @@ from bkproto.errors import (
 )
 from bkproto.errors import TimeoutError as BKTimeoutError
 
-from .bookie_client import BookieClient
+from .bookie_client import AddRequestEncoder, BookieClient
 from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
@@ -68,6 +68,7 @@ class WriteHandle(ReadHandle):
         self._client_ctx = ctx  # the full context (ReadHandle keeps the read-side view)
         self._config = ctx.config
         self.master_key = digest.master_key
+        self._encoder = AddRequestEncoder(ledger_id, self.master_key)
         self.distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
         self.ensemble: list[str] = list(md.last_ensemble)
         self._clients: list[BookieClient] = [ctx.bookie(b) for b in self.ensemble]
@@ -158,7 +159,8 @@ class WriteHandle(ReadHandle):
         lac = self.last_add_confirmed
         self._piggybacked_lac = lac
         body = self.digest.encode_entry(op.entry_id, lac, op.length, op.payload)
-        op.send(body, self.ensemble, self._clients, self._client_ctx.loop.time())
+        encoded = self._encoder.encode(op.entry_id, body)
+        op.send(encoded, self.ensemble, self._clients, self._client_ctx.loop.time())
 
     def _release_room(self) -> None:
         waiting = self._waiting

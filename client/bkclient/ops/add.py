@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 class PendingAddOp:
     __slots__ = (
         "ack_set",
-        "body",
         "completed",
+        "encoded",
         "entry_id",
         "future",
         "handle",
@@ -53,29 +53,24 @@ class PendingAddOp:
         self.write_set = handle.distribution.write_set(entry_id)
         self.ack_set = AckSet(handle.distribution.ack_quorum)
         self.completed = False
-        self.body: bytes | None = None  # encoded once, at first send (carries the LAC of that time)
+        # The serialized AddRequest, built once at first send (its body carries the LAC of that
+        # time) and shared by every bookie of the write set, including re-sends.
+        self.encoded: bytes | None = None
         self.sent_at = 0.0
 
     @property
     def sent(self) -> bool:
-        return self.body is not None
+        return self.encoded is not None
 
-    def send(self, body: bytes, ensemble: list[str], clients: list[BookieClient], now: float) -> None:
-        self.body = body
+    def send(self, encoded: bytes, ensemble: list[str], clients: list[BookieClient], now: float) -> None:
+        self.encoded = encoded
         self.sent_at = now
         for index in self.write_set:
             self._send_to(index, ensemble[index], clients[index])
 
     def _send_to(self, index: int, bookie_id: str, client: BookieClient) -> None:
-        assert self.body is not None
-        handle = self.handle
-        client.add_with_callback(
-            handle.ledger_id,
-            self.entry_id,
-            handle.master_key,
-            self.body,
-            partial(self._on_response, index, bookie_id),
-        )
+        assert self.encoded is not None
+        client.add_encoded(self.encoded, partial(self._on_response, index, bookie_id))
 
     def _on_response(self, index: int, bookie_id: str, error: BKError | None) -> None:
         handle = self.handle

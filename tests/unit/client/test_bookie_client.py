@@ -9,8 +9,10 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bkclient.bookie_client import BookieClient, BookieClientOptions, BookieClientPool
+from bkclient.bookie_client import AddRequestEncoder, BookieClient, BookieClientOptions, BookieClientPool
 from bkproto.errors import (
     BookieUnavailableError,
     ClientClosedError,
@@ -274,3 +276,27 @@ async def test_pool_resolves_ids_and_falls_back_to_host_port(bookie: tuple[Memor
     await pool.close()
     with pytest.raises(ClientClosedError):
         pool.get("bookie-1")
+
+
+@given(
+    ledger_id=st.integers(min_value=0, max_value=2**63 - 1),
+    entry_id=st.integers(min_value=-1, max_value=2**63 - 1),
+    key=st.binary(max_size=20),
+    body=st.binary(max_size=300),
+    recovery=st.booleans(),
+)
+def test_encoder_bytes_equal_protobuf_serialization(
+    ledger_id: int, entry_id: int, key: bytes, body: bytes, recovery: bool
+) -> None:
+    add = bookie_pb2.AddRequest(
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        master_key=key,
+        body=body,
+        flags=bookie_pb2.RECOVERY_ADD if recovery else 0,
+    )
+    expected = bookie_pb2.AddEntriesRequest(adds=[add]).SerializeToString()
+    encoded = AddRequestEncoder(ledger_id, key).encode(entry_id, body, recovery)
+    assert encoded == expected
+    two = bookie_pb2.AddEntriesRequest.FromString(encoded + encoded)
+    assert list(two.adds) == [add, add]

@@ -16,6 +16,7 @@ from bkclient.digest import DigestManager
 from bkclient.placement import RandomPlacement
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
 from bkproto.errors import BKError, LedgerExistsError, MetadataVersionError, NoSuchLedgerError
+from bkproto.v1 import bookie_pb2
 
 AddCallback = Callable[[BKError | None], None]
 
@@ -62,6 +63,11 @@ class FakeBookie:
             loop.call_soon(callback, self.error)
         else:
             self.held.append(add)
+
+    def add_encoded(self, encoded: bytes, callback: AddCallback) -> None:
+        add = bookie_pb2.AddEntriesRequest.FromString(encoded).adds[0]
+        recovery = bool(add.flags & bookie_pb2.RECOVERY_ADD)
+        self.add_with_callback(add.ledger_id, add.entry_id, add.master_key, add.body, callback, recovery)
 
     def ack(self, entry_id: int | None = None) -> None:
         for add in list(self.held):
