@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+import weakref
 from collections.abc import Mapping
 from types import TracebackType
 
@@ -40,6 +41,8 @@ class BookKeeper:
         self.ctx = ctx
         self._owns_metadata = owns_metadata
         self._closed = False
+        # Open write handles, so close() can stop their timers and fail their pending adds.
+        self._writers: weakref.WeakSet[WriteHandle] = weakref.WeakSet()
 
     @classmethod
     async def connect(cls, zk_hosts: str, config: ClientConfig | None = None) -> BookKeeper:
@@ -53,6 +56,8 @@ class BookKeeper:
         if self._closed:
             return
         self._closed = True
+        for writer in list(self._writers):
+            await writer.abort()
         await self.ctx.pool.close()
         if self._owns_metadata:
             await self.ctx.metadata.close()
@@ -85,7 +90,9 @@ class BookKeeper:
         lid, versioned, digest_manager = await self._create(
             ensemble, write_quorum, ack_quorum, digest, password, custom_metadata, None
         )
-        return WriteHandle(self.ctx, lid, versioned, digest_manager)
+        handle = WriteHandle(self.ctx, lid, versioned, digest_manager)
+        self._writers.add(handle)
+        return handle
 
     async def create_ledger_adv(
         self,
@@ -102,7 +109,9 @@ class BookKeeper:
         lid, versioned, digest_manager = await self._create(
             ensemble, write_quorum, ack_quorum, digest, password, custom_metadata, ledger_id
         )
-        return WriteAdvHandle(self.ctx, lid, versioned, digest_manager)
+        adv = WriteAdvHandle(self.ctx, lid, versioned, digest_manager)
+        self._writers.add(adv)
+        return adv
 
     async def _create(
         self,

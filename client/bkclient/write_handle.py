@@ -29,6 +29,7 @@ from typing import Any
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
 from bkproto.errors import (
     BKError,
+    ClientClosedError,
     DuplicateEntryIdError,
     LedgerClosedError,
     LedgerFencedError,
@@ -366,10 +367,20 @@ class WriteHandle(ReadHandle):
             self._abandon_unreachable()
             await self._close_metadata()
         finally:
-            self._write_closed = True
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._stop_timers()
+
+    async def abort(self) -> None:
+        """Stop writing without touching metadata (the client is closing): pending adds fail with
+        ClientClosedError and the handle's timers stop."""
+        self._fail(ClientClosedError(f"ledger {self.ledger_id}: the BookKeeper client was closed"))
+        await self._stop_timers()
+
+    async def _stop_timers(self) -> None:
+        self._write_closed = True
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _abandon_unreachable(self) -> None:
         """Adds that cannot complete (a gap before them, ledger-adv only) fail at close."""

@@ -75,3 +75,16 @@ async def test_delete_and_closed_client() -> None:
     await bk.close()
     with pytest.raises(ClientClosedError):
         await bk.create_ledger(3, 2, 2)
+
+
+async def test_closing_the_client_fails_pending_adds_and_stops_handles() -> None:
+    bk, world = client()
+    wh = await bk.create_ledger(3, 2, 2)
+    for bookie in world.pool.bookies.values():  # type: ignore[attr-defined]
+        bookie.mode = "hold"
+    pending = wh.append_async(b"never acked")
+    await bk.close()
+    with pytest.raises(ClientClosedError):
+        await pending
+    with pytest.raises(ClientClosedError):
+        await wh.append(b"more")
