@@ -12,6 +12,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pybk.bench",
     "pybk.cmd_bookie",
     "pybk.cmd_localcluster",
+    "pybk.cmd_zookeeper",
 )
 
 

@@ -138,6 +138,7 @@ class ZooKeeperConfig:
                 "admin.enableServer=false",
                 "4lw.commands.whitelist=srvr,ruok,stat,mntr,cons",
                 "maxClientCnxns=0",
+                "maxCnxns=0",  # unlimited, as by default; said explicitly to silence a start-up warning
                 # Tests expire sessions; keep the lower bound small so short session timeouts are honoured.
                 f"minSessionTimeout={self.tick_time_ms}",
                 "autopurge.snapRetainCount=3",
@@ -218,6 +219,11 @@ class ZooKeeperServer:
         if self._proc is None:
             return 0
         return self._proc.wait()
+
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting (safe inside a signal handler, unlike ``stop``)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM the JVM, then SIGKILL it if it has not exited within ``timeout_s``."""
