@@ -18,7 +18,7 @@ from tests.unit.client.test_read_fakes import (
 
 from bkclient.digest import DigestManager
 from bkclient.entry import LedgerEntry
-from bkclient.ops.read import ReadEntryOp, ReadRangeOp, write_set_bookies
+from bkclient.ops.read import ReadEntryOp, ReadRangeOp, pick_failure, segment_end, write_set_bookies
 from bkclient.read_handle import ReadHandle
 from bkmeta.model import LedgerState, Segment, Versioned
 from bkproto.errors import (
@@ -280,3 +280,32 @@ async def test_update_metadata_ignores_older_versions() -> None:
     rh.update_metadata(Versioned(writer.metadata.with_closed(2, writer.length), 6))
     assert rh.is_closed and rh.last_add_confirmed == 2 and rh.length == writer.length
     assert rh.metadata.state == LedgerState.CLOSED
+
+
+async def test_explicit_lac_known_to_the_bookies_counts() -> None:
+    ctx = make_cluster(3)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(5)  # entry 4 carries LAC 3
+    for bookie in ctx.bookies.values():
+        await bookie.write_lac(LEDGER, 4)  # the writer's explicit LAC flush
+    rh = handle(ctx, writer)
+    assert await rh.read_last_add_confirmed() == 4
+    assert [e.entry_id async for e in rh.read(0, 4)] == list(range(5))
+
+
+def test_read_failure_is_reported_by_its_most_telling_cause() -> None:
+    absent = NoSuchEntryError("a")
+    down = BookieUnavailableError("b")
+    corrupt = DigestMismatchError("c")
+    assert isinstance(pick_failure(1, 2, [absent, absent]), NoSuchEntryError)
+    assert isinstance(pick_failure(1, 2, [absent, down]), BookieUnavailableError)
+    assert isinstance(pick_failure(1, 2, [down, corrupt, absent]), DigestMismatchError)
+    assert "entry 2" in str(pick_failure(1, 2, [down]))
+    assert isinstance(pick_failure(1, 2, []), ReadError)
+
+
+def test_segment_end() -> None:
+    md = make_metadata(["a", "b"], 2, 2, segments=(Segment(0, ("a", "b")), Segment(10, ("c", "b"))))
+    assert segment_end(md, 0) == 9
+    assert segment_end(md, 9) == 9
+    assert segment_end(md, 10) is None
