@@ -76,35 +76,49 @@ class AddBatchProcessor:
         if not adds:
             return response
         read_only = self._core.read_only
+        max_entry_bytes = self._max_entry_bytes
+        header_ids = _HEADER_IDS.unpack_from
         ops: list[AddOp] = []
-        # index in ``adds`` of each op, or the rejection of a malformed add
+        # index in ``adds`` -> why that add was refused; the rest go to the core as ``ops``
         rejected: dict[int, tuple[int, str]] = {}
         for index, add in enumerate(adds):
-            problem = self.check(add, read_only)
-            if problem is not None:
-                rejected[index] = problem
-                continue
-            ops.append(
-                AddOp(
-                    add.ledger_id,
-                    add.entry_id,
-                    add.master_key,
-                    add.body,
-                    bool(add.flags & RECOVERY_ADD),
-                    bool(add.write_flags & DEFERRED_SYNC),
+            # Fast path inlined: this loop runs once per entry. check() explains refusals.
+            ledger_id = add.ledger_id
+            entry_id = add.entry_id
+            body = add.body
+            master_key = add.master_key
+            flags = add.flags
+            if (
+                ledger_id >= 0
+                and entry_id >= 0
+                and master_key
+                and HEADER_SIZE <= len(body) <= max_entry_bytes
+                and header_ids(body) == (ledger_id, entry_id)
+                and not (read_only and not flags & RECOVERY_ADD)
+            ):
+                ops.append(
+                    AddOp(
+                        ledger_id,
+                        entry_id,
+                        master_key,
+                        body,
+                        bool(flags & RECOVERY_ADD),
+                        bool(add.write_flags & DEFERRED_SYNC),
+                    )
                 )
-            )
+            else:
+                rejected[index] = self.check(add, read_only) or (EBADREQ, "invalid add")
         outcomes = await self._add(ops) if ops else []
         ok = 0
         if not rejected:
-            for add, outcome in zip(adds, outcomes, strict=True):
+            for op, outcome in zip(ops, outcomes, strict=True):
                 status = outcome.status
                 if status == EOK:
                     ok += 1
-                    results.add(ledger_id=add.ledger_id, entry_id=add.entry_id)
+                    results.add(ledger_id=op.ledger_id, entry_id=op.entry_id)
                 else:
                     results.add(
-                        status=status, ledger_id=add.ledger_id, entry_id=add.entry_id, message=outcome.message
+                        status=status, ledger_id=op.ledger_id, entry_id=op.entry_id, message=outcome.message
                     )
         else:
             accepted = iter(outcomes)
