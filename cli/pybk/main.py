@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pybk.cmd_bookie",
     "pybk.cmd_localcluster",
     "pybk.cmd_zookeeper",
+    "pybk.shell",
 )
 
 

@@ -1,0 +1,62 @@
+"""``pybk shell --zk HOSTS [--json] <command>``: BookKeeper's shell commands.
+
+Each command is one module listed in :data:`SHELL_COMMANDS` with ``register(subparsers)`` that adds
+its parser and sets ``run=`` to ``async def run(ctx: ShellContext, args) -> int``. Adding a command
+is one module plus one line here. See :mod:`pybk.shell.context` for what a command gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+from typing import Any
+
+from bkproto.errors import BKError
+from pybk.shell.context import ShellContext
+
+log = logging.getLogger(__name__)
+
+SHELL_COMMANDS: tuple[str, ...] = (
+    "pybk.shell.cmd_initnewcluster",
+    "pybk.shell.cmd_nukeexistingcluster",
+    "pybk.shell.cmd_listbookies",
+)
+
+# BookKeeper's key name, as for every BK_<key> override (design §6).
+DEFAULT_ZK = os.environ.get("BK_zkServers", "127.0.0.1:2181")  # noqa: SIM112
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "shell", help="cluster administration commands (initnewcluster, listbookies, ...)"
+    )
+    parser.add_argument("--zk", default=DEFAULT_ZK, help=f"ZooKeeper connect string (default {DEFAULT_ZK})")
+    parser.add_argument("--ledgers-root", default="/ledgers", help="ledgers root znode (default /ledgers)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    commands = parser.add_subparsers(dest="shell_command", required=True, metavar="COMMAND")
+    for name in SHELL_COMMANDS:
+        importlib.import_module(name).register(commands)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    ctx = ShellContext(zk_hosts=args.zk, ledgers_root=args.ledgers_root, as_json=args.json)
+    try:
+        return int(await args.run(ctx, args) or 0)
+    except BKError as e:
+        ctx.error(f"{args.shell_command}: {e}")
+        return 1
+    finally:
+        await ctx.close()
+
+
+__all__ = ["SHELL_COMMANDS", "ShellContext", "register"]
+
+
