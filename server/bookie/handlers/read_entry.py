@@ -12,6 +12,8 @@ ReadEntryProcessorV3 and LongPollReadEntryProcessorV3).
 
 from __future__ import annotations
 
+import contextlib
+
 from bkproto.entry_format import LAST_ADD_CONFIRMED
 from bkproto.v1 import bookie_pb2
 from bookie.errors import bad_request
@@ -41,10 +43,12 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
             entry_id=request.entry_id,
             message=message,
         )
+        response.max_lac = LAST_ADD_CONFIRMED
         if status != bookie_pb2.EBADREQ and request.ledger_id >= 0:
-            response.max_lac = self.core.last_add_confirmed(request.ledger_id)
-        else:
-            response.max_lac = LAST_ADD_CONFIRMED
+            # Readers falling back to another replica still learn this bookie's LAC; the
+            # error answer itself must not fail.
+            with contextlib.suppress(Exception):
+                response.max_lac = self.core.last_add_confirmed(request.ledger_id)
         return response
 
     async def serve(self, request: bookie_pb2.ReadRequest) -> bookie_pb2.ReadResponse:
