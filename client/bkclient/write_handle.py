@@ -372,7 +372,8 @@ class WriteHandle(ReadHandle):
     async def abort(self) -> None:
         """Stop writing without touching metadata (the client is closing): pending adds fail with
         ClientClosedError and the handle's timers stop."""
-        self._fail(ClientClosedError(f"ledger {self.ledger_id}: the BookKeeper client was closed"))
+        if not self._write_closed:
+            self._fail(ClientClosedError(f"ledger {self.ledger_id}: the BookKeeper client was closed"))
         await self._stop_timers()
 
     async def _stop_timers(self) -> None:

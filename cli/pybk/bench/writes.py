@@ -33,6 +33,9 @@ def register(targets: Any) -> None:
     parser.add_argument(
         "--throttle", type=int, default=10000, help="max outstanding adds over all ledgers (default 10000)"
     )
+    parser.add_argument(
+        "--rate", type=float, default=0, help="target entries/s over all ledgers (default 0: unlimited)"
+    )
     parser.add_argument("--ledgers", type=int, default=1, help="ledgers written round-robin (default 1)")
     parser.add_argument(
         "--digest", choices=[d.name.lower() for d in DigestType], default="crc32", help="digest type"
@@ -76,6 +79,24 @@ class _Tally:
         return len(self.latencies_ms) + self.errors
 
 
+class _Pacer:
+    """Holds the sender to ``rate`` entries/s (no-op when rate is 0). The loop's timer
+    resolution (~1 ms) makes it send small bursts, as a real producer would."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, started: float, rate: float) -> None:
+        self._loop = loop
+        self._started = started
+        self._rate = rate
+
+    async def wait(self, sent: int) -> None:
+        if self._rate <= 0:
+            return
+        due = self._started + sent / self._rate  # when entry number ``sent`` should leave
+        delay = due - self._loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
 async def run_writes(args: argparse.Namespace) -> BenchResult:
     throttle = args.throttle
     config = ClientConfig(
@@ -97,7 +118,9 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
         started = loop.time()
         deadline = started + args.time if args.time else None
         sent = 0
+        pace = _Pacer(loop, started, args.rate)
         while (args.entries is None or sent < args.entries) and (deadline is None or loop.time() < deadline):
+            await pace.wait(sent)
             await slots.acquire()
             if tally.first_error is not None and tally.errors >= 100:
                 break  # the cluster is failing: stop instead of reporting a flood of errors
@@ -128,6 +151,7 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
             "write_quorum": args.write_quorum,
             "ack_quorum": args.ack_quorum,
             "throttle": throttle,
+            "target_rate_eps": args.rate,
             "ensemble_changes": changes,
         },
     )
