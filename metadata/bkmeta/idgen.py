@@ -57,11 +57,10 @@ class LedgerIdGenerator:
         except ZkNoNodeError:
             await self._zk.ensure_path(parent)
             created = await self._zk.create(prefix_path, b"", ephemeral=True, sequence=True)
-        seq = _sequence_of(created, IDGEN_PREFIX)
-        # An ephemeral gone with an expired session is fine: the id is still ours.
-        with contextlib.suppress(ZkNoNodeError):
-            await self._zk.delete(created)
-        return seq
+        # The id is ours once the node exists; deleting it needs no wait (BookKeeper does not wait
+        # either). If the delete is lost, the ephemeral goes with the session.
+        self._zk.delete_nowait(created)
+        return _sequence_of(created, IDGEN_PREFIX)
 
     async def _generate_long(self) -> int:
         while True:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -34,6 +35,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
+from bkmeta.zk_handler import PollingThreadingHandler
 from bkproto.errors import MetadataStoreError, MetadataVersionError
 
 log = logging.getLogger(__name__)
@@ -101,8 +103,11 @@ class ZkClient:
 
     def __init__(self, config: ZkClientConfig) -> None:
         self.config = config
-        self._kazoo = KazooClient(hosts=config.hosts, timeout=config.session_timeout_s)
+        self._kazoo = KazooClient(
+            hosts=config.hosts, timeout=config.session_timeout_s, handler=PollingThreadingHandler()
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._bridge: _LoopBridge | None = None
         self._listeners: list[SessionListener] = []
         self._lost = False
         self._started = False
@@ -134,6 +139,7 @@ class ZkClient:
     async def start(self) -> None:
         """Connect; raises :class:`MetadataStoreError` if ZooKeeper cannot be reached in time."""
         self._loop = asyncio.get_running_loop()
+        self._bridge = _LoopBridge(self._loop)
         self._kazoo.add_listener(self._on_kazoo_state)
         event = self._kazoo.start_async()
         ok = await asyncio.to_thread(event.wait, self.config.connect_timeout_s)
@@ -212,17 +218,29 @@ class ZkClient:
 
     async def _once(self, start: Callable[[], Any]) -> Any:
         loop = self.loop
+        bridge = self._bridge
+        assert bridge is not None
         fut: asyncio.Future[Any] = loop.create_future()
 
-        def settle(async_result: Any) -> None:
-            exc = async_result.exception
-            if exc is not None:
-                loop.call_soon_threadsafe(_set_exception, fut, exc)
-            else:
-                loop.call_soon_threadsafe(_set_result, fut, async_result.value)
+        def settle(async_result: Any) -> None:  # kazoo's completion thread
+            bridge.complete(fut, async_result.value, async_result.exception)
 
         start().rawlink(settle)
-        return await asyncio.wait_for(fut, self.config.operation_timeout_s)
+        # A timer handle rather than asyncio.wait_for: no extra task per call (this is the hot path).
+        timer = loop.call_later(self.config.operation_timeout_s, _set_exception, fut, TimeoutError())
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+
+    def delete_nowait(self, path: str) -> None:
+        """Fire-and-forget delete (id-generator nodes): failures are only logged."""
+
+        def done(async_result: Any) -> None:
+            if async_result.exception is not None:
+                log.debug("background delete of %s failed: %r", path, async_result.exception)
+
+        self._kazoo.delete_async(path).rawlink(done)
 
     async def _call(self, what: str, path: str, start: Callable[[], Any]) -> Any:
         """Run one kazoo async call with bounded retries and translate its errors."""
@@ -383,9 +401,39 @@ class ZkClient:
                 raise MetadataStoreError(f"multi {kind} {path}: {type(result).__name__}")
 
 
-def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
-    if not fut.done():
-        fut.set_result(value)
+class _LoopBridge:
+    """Hands kazoo completions to the event loop in bursts: under load one self-pipe wake-up
+    carries many results, instead of one ``call_soon_threadsafe`` (a syscall) per operation.
+    The queue holds at most one item per awaited call, so callers' concurrency bounds it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._scheduled = False
+
+    def complete(self, fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+        with self._lock:
+            self._pending.append((fut, value, exc))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            log.debug("event loop closed; dropping a ZooKeeper completion")
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._pending = self._pending, []
+            self._scheduled = False
+        for fut, value, exc in items:
+            if fut.done():
+                continue  # timed out meanwhile
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(value)
 
 
 def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:

@@ -138,7 +138,6 @@ class ZooKeeperConfig:
                 "admin.enableServer=false",
                 "4lw.commands.whitelist=srvr,ruok,stat,mntr,cons",
                 "maxClientCnxns=0",
-                "maxCnxns=0",  # unlimited, as by default; said explicitly to silence a start-up warning
                 # Tests expire sessions; keep the lower bound small so short session timeouts are honoured.
                 f"minSessionTimeout={self.tick_time_ms}",
                 "autopurge.snapRetainCount=3",

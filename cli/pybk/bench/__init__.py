@@ -15,6 +15,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "pybk.bench.bookie",
     "pybk.bench.reads",
     "pybk.bench.tail",
+    "pybk.bench.metadata",
 )
 
 
