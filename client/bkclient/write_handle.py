@@ -34,6 +34,7 @@ from bkproto.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
+    NotEnoughBookiesError,
     TooManyRequestsError,
     UnauthorizedAccessError,
     WriteError,
@@ -46,9 +47,13 @@ from .context import ClientContext
 from .digest import DigestManager
 from .distribution import RoundRobinDistribution
 from .ops.add import PendingAddOp
+from .placement import BookieRacks
 from .read_handle import ReadHandle
 
 log = logging.getLogger(__name__)
+
+# How long a bookie that failed an add is avoided as a replacement (while others are available).
+_QUARANTINE_S = 60.0
 
 # Errors after which the handle can never write again (BookKeeper's handleUnrecoverableErrorDuringAdd).
 _FATAL_ADD_ERRORS = (LedgerFencedError, UnauthorizedAccessError)
@@ -83,6 +88,7 @@ class WriteHandle(ReadHandle):
         self._room.set()
         self._append_lock = asyncio.Lock()
         self._failed_bookies: dict[int, str] = {}  # index -> bookie id, awaiting replacement
+        self._recently_failed: dict[str, float] = {}  # bookie id -> loop time of its last failure
         self._changing_ensemble = False
         self.ensemble_changes = 0
         self._error: BKError | None = None
@@ -211,6 +217,7 @@ class WriteHandle(ReadHandle):
             return
         log.info("ledger %d: bookie %s failed an add (%s), replacing it", self.ledger_id, bookie_id, error)
         self._failed_bookies[index] = bookie_id
+        self._recently_failed[bookie_id] = self._client_ctx.loop.time()
         if not self._changing_ensemble:
             self._changing_ensemble = True
             self._spawn(self._ensemble_change_loop(), "ensemble-change")
@@ -259,12 +266,9 @@ class WriteHandle(ReadHandle):
                 raise LedgerClosedError(f"ledger {self.ledger_id} was closed by another client")
             ensemble = list(md.last_ensemble)
             racks = self._client_ctx.writable_bookie_racks()
-            exclude = set(failed.values())
             for index, bookie_id in failed.items():
                 if ensemble[index] == bookie_id:
-                    ensemble[index] = self._client_ctx.placement.replace_bookie(
-                        ensemble, index, md.write_quorum_size, racks, exclude
-                    )
+                    ensemble[index] = self._pick_replacement(ensemble, index, md.write_quorum_size, racks)
             updated = md.with_ensemble_change(first_entry, tuple(ensemble))
             try:
                 return await self._client_ctx.ledger_manager.write_ledger_metadata(
@@ -273,6 +277,21 @@ class WriteHandle(ReadHandle):
             except MetadataVersionError:
                 versioned = await self._client_ctx.ledger_manager.read_ledger_metadata(self.ledger_id)
                 log.info("ledger %d: metadata changed during ensemble change, retrying", self.ledger_id)
+
+    def _pick_replacement(
+        self, ensemble: list[str], index: int, write_quorum: int, racks: BookieRacks
+    ) -> str:
+        """A new bookie for slot ``index``. Bookies that failed this handle recently are avoided
+        while others exist: a crashed bookie stays registered until its ZooKeeper session expires
+        (BookKeeper's bookie quarantine, simplified)."""
+        placement = self._client_ctx.placement
+        now = self._client_ctx.loop.time()
+        recent = {b for b, at in self._recently_failed.items() if now - at < _QUARANTINE_S}
+        try:
+            return placement.replace_bookie(ensemble, index, write_quorum, racks, recent)
+        except NotEnoughBookiesError:
+            failing_now = set(self._failed_bookies.values())
+            return placement.replace_bookie(ensemble, index, write_quorum, racks, failing_now)
 
     def _adopt_ensemble(self, versioned: Versioned[LedgerMetadata], failed: dict[int, str]) -> None:
         self.update_metadata(versioned)

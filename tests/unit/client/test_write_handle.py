@@ -303,3 +303,16 @@ async def test_adv_handle_completes_in_id_order_whatever_the_write_order() -> No
         wh.append_async(b"no ids")
     await wh.close()
     assert world.lm.ledgers[wh.ledger_id].value.last_entry_id == 2
+
+
+async def test_a_recently_failed_bookie_is_not_picked_again_while_others_exist() -> None:
+    world = make_world(bookies=5)
+    wh = handle(world)
+    for victim in ("b1", "b0"):
+        world.bookie(victim).mode = "error"
+        world.bookie(victim).error = BookieUnavailableError(f"{victim} down")
+    await wh.append(b"a")
+    await wh.append(b"b")
+    # Both failed bookies are still "registered"; neither may come back as a replacement.
+    assert not {"b0", "b1"} & set(wh.ensemble)
+    assert sorted(wh.ensemble) == ["b2", "b3", "b4"]
