@@ -1,5 +1,6 @@
 """ZooKeeper metadata for pybookkeeper: layout, ledger manager, registration, embedded ZooKeeper."""
 
+from bkmeta.bookie_presence import BookiePresence
 from bkmeta.cluster import (
     ClusterLayoutError,
     ClusterNotInitializedError,
@@ -18,6 +19,7 @@ from bkmeta.zk import SessionEvent, ZkClient, ZkClientConfig
 
 __all__ = [
     "BookieIdInUseError",
+    "BookiePresence",
     "BookieRegistration",
     "BookieServiceInfo",
     "BookieWatcher",

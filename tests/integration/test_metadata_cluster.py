@@ -10,6 +10,7 @@ import pytest
 from tests.support.zookeeper import expire_kazoo_session
 
 from bkmeta import (
+    BookiePresence,
     BookieServiceInfo,
     ClusterLayoutError,
     ClusterNotInitializedError,
@@ -188,3 +189,23 @@ async def test_changed_dirs_or_cluster_refuse_to_start(meta: MetadataClient, tmp
     await meta.zk.delete("/ledgers/cookies/127.0.0.1:3181")
     with pytest.raises(InvalidCookieError, match="nuked"):
         await verify_or_create_cookie(meta.zk, "127.0.0.1:3181", journal, ledgers, meta.instance_id)
+
+
+async def test_bookie_presence_checks_cookie_then_registers(
+    zk_hosts: str, meta: MetadataClient, tmp_path: Path
+) -> None:
+    journal, ledgers = _dirs(tmp_path)
+    info = BookieServiceInfo.for_address("127.0.0.1", 3190)
+    presence = BookiePresence(zk_hosts, info, journal, ledgers)
+    await presence.start()
+    await meta.bookie_watcher.wait_for(lambda w: "127.0.0.1:3190" in w.writable_bookies(), 10)
+    await presence.set_read_only(True)
+    await meta.bookie_watcher.wait_for(lambda w: "127.0.0.1:3190" in w.readonly_bookies(), 10)
+    await presence.close()
+    await meta.bookie_watcher.wait_for(lambda w: not w.all_bookies(), 10)
+
+    # Restarted with one ledger dir fewer: refuses, and leaves no registration behind.
+    again = BookiePresence(zk_hosts, info, journal, ledgers[:1])
+    with pytest.raises(InvalidCookieError):
+        await again.start()
+    assert await meta.zk.exists("/ledgers/available/127.0.0.1:3190") is None

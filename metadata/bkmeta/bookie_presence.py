@@ -1,0 +1,88 @@
+"""`BookiePresence`: everything a bookie daemon does in ZooKeeper, behind ``start()``/``close()``.
+
+``start()`` connects (the cluster must exist), checks the bookie's cookie against its directories
+(refusing to start on a mismatch, see :mod:`bkmeta.cookie`) and registers the bookie's ephemeral
+znode, which is re-created after every session expiry. ``set_read_only`` moves it under
+``available/readonly``. The daemon adapts its own config to these plain arguments (bkmeta never
+imports the bookie package).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from bkmeta.cookie import Cookie, verify_or_create_cookie
+from bkmeta.metadata_client import MetadataClient
+from bkmeta.registration import BookieRegistration, BookieServiceInfo
+
+log = logging.getLogger(__name__)
+
+
+class BookiePresence:
+    def __init__(
+        self,
+        zk_servers: str,
+        info: BookieServiceInfo,
+        journal_dirs: Sequence[str | Path],
+        ledger_dirs: Sequence[str | Path],
+        *,
+        ledgers_root: str = "/ledgers",
+        session_timeout_s: float = 10.0,
+        read_only: bool = False,
+    ) -> None:
+        self._zk_servers = zk_servers
+        self._info = info
+        self._journal_dirs = list(journal_dirs)
+        self._ledger_dirs = list(ledger_dirs)
+        self._ledgers_root = ledgers_root
+        self._session_timeout_s = session_timeout_s
+        self._read_only = read_only
+        self._meta: MetadataClient | None = None
+        self._registration: BookieRegistration | None = None
+        self.cookie: Cookie | None = None
+
+    @property
+    def metadata(self) -> MetadataClient:
+        if self._meta is None:
+            raise RuntimeError("BookiePresence not started")
+        return self._meta
+
+    async def start(self) -> None:
+        """Connect, verify (or create) the cookie, register. On any failure nothing stays open."""
+        meta = await MetadataClient.connect(
+            self._zk_servers,
+            self._ledgers_root,
+            watch_bookies=False,
+            session_timeout_s=self._session_timeout_s,
+        )
+        try:
+            self.cookie = await verify_or_create_cookie(
+                meta.zk,
+                self._info.bookie_id,
+                self._journal_dirs,
+                self._ledger_dirs,
+                meta.instance_id,
+                meta.layout,
+            )
+            registration = meta.bookie_registration(self._info)
+            await registration.register(read_only=self._read_only)
+        except BaseException:
+            await meta.close()
+            raise
+        self._meta = meta
+        self._registration = registration
+
+    async def set_read_only(self, read_only: bool) -> None:
+        self._read_only = read_only
+        if self._registration is not None:
+            await self._registration.set_read_only(read_only)
+
+    async def close(self) -> None:
+        registration, self._registration = self._registration, None
+        meta, self._meta = self._meta, None
+        if registration is not None:
+            await registration.close()
+        if meta is not None:
+            await meta.close()
