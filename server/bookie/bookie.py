@@ -1,0 +1,398 @@
+"""The bookie core: BookKeeper's rules (master key, fencing, LAC, durability) over DbLedgerStorage.
+
+Implements :class:`bookie.api.BookieCore`. Per-op problems become that op's status; an unexpected
+exception in the storage path becomes EIO for the ops it touched (logged), never a crash.
+
+The add path is batched end to end: one write-cache admission, one journal submission and one
+future per batch; the per-entry work is a header unpack, a few compares, a dict insert and a CRC.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+from prometheus_client import CollectorRegistry
+
+from bkproto.entry_format import HEADER, HEADER_SIZE, LAC_HEADER, MASTER_KEY_SIZE
+from bkproto.v1 import bookie_pb2
+from bookie.api import AddOp, AddResult, DiskInfo, LacInfo, LogMark
+from bookie.errors import BookieError, bad_request, no_entry, no_ledger
+from bookie.lac_waiters import LacWaiters
+from bookie.storage.config import StorageConfig
+from bookie.storage.db_ledger_storage import DbLedgerStorage
+from bookie.storage.indexes import LedgerRecord
+from bookie.storage.journal_format import (
+    entry_record_header,
+    explicit_lac_record,
+    fence_record,
+    master_key_record,
+)
+from bookie.storage.ledger_directory import KvFactory, rocks_kv
+from bookie.storage.stats import StorageStats
+
+log = logging.getLogger(__name__)
+
+_OK = AddResult(bookie_pb2.EOK)
+KEY_SIZE = MASTER_KEY_SIZE
+_MAX_CACHED_LEDGERS = 100_000
+
+
+@dataclass(slots=True)
+class LedgerState:
+    master_key: bytes
+    fenced: bool
+    explicit_lac_body: bytes | None
+    lac: int
+    lac_ts: int = 0
+
+
+def _check_ids(ledger_id: int, entry_id: int | None = None) -> None:
+    if ledger_id < 0:
+        raise bad_request(f"ledger id {ledger_id} is negative")
+    if entry_id is not None and entry_id < -1:
+        raise bad_request(f"entry id {entry_id} is invalid")
+
+
+def _check_key(master_key: bytes) -> None:
+    if len(master_key) != MASTER_KEY_SIZE:
+        raise bad_request(f"master key is {len(master_key)} bytes, expected {MASTER_KEY_SIZE}")
+
+
+class Bookie:
+    def __init__(
+        self, config: StorageConfig, registry: CollectorRegistry, kv_factory: KvFactory = rocks_kv
+    ) -> None:
+        self.config = config
+        self.stats = StorageStats(registry)
+        self.storage = DbLedgerStorage(config, self.stats, kv_factory)
+        self.waiters = LacWaiters(config.max_lac_waiters)
+        self._ledgers: dict[int, LedgerState] = {}
+        self._read_only = False
+        self._started = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.storage.start()
+        self._started = True
+
+    async def close(self) -> None:
+        """Flush and checkpoint: a clean restart then replays nothing."""
+        if not self._started:
+            return
+        self._started = False
+        self.waiters.cancel_all()
+        await self.storage.close()
+
+    def abandon(self) -> None:
+        """Tests only: drop the bookie as a crash would (no flush, no checkpoint)."""
+        self._started = False
+        self.storage.abandon()
+
+    async def __aenter__(self) -> Bookie:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    def set_read_only(self, read_only: bool) -> None:
+        self._read_only = read_only
+
+    # ---- ledger state -----------------------------------------------------------------------
+
+    def _state(self, ledger_id: int) -> LedgerState | None:
+        state = self._ledgers.get(ledger_id)
+        if state is not None:
+            return state
+        record = self.storage.dir_for(ledger_id).ledgers.get(ledger_id)
+        if record is None:
+            return None
+        lac = -1
+        if record.explicit_lac is not None and len(record.explicit_lac) >= LAC_HEADER.size:
+            lac = LAC_HEADER.unpack_from(record.explicit_lac)[1]
+        last = self.storage.last_entry(ledger_id)
+        if last >= 0:
+            # once per ledger after a restart: the last entry's piggybacked LAC (usually cached)
+            body = self.storage.write_cache.get(ledger_id, last) or self._read_sync(ledger_id, last)
+            if body is not None:
+                lac = max(lac, HEADER.unpack_from(body)[2])
+        state = LedgerState(record.master_key, record.fenced, record.explicit_lac, lac)
+        self._remember(ledger_id, state)
+        return state
+
+    def _read_sync(self, ledger_id: int, entry_id: int) -> bytes | None:
+        run = self.storage.dir_for(ledger_id).read_run(ledger_id, entry_id, 1, 1)
+        return run[0][1] if run else None
+
+    def _remember(self, ledger_id: int, state: LedgerState) -> None:
+        if len(self._ledgers) >= _MAX_CACHED_LEDGERS:
+            self._ledgers.clear()  # bounded; states reload from the ledger index
+        self._ledgers[ledger_id] = state
+
+    def _new_ledger(self, ledger_id: int, master_key: bytes, parts: list[bytes]) -> LedgerState:
+        """Record a ledger's key (index first, then its journal record: see DbLedgerStorage)."""
+        state = LedgerState(master_key, False, None, -1)
+        self.storage.dir_for(ledger_id).ledgers.put(ledger_id, LedgerRecord(master_key))
+        self._remember(ledger_id, state)
+        parts.append(master_key_record(ledger_id, master_key))
+        return state
+
+    def _save(self, ledger_id: int, state: LedgerState) -> None:
+        record = LedgerRecord(state.master_key, state.fenced, state.explicit_lac_body)
+        self.storage.dir_for(ledger_id).ledgers.put(ledger_id, record)
+
+    def _advance_lac(self, ledger_id: int, state: LedgerState, lac: int) -> None:
+        if lac > state.lac:
+            state.lac = lac
+            state.lac_ts = int(time.time() * 1000)
+            self.waiters.notify(ledger_id, lac)
+
+    # ---- adds -------------------------------------------------------------------------------
+
+    async def add_entries(self, ops: Sequence[AddOp]) -> list[AddResult]:
+        results: list[AddResult] = [_OK] * len(ops)
+        accepted: list[int] = []
+        try:
+            if self._read_only:
+                return [AddResult(bookie_pb2.EREADONLY, "bookie is read-only")] * len(ops)
+            await self.storage.make_room(sum(len(op.body) for op in ops))
+            parts: list[bytes] = []
+            nbytes = self._stage(ops, results, accepted, parts)
+            if not parts:
+                return results
+            await self.storage.journal.submit(parts, nbytes, len(accepted))
+        except BookieError as exc:
+            failed = AddResult(exc.status, exc.message)
+            for i in accepted or range(len(ops)):
+                if results[i] is _OK:
+                    results[i] = failed
+            return results
+        except Exception as exc:
+            log.exception("add of %d entries failed", len(ops))
+            failed = AddResult(bookie_pb2.EIO, f"storage error: {exc}")
+            return [failed if r is _OK else r for r in results]
+        # durable: now the piggybacked LACs become visible to readers and long polls
+        lacs: dict[int, int] = {}
+        for i in accepted:
+            op = ops[i]
+            lac = HEADER.unpack_from(op.body)[2]
+            if lac > lacs.get(op.ledger_id, -2):
+                lacs[op.ledger_id] = lac
+        for ledger_id, lac in lacs.items():
+            state = self._ledgers.get(ledger_id) or self._state(ledger_id)
+            if state is not None:
+                self._advance_lac(ledger_id, state, lac)
+        return results
+
+    def _stage(
+        self, ops: Sequence[AddOp], results: list[AddResult], accepted: list[int], parts: list[bytes]
+    ) -> int:
+        """Validate each op, put accepted entries in the write cache and encode their journal
+        records (all synchronous: no other coroutine runs in between). Returns journal bytes."""
+        half = self.storage.write_cache.active
+        unpack = HEADER.unpack_from
+        record_header = entry_record_header
+        states = self._ledgers
+        nbytes = 0
+        for i, op in enumerate(ops):
+            body = op.body
+            ledger_id = op.ledger_id
+            entry_id = op.entry_id
+            if len(body) < HEADER_SIZE or ledger_id < 0 or entry_id < 0 or len(op.master_key) != KEY_SIZE:
+                results[i] = AddResult(bookie_pb2.EBADREQ, _bad_add(op))
+                continue
+            h_ledger, h_entry = unpack(body)[:2]
+            if h_ledger != ledger_id or h_entry != entry_id:
+                results[i] = AddResult(
+                    bookie_pb2.EBADREQ,
+                    f"entry header says {h_ledger}/{h_entry}, request says {ledger_id}/{entry_id}",
+                )
+                continue
+            state = states.get(ledger_id) or self._state(ledger_id)
+            if state is None:
+                state = self._new_ledger(ledger_id, op.master_key, parts)
+            elif state.master_key != op.master_key:
+                results[i] = AddResult(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
+                continue
+            if state.fenced and not op.recovery:
+                results[i] = AddResult(bookie_pb2.EFENCED, f"ledger {ledger_id} is fenced")
+                continue
+            # write cache BEFORE the journal record: the LastLogMark rule (DbLedgerStorage)
+            half.put(ledger_id, entry_id, body)
+            parts.append(record_header(body))
+            parts.append(body)
+            nbytes += len(body) + 9
+            accepted.append(i)
+        self.storage.after_put()
+        return nbytes
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        _check_ids(ledger_id, entry_id)
+        try:
+            if self._state(ledger_id) is None:
+                raise no_ledger(ledger_id)
+            if entry_id == -1:
+                entry_id = self.storage.last_entry(ledger_id)
+                if entry_id < 0:
+                    raise no_entry(ledger_id, -1)
+            body = await self.storage.read(ledger_id, entry_id)
+        except BookieError:
+            raise
+        except Exception as exc:
+            log.exception("read of %d/%d failed", ledger_id, entry_id)
+            raise BookieError(bookie_pb2.EIO, f"storage error reading {ledger_id}/{entry_id}: {exc}") from exc
+        if body is None:
+            raise no_entry(ledger_id, entry_id)
+        return body
+
+    async def read_entries(
+        self, ledger_id: int, first_entry_id: int, max_count: int, max_bytes: int
+    ) -> list[bytes]:
+        _check_ids(ledger_id, first_entry_id)
+        if first_entry_id < 0:
+            raise bad_request(f"first entry id {first_entry_id} is negative")
+        out = [await self.read_entry(ledger_id, first_entry_id)]
+        size = len(out[0])
+        entry_id = first_entry_id + 1
+        while len(out) < max_count:
+            try:
+                body = await self.read_entry(ledger_id, entry_id)
+            except BookieError as exc:
+                if exc.status == bookie_pb2.ENOENTRY:
+                    break
+                raise
+            if size + len(body) > max_bytes:
+                break
+            out.append(body)
+            size += len(body)
+            entry_id += 1
+        return out
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        state = self._state(ledger_id) if ledger_id >= 0 else None
+        return -1 if state is None else state.lac
+
+    def lac_update_timestamp(self, ledger_id: int) -> int:
+        state = self._state(ledger_id) if ledger_id >= 0 else None
+        return 0 if state is None else state.lac_ts
+
+    async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> int:
+        _check_ids(ledger_id)
+        return await self.waiters.wait(
+            ledger_id, previous_lac, timeout_s, lambda: self.last_add_confirmed(ledger_id)
+        )
+
+    async def read_lac(self, ledger_id: int) -> LacInfo:
+        _check_ids(ledger_id)
+        state = self._state(ledger_id)
+        if state is None:
+            raise no_ledger(ledger_id)
+        last: bytes | None = None
+        try:
+            last = await self.read_entry(ledger_id, -1)
+        except BookieError as exc:
+            if exc.status != bookie_pb2.ENOENTRY:
+                raise
+        return LacInfo(state.explicit_lac_body, last)
+
+    async def list_entries(self, ledger_id: int) -> list[tuple[int, int]]:
+        _check_ids(ledger_id)
+        if self._state(ledger_id) is None:
+            raise no_ledger(ledger_id)
+        runs: list[tuple[int, int]] = []
+        for entry_id in await self.storage.entry_ids(ledger_id):
+            if runs and runs[-1][1] == entry_id - 1:
+                runs[-1] = (runs[-1][0], entry_id)
+            else:
+                runs.append((entry_id, entry_id))
+        return runs
+
+    # ---- fence / explicit LAC / force -------------------------------------------------------
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> None:
+        _check_ids(ledger_id)
+        _check_key(master_key)
+        parts: list[bytes] = []
+        state = self._state(ledger_id)
+        if state is None:
+            state = self._new_ledger(ledger_id, master_key, parts)
+        elif state.master_key != master_key:
+            raise BookieError(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
+        state.fenced = True
+        self._save(ledger_id, state)
+        parts.append(fence_record(ledger_id))
+        await self._journal(parts)
+
+    async def write_lac(self, ledger_id: int, lac: int, master_key: bytes, body: bytes) -> None:
+        _check_ids(ledger_id)
+        _check_key(master_key)
+        if len(body) < LAC_HEADER.size:
+            raise bad_request(f"LAC body is {len(body)} bytes, shorter than its 16-byte header")
+        body_ledger, body_lac = LAC_HEADER.unpack_from(body)
+        if body_ledger != ledger_id or body_lac != lac:
+            raise bad_request(f"LAC body says {body_ledger}/{body_lac}, request says {ledger_id}/{lac}")
+        parts: list[bytes] = []
+        state = self._state(ledger_id)
+        if state is None:
+            state = self._new_ledger(ledger_id, master_key, parts)
+        elif state.master_key != master_key:
+            raise BookieError(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
+        state.explicit_lac_body = body
+        self._save(ledger_id, state)
+        parts.append(explicit_lac_record(ledger_id, lac, body))
+        await self._journal(parts)
+        self._advance_lac(ledger_id, state, lac)
+
+    async def force_ledger(self, ledger_id: int) -> None:
+        _check_ids(ledger_id)
+        if self._state(ledger_id) is None:
+            raise no_ledger(ledger_id)
+        await self._journal([])  # a barrier: completes after everything queued before it is synced
+
+    async def _journal(self, parts: list[bytes]) -> None:
+        try:
+            await self.storage.journal.submit(parts, sum(map(len, parts)), len(parts))
+        except BookieError:
+            raise
+        except Exception as exc:
+            log.exception("journal submission failed")
+            raise BookieError(bookie_pb2.EIO, f"journal error: {exc}") from exc
+
+    # ---- info -------------------------------------------------------------------------------
+
+    def disk_info(self) -> DiskInfo:
+        total = free = 0
+        seen: set[int] = set()
+        for directory in self.config.ledger_dirs:
+            st = os.statvfs(directory)
+            if st.f_fsid in seen:
+                continue  # several dirs on one filesystem count once
+            seen.add(st.f_fsid)
+            total += st.f_blocks * st.f_frsize
+            free += st.f_bavail * st.f_frsize
+        return DiskInfo(total_bytes=total, free_bytes=free)
+
+    def last_log_mark(self) -> LogMark:
+        return self.storage.mark
+
+
+def _bad_add(op: AddOp) -> str:
+    if op.ledger_id < 0 or op.entry_id < 0:
+        return f"ids {op.ledger_id}/{op.entry_id} are negative"
+    if len(op.master_key) != MASTER_KEY_SIZE:
+        return f"master key is {len(op.master_key)} bytes, expected {MASTER_KEY_SIZE}"
+    return f"entry body is {len(op.body)} bytes, shorter than its {HEADER_SIZE}-byte header"

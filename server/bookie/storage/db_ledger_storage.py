@@ -1,0 +1,278 @@
+"""DbLedgerStorage: journal + double-buffered write cache + entry logs + indexes + read cache.
+
+Safety order (what makes LastLogMark correct): an entry goes into the write cache BEFORE its journal
+record is enqueued, and ledger-index changes are applied BEFORE their journal record is enqueued.
+At a write-cache swap the mark is taken as the journal position of the last record already
+written; every record before it therefore has its entry in the swapped half (or an older, already
+flushed one) and its index change in RocksDB. The flush makes those durable (entry log fsync, index
+WAL sync) and only then persists the mark and deletes journal files wholly before it.
+
+Everything here that can stall (fsync, pwrite, cold pread, replay) runs on threads; the event loop
+only touches dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+
+from bkproto.entry_format import HEADER
+from bkproto.v1 import bookie_pb2
+from bookie.api import LogMark
+from bookie.errors import BookieError
+
+from .config import StorageConfig
+from .indexes import LedgerRecord
+from .journal import Journal, JournalSettings
+from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
+from .last_mark import mark_order, read_mark, write_mark
+from .ledger_directory import KvFactory, LedgerDirectory, rocks_kv
+from .read_cache import ReadCache
+from .stats import StorageStats
+from .write_cache import WriteCache, WriteCacheHalf
+
+log = logging.getLogger(__name__)
+
+
+class DbLedgerStorage:
+    def __init__(self, config: StorageConfig, stats: StorageStats, kv_factory: KvFactory = rocks_kv) -> None:
+        self.config = config
+        self.stats = stats
+        self._kv_factory = kv_factory
+        self.dirs: list[LedgerDirectory] = []
+        if len(config.journal_dirs) > 1:
+            log.warning("only the first journal dir is used: %s", config.journal_dirs[0])
+        self.journal = Journal(
+            JournalSettings(
+                directory=Path(config.journal_dirs[0]) / "current",
+                pre_alloc_bytes=config.journal_pre_alloc_size_mb * 1024 * 1024,
+                max_file_bytes=config.journal_max_size_mb * 1024 * 1024,
+                max_backups=config.journal_max_backups,
+                queue_size=config.journal_queue_size,
+                group_wait_s=config.journal_max_group_wait_ms / 1000.0,
+                buffered_writes_threshold=config.journal_buffered_writes_threshold,
+                flush_when_queue_empty=config.journal_flush_when_queue_empty,
+                sync_data=config.journal_sync_data,
+            ),
+            stats,
+        )
+        self.write_cache = WriteCache(config.write_cache_bytes)
+        self.read_cache = ReadCache(config.read_cache_bytes)
+        self.mark = LogMark(0, 0)  # last persisted LastLogMark
+        self.replayed_records = 0
+        self._flush_task: asyncio.Task[None] | None = None
+        self._flush_done = asyncio.Event()
+        self._timer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._flush_done = asyncio.Event()
+        await asyncio.to_thread(self._open_and_replay)
+        self.journal.start(loop)
+        # checkpoint what replay put back, so the next start does not replay it again
+        await self._run_flush()
+        self._timer = asyncio.create_task(self._flush_timer(), name="bookie-flush-timer")
+
+    def _open_and_replay(self) -> None:
+        roots = [Path(d) for d in self.config.ledger_dirs]
+        self.dirs = [LedgerDirectory(r, self.config.entry_log_size_limit, self._kv_factory) for r in roots]
+        self.mark = read_mark(roots)
+        started = time.perf_counter()
+        for rtype, payload, position in self.journal.replay(self.mark):
+            self._apply(rtype, payload)
+            self.replayed_records += 1
+            if self.write_cache.active.size >= self.write_cache.half_capacity:
+                half = self.write_cache.swap()
+                self._flush_sync(half, position)
+                self.write_cache.flush_done()
+        log.info("replayed %d journal records from %s in %.1f s", self.replayed_records, self.mark,
+                 time.perf_counter() - started)
+
+    def _apply(self, rtype: RecordType, payload: memoryview) -> None:
+        if rtype is RecordType.ENTRY:
+            body = bytes(payload)
+            ledger_id, entry_id = HEADER.unpack_from(body)[:2]
+            self.write_cache.put(ledger_id, entry_id, body)
+            return
+        ledger_id = LEDGER_ID.unpack_from(payload)[0]
+        index = self.dir_for(ledger_id).ledgers
+        record = index.get(ledger_id)
+        if rtype is RecordType.MASTER_KEY:
+            if record is None:
+                index.put(ledger_id, LedgerRecord(bytes(payload[8:])))
+            return
+        if record is None:
+            log.warning("journal %s record of ledger %d has no master key; skipped", rtype.name, ledger_id)
+            return
+        if rtype is RecordType.FENCE:
+            record.fenced = True
+        else:
+            record.explicit_lac = bytes(payload[LEDGER_LAC.size :])
+        index.put(ledger_id, record)
+
+    async def close(self) -> None:
+        """Journal drained, write cache flushed, mark checkpointed at the journal's end."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+        await self.journal.close()
+        with contextlib.suppress(Exception):
+            await self._wait_flush()
+        await self._run_flush()
+        await asyncio.to_thread(self._close_dirs)
+
+    def _close_dirs(self) -> None:
+        for d in self.dirs:
+            d.close()
+
+    def abandon(self) -> None:
+        """Crash simulation for in-process tests: stop the journal thread, write no entry log, no
+        checkpoint; only release the RocksDB handles (their lock) so the same process can reopen."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self.journal.abandon()
+        for d in self.dirs:
+            d.close_indexes()
+
+    # ---- write path -------------------------------------------------------------------------
+
+    def dir_for(self, ledger_id: int) -> LedgerDirectory:
+        return self.dirs[ledger_id % len(self.dirs)]
+
+    async def make_room(self, nbytes: int) -> None:
+        """Backpressure: wait (bounded by dbStorage_maxThrottleTimeMs) for write-cache room."""
+        cache = self.write_cache
+        if cache.has_room(nbytes):
+            return
+        self.stats.throttled_adds.inc()
+        deadline = time.monotonic() + self.config.max_throttle_time_ms / 1000.0
+        while not cache.has_room(nbytes):
+            if cache.flushing is None:
+                self._start_flush()
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stats.rejected_adds.inc()
+                raise BookieError(bookie_pb2.ETOOMANYREQUESTS, "write cache is full; flush is behind")
+            self._flush_done.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._flush_done.wait(), remaining)
+
+    def after_put(self) -> None:
+        cache = self.write_cache
+        self.stats.write_cache_size.set(cache.size)
+        if cache.active.size >= cache.half_capacity and cache.flushing is None and not self._closed:
+            self._start_flush()
+
+    # ---- flush / checkpoint -----------------------------------------------------------------
+
+    def _start_flush(self) -> None:
+        half = self.write_cache.swap()
+        mark = self.journal.written_mark
+        self._flush_task = asyncio.create_task(self._flush(half, mark), name="bookie-flush")
+
+    async def _flush(self, half: WriteCacheHalf, mark: LogMark) -> None:
+        started = time.perf_counter()
+        try:
+            await asyncio.to_thread(self._flush_sync, half, mark)
+        except Exception:
+            # the half stays readable and its journal records stay (mark not advanced); retry later
+            log.exception("write-cache flush failed")
+            self.write_cache.active, self.write_cache.flushing = _merge(half, self.write_cache.active), None
+            raise
+        finally:
+            self._flush_done.set()
+        self.write_cache.flush_done()
+        self.stats.flush.observe((time.perf_counter() - started) * 1000.0)
+        self.stats.write_cache_size.set(self.write_cache.size)
+
+    def _flush_sync(self, half: WriteCacheHalf, mark: LogMark) -> None:
+        items = half.sorted_items()
+        per_dir: list[list[tuple[tuple[int, int], bytes]]] = [[] for _ in self.dirs]
+        n = len(self.dirs)
+        for item in items:
+            per_dir[item[0][0] % n].append(item)
+        for directory, dir_items in zip(self.dirs, per_dir, strict=True):
+            directory.flush_entries(dir_items)
+        if mark_order(mark) > mark_order(self.mark):
+            write_mark([d.root for d in self.dirs], mark)
+            self.mark = mark
+            removed = self.journal.remove_before(mark)
+            if removed:
+                log.info("removed journal files %s (before %s)", removed, mark)
+
+    async def _wait_flush(self) -> None:
+        task = self._flush_task
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+
+    async def _run_flush(self) -> None:
+        """Flush the active half now (after any running flush) and checkpoint."""
+        await self._wait_flush()
+        self._start_flush()
+        await self._wait_flush()
+
+    async def checkpoint(self) -> None:
+        await self._run_flush()
+
+    async def _flush_timer(self) -> None:
+        interval = self.config.flush_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            behind = mark_order(self.journal.written_mark) > mark_order(self.mark)
+            dirty = self.write_cache.active.size > 0 or behind
+            if dirty and self.write_cache.flushing is None:
+                self._start_flush()
+                with contextlib.suppress(Exception):
+                    await self._wait_flush()
+
+    # ---- read path --------------------------------------------------------------------------
+
+    async def read(self, ledger_id: int, entry_id: int) -> bytes | None:
+        body = self.write_cache.get(ledger_id, entry_id)
+        if body is not None:
+            self.stats.write_cache_hits.inc()
+            return body
+        body = self.read_cache.get(ledger_id, entry_id)
+        if body is not None:
+            self.stats.read_cache_hits.inc()
+            return body
+        self.stats.read_cache_misses.inc()
+        run = await asyncio.to_thread(
+            self.dir_for(ledger_id).read_run,
+            ledger_id,
+            entry_id,
+            1 + self.config.read_ahead_batch_size,
+            max(1, self.read_cache.max_bytes // 2),
+        )
+        if not run:
+            return None
+        for eid, data in run:
+            self.read_cache.put(ledger_id, eid, data)
+        self.stats.read_cache_size.set(self.read_cache.size)
+        return run[0][1]
+
+    def last_entry(self, ledger_id: int) -> int:
+        stored = self.dir_for(ledger_id).locations.last_entry(ledger_id)
+        return max(self.write_cache.last_entry(ledger_id), stored)
+
+    async def entry_ids(self, ledger_id: int) -> list[int]:
+        stored = await asyncio.to_thread(self.dir_for(ledger_id).locations.entry_ids, ledger_id)
+        return sorted(set(stored).union(self.write_cache.entry_ids(ledger_id)))
+
+
+def _merge(old: WriteCacheHalf, new: WriteCacheHalf) -> WriteCacheHalf:
+    for (ledger_id, entry_id), body in new.entries.items():
+        old.put(ledger_id, entry_id, body)
+    return old

@@ -1,0 +1,184 @@
+"""Entry logs: append-only files of entries sorted by (ledger, entry) at each flush.
+
+Layout: a 1024-byte header ``[magic:4][version:4][logId:8][ledgerMapOffset:8][ledgerMapCount:4]``,
+then records ``[size:4][ledgerId:8][entryId:8][crc32c:4][body]`` (size counts everything after the
+size field; the CRC32C covers the body so a damaged entry is refused, not served). A log rolls past
+``logSizeLimit``; on roll/close its ledger -> bytes map is appended and the header points at it, which
+is what garbage collection will read. Logs are never appended to after a restart: a new one starts.
+
+Appends happen on the flush thread; reads (``os.pread``) on worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import crc32c
+
+from .journal import fsync_dir
+
+log = logging.getLogger(__name__)
+
+LOG_MAGIC = b"PBKL"
+LOG_VERSION = 1
+LOG_HEADER = struct.Struct(">4sIQQI")
+LOG_HEADER_SIZE = 1024
+RECORD_HEADER = struct.Struct(">IqqI")
+RECORD_HEADER_SIZE = RECORD_HEADER.size  # 24
+LOCATION = struct.Struct(">QQI")  # log id, record offset, body length
+MAP_ITEM = struct.Struct(">qQ")
+_MAX_OPEN_READERS = 64
+
+
+class CorruptEntryError(Exception):
+    pass
+
+
+def log_name(log_id: int) -> str:
+    return f"{log_id:x}.log"
+
+
+def parse_log_name(name: str) -> int | None:
+    if not name.endswith(".log"):
+        return None
+    try:
+        return int(name[:-4], 16)
+    except ValueError:
+        return None
+
+
+class EntryLogger:
+    def __init__(self, directory: Path, size_limit: int) -> None:
+        self.directory = directory
+        self.size_limit = size_limit
+        directory.mkdir(parents=True, exist_ok=True)
+        ids = [i for i in (parse_log_name(p.name) for p in directory.iterdir()) if i is not None]
+        self._next_id = (max(ids) + 1) if ids else 0
+        self._fd = -1
+        self.current_id = -1
+        self._offset = 0
+        self._ledger_bytes: dict[int, int] = {}
+        self._readers: OrderedDict[int, int] = OrderedDict()
+        self._readers_lock = threading.Lock()
+
+    # ---- writing (flush thread) -------------------------------------------------------------
+
+    def _open_new(self) -> None:
+        log_id = self._next_id
+        self._next_id += 1
+        path = self.directory / log_name(log_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.pwrite(fd, LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, log_id, 0, 0).ljust(LOG_HEADER_SIZE, b"\0"), 0)
+        fsync_dir(self.directory)
+        self._fd, self.current_id, self._offset = fd, log_id, LOG_HEADER_SIZE
+        self._ledger_bytes = {}
+
+    def _finish_current(self) -> None:
+        """Append the ledger map, point the header at it, fsync and close."""
+        if self._fd < 0:
+            return
+        items = sorted(self._ledger_bytes.items())
+        data = b"".join(MAP_ITEM.pack(led, n) for led, n in items)
+        os.pwrite(self._fd, data, self._offset)
+        header = LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, self.current_id, self._offset, len(items))
+        os.pwrite(self._fd, header, 0)
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+
+    def append_sorted(self, items: Sequence[tuple[tuple[int, int], bytes]]) -> list[tuple[bytes, bytes]]:
+        """Append entries; return (index key, location) pairs for the location index."""
+        out: list[tuple[bytes, bytes]] = []
+        parts: list[bytes] = []
+        pack_rec = RECORD_HEADER.pack
+        pack_loc = LOCATION.pack
+        pack_key = _KEY.pack
+        crc = crc32c.crc32c
+        if self._fd < 0:
+            self._open_new()
+        start = self._offset
+        offset = start
+        ledger_bytes = self._ledger_bytes
+        for (ledger_id, entry_id), body in items:
+            rec_len = RECORD_HEADER_SIZE + len(body)
+            if offset + rec_len > self.size_limit and offset > LOG_HEADER_SIZE:
+                self._write_at(parts, start)
+                self._offset = offset
+                self._finish_current()
+                self._open_new()
+                parts, start, offset = [], self._offset, self._offset
+                ledger_bytes = self._ledger_bytes
+            parts.append(pack_rec(rec_len - 4, ledger_id, entry_id, crc(body)))
+            parts.append(body)
+            out.append((pack_key(ledger_id, entry_id), pack_loc(self.current_id, offset, len(body))))
+            ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + rec_len
+            offset += rec_len
+        self._write_at(parts, start)
+        self._offset = offset
+        return out
+
+    def _write_at(self, parts: list[bytes], offset: int) -> None:
+        if parts:
+            data = b"".join(parts)
+            if os.pwrite(self._fd, data, offset) != len(data):
+                raise OSError("short entry-log write")
+
+    def sync(self) -> None:
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        self._finish_current()
+        with self._readers_lock:
+            for fd in self._readers.values():
+                os.close(fd)
+            self._readers.clear()
+
+    # ---- reading (worker threads) -----------------------------------------------------------
+
+    def _reader(self, log_id: int) -> int:
+        with self._readers_lock:
+            fd = self._readers.get(log_id)
+            if fd is not None:
+                self._readers.move_to_end(log_id)
+                return fd
+            fd = os.open(self.directory / log_name(log_id), os.O_RDONLY)
+            self._readers[log_id] = fd
+            if len(self._readers) > _MAX_OPEN_READERS:
+                _, old = self._readers.popitem(last=False)
+                os.close(old)
+            return fd
+
+    def read_span(self, log_id: int, offset: int, length: int) -> bytes:
+        return os.pread(self._reader(log_id), length, offset)
+
+    @staticmethod
+    def decode(data: bytes | memoryview, pos: int, ledger_id: int, entry_id: int, body_len: int) -> bytes:
+        """The body of the record at ``pos`` of ``data``, checked against its ids and CRC."""
+        if len(data) < pos + RECORD_HEADER_SIZE + body_len:
+            raise CorruptEntryError(f"entry {ledger_id}/{entry_id}: short read")
+        size, led, ent, crc = RECORD_HEADER.unpack_from(data, pos)
+        body = bytes(data[pos + RECORD_HEADER_SIZE : pos + RECORD_HEADER_SIZE + body_len])
+        if size != body_len + RECORD_HEADER_SIZE - 4 or led != ledger_id or ent != entry_id:
+            raise CorruptEntryError(f"entry {ledger_id}/{entry_id}: record header mismatch")
+        if crc32c.crc32c(body) != crc:
+            raise CorruptEntryError(f"entry {ledger_id}/{entry_id}: checksum mismatch")
+        return body
+
+    def read_ledger_map(self, log_id: int) -> dict[int, int] | None:
+        """The persisted ledger -> bytes map of a finished log (None if still open / crashed)."""
+        data = self.read_span(log_id, 0, LOG_HEADER_SIZE)
+        magic, _version, _lid, map_offset, count = LOG_HEADER.unpack_from(data)
+        if magic != LOG_MAGIC or map_offset == 0:
+            return None
+        raw = self.read_span(log_id, map_offset, count * MAP_ITEM.size)
+        return dict(MAP_ITEM.iter_unpack(raw))
+
+
+_KEY = struct.Struct(">qq")

@@ -1,0 +1,100 @@
+"""RocksDB-backed indexes of one ledger directory (BookKeeper's ``LedgerMetadataIndex`` and
+``EntryLocationIndex``).
+
+Ledger index: key = ledgerId as 8 big-endian bytes, value = ``storage_pb2.LedgerData`` (exists,
+fenced, masterKey, explicitLac), cached in memory. Entry-location index: key = 16 big-endian bytes
+``ledgerId || entryId`` (bytewise order = numeric order for non-negative ids), value = entry log id,
+offset and body length. The last entry of a ledger is a reverse seek (``floor``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bkproto.v1 import storage_pb2
+
+from .entry_logger import LOCATION
+from .kv import KeyValueStorage
+
+LEDGER_KEY = struct.Struct(">q")
+ENTRY_KEY = struct.Struct(">qq")
+_MAX_ID = (1 << 63) - 1
+
+
+@dataclass
+class LedgerRecord:
+    master_key: bytes
+    fenced: bool = False
+    explicit_lac: bytes | None = None
+
+
+class LedgerIndex:
+    def __init__(self, kv: KeyValueStorage) -> None:
+        self._kv = kv
+        self._cache: dict[int, LedgerRecord | None] = {}
+
+    def get(self, ledger_id: int) -> LedgerRecord | None:
+        if ledger_id in self._cache:
+            return self._cache[ledger_id]
+        raw = self._kv.get(LEDGER_KEY.pack(ledger_id))
+        record = None
+        if raw is not None:
+            data = storage_pb2.LedgerData.FromString(raw)
+            if data.exists:
+                lac = data.explicitLac if data.HasField("explicitLac") else None
+                record = LedgerRecord(bytes(data.masterKey), data.fenced, lac)
+        if len(self._cache) > 100_000:
+            self._cache.clear()  # bounded: the index is the truth, the cache only saves lookups
+        self._cache[ledger_id] = record
+        return record
+
+    def put(self, ledger_id: int, record: LedgerRecord) -> None:
+        """Not synced here: durable at the next checkpoint; the journal covers the gap."""
+        data = storage_pb2.LedgerData(exists=True, fenced=record.fenced, masterKey=record.master_key)
+        if record.explicit_lac is not None:
+            data.explicitLac = record.explicit_lac
+        self._kv.put(LEDGER_KEY.pack(ledger_id), data.SerializeToString())
+        self._cache[ledger_id] = record
+
+    def sync(self) -> None:
+        self._kv.sync()
+
+
+class EntryLocationIndex:
+    def __init__(self, kv: KeyValueStorage) -> None:
+        self._kv = kv
+
+    def add_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        self._kv.write_batch(items)
+
+    def get(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
+        raw = self._kv.get(ENTRY_KEY.pack(ledger_id, entry_id))
+        return None if raw is None else LOCATION.unpack(raw)
+
+    def last_entry(self, ledger_id: int) -> int:
+        found = self._kv.floor(ENTRY_KEY.pack(ledger_id, _MAX_ID))
+        if found is None:
+            return -1
+        led, entry = ENTRY_KEY.unpack(found[0])
+        return entry if led == ledger_id else -1
+
+    def following(self, ledger_id: int, first: int, count: int) -> list[tuple[int, int, int, int]]:
+        """(entry id, log id, offset, length) of up to ``count`` consecutive entries from ``first``."""
+        out: list[tuple[int, int, int, int]] = []
+        expected = first
+        for key, value in self._kv.range(ENTRY_KEY.pack(ledger_id, first), LEDGER_KEY.pack(ledger_id + 1)):
+            entry = ENTRY_KEY.unpack(key)[1]
+            if entry != expected or len(out) >= count:
+                break
+            out.append((entry, *LOCATION.unpack(value)))
+            expected += 1
+        return out
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        end = LEDGER_KEY.pack(ledger_id + 1) if ledger_id < _MAX_ID else b"\xff" * 17
+        return [ENTRY_KEY.unpack(k)[1] for k, _ in self._kv.range(LEDGER_KEY.pack(ledger_id), end)]
+
+    def sync(self) -> None:
+        self._kv.sync()

@@ -1,0 +1,127 @@
+"""Journal file and record layout.
+
+A journal file starts with a 512-byte header (magic, version, journal id) and is preallocated with
+zeros. Each record is ``[payloadLength:4][crc32c:4][type:1][payload]``; the CRC32C covers the type
+byte and the payload, so a torn tail (short read, zero fill) or a flipped byte is detected and
+replay stops before it. A zero length with type 0 is the untouched preallocated area.
+
+Payloads: ENTRY = entry body (its 32-byte header names ledger and entry); MASTER_KEY = ledgerId(8)
+|| key; FENCE = ledgerId(8); EXPLICIT_LAC = ledgerId(8) || lac(8) || LAC body.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from enum import IntEnum
+
+import crc32c
+
+FILE_MAGIC = b"PBKJ"
+FILE_VERSION = 1
+FILE_HEADER = struct.Struct(">4sIQ")
+FILE_HEADER_SIZE = 512
+RECORD_HEADER = struct.Struct(">IIB")
+RECORD_HEADER_SIZE = RECORD_HEADER.size  # 9
+MAX_PAYLOAD = 64 * 1024 * 1024
+LEDGER_ID = struct.Struct(">q")
+LEDGER_LAC = struct.Struct(">qq")
+
+
+class RecordType(IntEnum):
+    ENTRY = 1
+    MASTER_KEY = 2
+    FENCE = 3
+    EXPLICIT_LAC = 4
+
+
+# CRC state after the type byte, so the per-record CRC is one call over the payload.
+_TYPE_SEED = {t: crc32c.crc32c(bytes([t])) for t in RecordType}
+_ENTRY_SEED = _TYPE_SEED[RecordType.ENTRY]
+_pack_header = RECORD_HEADER.pack
+_crc = crc32c.crc32c
+
+
+def file_name(journal_id: int) -> str:
+    return f"{journal_id:016x}.txn"
+
+
+def parse_file_name(name: str) -> int | None:
+    if not name.endswith(".txn"):
+        return None
+    try:
+        return int(name[:-4], 16)
+    except ValueError:
+        return None
+
+
+def file_header(journal_id: int) -> bytes:
+    return FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, journal_id).ljust(FILE_HEADER_SIZE, b"\0")
+
+
+def entry_record_header(body: bytes) -> bytes:
+    """Header of an ENTRY record; the body itself follows unchanged (no copy)."""
+    return _pack_header(len(body), _crc(body, _ENTRY_SEED), RecordType.ENTRY)
+
+
+def record(record_type: RecordType, payload: bytes) -> bytes:
+    return _pack_header(len(payload), _crc(payload, _TYPE_SEED[record_type]), record_type) + payload
+
+
+def master_key_record(ledger_id: int, master_key: bytes) -> bytes:
+    return record(RecordType.MASTER_KEY, LEDGER_ID.pack(ledger_id) + master_key)
+
+
+def fence_record(ledger_id: int) -> bytes:
+    return record(RecordType.FENCE, LEDGER_ID.pack(ledger_id))
+
+
+def explicit_lac_record(ledger_id: int, lac: int, body: bytes) -> bytes:
+    return record(RecordType.EXPLICIT_LAC, LEDGER_LAC.pack(ledger_id, lac) + body)
+
+
+def check_file_header(data: bytes, journal_id: int) -> bool:
+    if len(data) < FILE_HEADER_SIZE:
+        return False
+    magic, version, jid = FILE_HEADER.unpack_from(data)
+    return bool(magic == FILE_MAGIC and version == FILE_VERSION and jid == journal_id)
+
+
+class ScanEnd(IntEnum):
+    CLEAN = 0  # reached the zero-filled preallocated area or the exact end of the file
+    TORN = 1  # a record runs past the end of the file
+    CORRUPT = 2  # bad type, absurd length or CRC mismatch
+
+
+def scan_records(data: bytes, start: int) -> Iterator[tuple[RecordType, memoryview, int]]:
+    """(type, payload, offset after the record) for each valid record from ``start``.
+
+    Stops silently at the first record that is not valid; :func:`scan_end` says why.
+    """
+    view = memoryview(data)
+    offset = start
+    size = len(data)
+    while offset + RECORD_HEADER_SIZE <= size:
+        length, crc, rtype = RECORD_HEADER.unpack_from(data, offset)
+        if rtype not in _TYPE_SEED or length > MAX_PAYLOAD:
+            return
+        end = offset + RECORD_HEADER_SIZE + length
+        if end > size:
+            return
+        payload = view[offset + RECORD_HEADER_SIZE : end]
+        if _crc(payload, _TYPE_SEED[rtype]) != crc:
+            return
+        yield RecordType(rtype), payload, end
+        offset = end
+
+
+def scan_end(data: bytes, offset: int) -> ScanEnd:
+    """Why scanning stopped at ``offset``."""
+    if offset + RECORD_HEADER_SIZE > len(data):
+        return ScanEnd.CLEAN if not any(data[offset:]) else ScanEnd.TORN
+    length, crc, rtype = RECORD_HEADER.unpack_from(data, offset)
+    if length == 0 and crc == 0 and rtype == 0:
+        return ScanEnd.CLEAN
+    if rtype in _TYPE_SEED and length <= MAX_PAYLOAD and offset + RECORD_HEADER_SIZE + length > len(data):
+        return ScanEnd.TORN
+    return ScanEnd.CORRUPT

@@ -1,0 +1,125 @@
+"""A small key-value storage interface (BookKeeper's ``KeyValueStorage``), RocksDB and in-memory.
+
+Keys and values are bytes and sort bytewise. rocksdict holds the GIL for get/put/write/iterate,
+so callers batch writes (one WriteBatch per flush) and keep point lookups behind caches.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+
+class KeyValueStorage(Protocol):
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Not synced: durable after the next :meth:`sync`."""
+        ...
+
+    def write_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None: ...
+
+    def floor(self, key: bytes) -> tuple[bytes, bytes] | None:
+        """The greatest (key, value) with key <= ``key``."""
+        ...
+
+    def range(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) for start <= key < end, ascending."""
+        ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class RocksKeyValueStorage:
+    def __init__(self, path: Path) -> None:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        self._db = Rdict(str(path), options, access_type=AccessType.read_write())
+        self._write_opt = WriteOptions()
+        self._closed = False
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
+        return None if value is None else bytes(value)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._db.put(key, value, self._write_opt)
+
+    def write_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in items:
+            batch.put(key, value)
+        self._db.write(batch, self._write_opt)
+
+    def floor(self, key: bytes) -> tuple[bytes, bytes] | None:
+        it = self._db.iter()
+        it.seek_for_prev(key)
+        if not it.valid():
+            return None
+        return bytes(it.key()), bytes(it.value())
+
+    def range(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        read_opt = ReadOptions()
+        read_opt.set_iterate_upper_bound(end)
+        it = self._db.iter(read_opt)
+        it.seek(start)
+        while it.valid():
+            yield bytes(it.key()), bytes(it.value())
+            it.next()
+
+    def sync(self) -> None:
+        # flush_wal releases the GIL; sync=True makes every earlier put durable
+        self._db.flush_wal(True)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._db.flush_wal(True)
+            self._db.close()
+
+
+class MemoryKeyValueStorage:
+    """Sorted in-memory fake for unit tests; ``sync`` marks what would survive a crash."""
+
+    def __init__(self) -> None:
+        self._keys: list[bytes] = []
+        self._data: dict[bytes, bytes] = {}
+        self.synced: dict[bytes, bytes] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if key not in self._data:
+            bisect.insort(self._keys, key)
+        self._data[key] = value
+
+    def write_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        for key, value in items:
+            self.put(key, value)
+
+    def floor(self, key: bytes) -> tuple[bytes, bytes] | None:
+        i = bisect.bisect_right(self._keys, key)
+        if i == 0:
+            return None
+        k = self._keys[i - 1]
+        return k, self._data[k]
+
+    def range(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        i = bisect.bisect_left(self._keys, start)
+        while i < len(self._keys) and self._keys[i] < end:
+            k = self._keys[i]
+            yield k, self._data[k]
+            i += 1
+
+    def sync(self) -> None:
+        self.synced = dict(self._data)
+
+    def close(self) -> None:
+        self.sync()

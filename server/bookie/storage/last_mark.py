@@ -1,0 +1,51 @@
+"""LastLogMark: the journal position before which everything is in entry logs and indexes.
+
+Persisted in every ledger dir as ``lastMark`` (journal id and offset, 16 bytes, like BookKeeper),
+atomically: write a temp file, fsync, rename, fsync the directory. Start-up takes the smallest mark
+found (a crash between two dirs leaves the older one, which only means replaying a bit more).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+from bookie.api import LogMark
+
+from .journal import fsync_dir
+
+MARK = struct.Struct(">qq")
+MARK_FILE = "lastMark"
+
+
+def mark_order(mark: LogMark) -> tuple[int, int]:
+    return (mark.journal_id, mark.offset)
+
+
+def write_mark(dirs: Sequence[Path], mark: LogMark) -> None:
+    data = MARK.pack(mark.journal_id, mark.offset)
+    for directory in dirs:
+        tmp = directory / (MARK_FILE + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, directory / MARK_FILE)
+        fsync_dir(directory)
+
+
+def read_mark(dirs: Sequence[Path]) -> LogMark:
+    marks = []
+    for directory in dirs:
+        path = directory / MARK_FILE
+        if path.exists():
+            raw = path.read_bytes()
+            if len(raw) == MARK.size:
+                marks.append(LogMark(*MARK.unpack(raw)))
+    if len(marks) < len(dirs):
+        return LogMark(0, 0)  # a dir without a mark (new or damaged): replay the whole journal
+    return min(marks, key=mark_order)

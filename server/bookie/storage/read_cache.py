@@ -1,0 +1,38 @@
+"""The read-ahead cache: a FIFO ring bounded by bytes (``dbStorage_readAheadCacheMaxSizeMb``).
+
+Filled with the entries read ahead after a miss; oldest entries drop out first. Loop only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class ReadCache:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        return self._entries.get((ledger_id, entry_id))
+
+    def put(self, ledger_id: int, entry_id: int, body: bytes) -> None:
+        if len(body) > self.max_bytes:
+            return
+        key = (ledger_id, entry_id)
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.size -= len(old)
+        self._entries[key] = body
+        self.size += len(body)
+        while self.size > self.max_bytes:
+            _, dropped = self._entries.popitem(last=False)
+            self.size -= len(dropped)
+
+    def drop_ledger(self, ledger_id: int) -> None:
+        for key in [k for k in self._entries if k[0] == ledger_id]:
+            self.size -= len(self._entries.pop(key))

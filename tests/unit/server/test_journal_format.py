@@ -1,0 +1,68 @@
+"""Journal records: round trip, and damaged records are detected, never returned."""
+
+from __future__ import annotations
+
+from bkproto.entry_format import HEADER
+from bookie.storage.journal_format import (
+    FILE_HEADER_SIZE,
+    RecordType,
+    ScanEnd,
+    entry_record_header,
+    explicit_lac_record,
+    fence_record,
+    file_header,
+    master_key_record,
+    scan_end,
+    scan_records,
+)
+
+BODY = HEADER.pack(7, 3, 2, 100) + b"x" * 100
+
+
+def _journal() -> bytes:
+    return b"".join(
+        [
+            file_header(1),
+            master_key_record(7, b"k" * 20),
+            entry_record_header(BODY),
+            BODY,
+            fence_record(7),
+            explicit_lac_record(7, 2, b"lacbody"),
+        ]
+    )
+
+
+def test_records_round_trip_and_end_clean_in_zero_fill() -> None:
+    data = _journal() + bytes(4096)
+    records = list(scan_records(data, FILE_HEADER_SIZE))
+    assert [r[0] for r in records] == [
+        RecordType.MASTER_KEY, RecordType.ENTRY, RecordType.FENCE, RecordType.EXPLICIT_LAC
+    ]
+    assert bytes(records[1][1]) == BODY
+    assert bytes(records[0][1])[8:] == b"k" * 20
+    assert bytes(records[3][1])[16:] == b"lacbody"
+    assert scan_end(data, records[-1][2]) is ScanEnd.CLEAN
+
+
+def test_torn_tail_is_cut() -> None:
+    data = _journal()
+    entry_end = FILE_HEADER_SIZE + len(master_key_record(7, b"k" * 20)) + 9 + len(BODY)
+    torn = data[: entry_end - 10]
+    records = list(scan_records(torn, FILE_HEADER_SIZE))
+    assert [r[0] for r in records] == [RecordType.MASTER_KEY]
+    assert scan_end(torn, records[-1][2]) is ScanEnd.TORN
+
+
+def test_flipped_byte_stops_the_scan_at_that_record() -> None:
+    data = bytearray(_journal())
+    entry_start = FILE_HEADER_SIZE + len(master_key_record(7, b"k" * 20))
+    data[entry_start + 9 + 50] ^= 0x01  # inside the entry body
+    records = list(scan_records(bytes(data), FILE_HEADER_SIZE))
+    assert [r[0] for r in records] == [RecordType.MASTER_KEY]
+    assert scan_end(bytes(data), records[-1][2]) is ScanEnd.CORRUPT
+
+
+def test_flipped_type_byte_is_detected() -> None:
+    data = bytearray(_journal())
+    data[FILE_HEADER_SIZE + 8] = RecordType.FENCE  # master-key record claims to be a fence
+    assert list(scan_records(bytes(data), FILE_HEADER_SIZE)) == []
