@@ -7,11 +7,15 @@ metrics' own locks and never touches the event loop, so a slow scraper cannot st
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from bookie.api import LogMark
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +23,8 @@ log = logging.getLogger(__name__)
 class _AdminServer(ThreadingHTTPServer):
     daemon_threads = True
     registry: CollectorRegistry
+    # ``pybk shell lastmark``: reads one immutable LogMark reference, safe from this thread.
+    last_log_mark: Callable[[], LogMark] | None = None
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
@@ -30,6 +36,10 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._reply(200, b"OK\n", "text/plain; charset=utf-8")
         elif path == "/metrics":
             self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        elif path == "/api/v1/bookie/last_log_mark" and self.server.last_log_mark is not None:
+            mark = self.server.last_log_mark()
+            body = json.dumps({"journal_id": mark.journal_id, "offset": mark.offset}).encode()
+            self._reply(200, body, "application/json")
         else:
             self._reply(404, f"no such endpoint: {path}\n".encode(), "text/plain; charset=utf-8")
 
@@ -45,7 +55,11 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
 
 
 class BookieHttpServer:
-    def __init__(self, registry: CollectorRegistry, bind_address: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, bind_address: str = "127.0.0.1", port: int = 0,
+        last_log_mark: Callable[[], LogMark] | None = None,
+    ) -> None:
+        self._last_log_mark = last_log_mark
         self._registry = registry
         self._bind_address = bind_address
         self._requested_port = port
@@ -57,6 +71,7 @@ class BookieHttpServer:
         """Bind and serve in a daemon thread; returns the bound port."""
         server = _AdminServer((self._bind_address, self._requested_port), _AdminRequestHandler)
         server.registry = self._registry
+        server.last_log_mark = self._last_log_mark
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)

@@ -93,7 +93,8 @@ class BookieDaemon:
         self.config = config = dataclasses.replace(config, port=port)
         http_port: int | None = None
         if config.http_enabled:
-            self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port)
+            self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
+                                         last_log_mark=self.core.last_log_mark)
             http_port = await asyncio.to_thread(self.http.start)
         if registration_factory is not None and config.zk_servers is not None:
             self._registration = registration_factory(config)

@@ -15,9 +15,7 @@ import time
 from dataclasses import dataclass
 
 from bkclient import BookKeeper
-from bkmeta.cluster import init_new_cluster
-from bkmeta.layout import ZkLayout
-from bkmeta.zk import ZkClient, ZkNoNodeError
+from bkmeta import MetadataClient, ZkClient, init_new_cluster
 from bkproto.errors import BKError
 
 log = logging.getLogger(__name__)
@@ -64,23 +62,21 @@ async def initialise_cluster(zk_hosts: str) -> bool:
 
 async def wait_for_bookies(zk_hosts: str, ports: set[int]) -> list[str]:
     """Return the registered ids of the bookies listening on ``ports``, once all of them are
-    registered as writable (bookie ids are ``host:port``). Polls: this runs once at start-up."""
-    layout = ZkLayout()
-    async with ZkClient.for_hosts(zk_hosts) as zk:
-        while True:
-            try:
-                children = await zk.get_children(layout.available)
-            except ZkNoNodeError:
-                children = []
-            found = {_port_of(c): c for c in children if _port_of(c) in ports}
-            if set(found) == ports:
-                return [found[p] for p in sorted(ports)]
-            await asyncio.sleep(POLL_INTERVAL_S)
+    registered as writable (woken by the registration watch, no polling)."""
+    async with await MetadataClient.connect(zk_hosts) as meta:
+        watcher = meta.bookie_watcher
 
+        def ours() -> dict[int, str]:
+            return {
+                info.grpc_port: bookie_id
+                for bookie_id, info in watcher.writable_bookies().items()
+                if info.grpc_port in ports
+            }
 
-def _port_of(bookie_id: str) -> int | None:
-    _, _, port = bookie_id.rpartition(":")
-    return int(port) if port.isdigit() else None
+        # The caller bounds the whole step; the watcher's own limit is only a backstop.
+        await watcher.wait_for(lambda _: set(ours()) == ports, timeout_s=24 * 3600.0)
+        found = ours()
+        return [found[p] for p in sorted(ports)]
 
 
 @dataclass(frozen=True)

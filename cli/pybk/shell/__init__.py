@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from bkproto.errors import BKError
-from pybk.shell.context import ShellContext
+from pybk.shell.context import ShellContext, ZooKeeperUnreachableError
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,21 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_initnewcluster",
     "pybk.shell.cmd_nukeexistingcluster",
     "pybk.shell.cmd_listbookies",
+    "pybk.shell.cmd_listledgers",
+    "pybk.shell.cmd_ledgermetadata",
+    "pybk.shell.cmd_readledger",
+    "pybk.shell.cmd_simpletest",
+    "pybk.shell.cmd_bookiesanity",
+    "pybk.shell.cmd_deleteledger",
+    "pybk.shell.cmd_lastmark",
 )
+
+EXIT_ZK_UNREACHABLE = 3
+EXIT_CODES_HELP = """exit codes:
+  0  success
+  1  the operation failed (e.g. no such ledger, not enough bookies, a check failed)
+  2  bad arguments or usage (e.g. unknown flag, deleteledger without -f and no answer on stdin)
+  3  ZooKeeper unreachable"""
 
 # BookKeeper's key name, as for every BK_<key> override (design §6).
 DEFAULT_ZK = os.environ.get("BK_zkServers", "127.0.0.1:2181")  # noqa: SIM112
@@ -31,7 +45,8 @@ DEFAULT_ZK = os.environ.get("BK_zkServers", "127.0.0.1:2181")  # noqa: SIM112
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "shell", help="cluster administration commands (initnewcluster, listbookies, ...)"
+        "shell", help="cluster administration commands (initnewcluster, listbookies, ...)",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--zk", default=DEFAULT_ZK, help=f"ZooKeeper connect string (default {DEFAULT_ZK})")
     parser.add_argument("--ledgers-root", default="/ledgers", help="ledgers root znode (default /ledgers)")
@@ -43,6 +58,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # kazoo logs every refused connection attempt; the shell reports the outcome itself (exit 3).
+    logging.getLogger("kazoo.client").setLevel(logging.CRITICAL)
     return asyncio.run(_run(args))
 
 
@@ -50,6 +67,9 @@ async def _run(args: argparse.Namespace) -> int:
     ctx = ShellContext(zk_hosts=args.zk, ledgers_root=args.ledgers_root, as_json=args.json)
     try:
         return int(await args.run(ctx, args) or 0)
+    except ZooKeeperUnreachableError as e:
+        ctx.error(f"{args.shell_command}: {e}")
+        return EXIT_ZK_UNREACHABLE
     except BKError as e:
         ctx.error(f"{args.shell_command}: {e}")
         return 1

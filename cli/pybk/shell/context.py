@@ -8,7 +8,15 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from bkmeta import MetadataClient
+from bkmeta import ClusterLayoutError, ClusterNotInitializedError, MetadataClient
+from bkproto.errors import MetadataStoreError
+
+# How long a command waits for ZooKeeper before giving up with exit code 3.
+ZK_CONNECT_TIMEOUT_S = 5.0
+
+
+class ZooKeeperUnreachableError(MetadataStoreError):
+    """No ZooKeeper session could be established (the shell exits with code 3)."""
 
 
 @dataclass
@@ -23,13 +31,18 @@ class ShellContext:
     async def metadata(self, require_cluster: bool = True, watch_bookies: bool = True) -> MetadataClient:
         """The metadata client, connected on first use (and closed by the shell)."""
         if self._metadata is None:
-            self._metadata = await MetadataClient.connect(
-                self.zk_hosts,
-                self.ledgers_root,
-                require_cluster=require_cluster,
-                watch_bookies=watch_bookies,
-                connect_timeout_s=10.0,
-            )
+            try:
+                self._metadata = await MetadataClient.connect(
+                    self.zk_hosts,
+                    self.ledgers_root,
+                    require_cluster=require_cluster,
+                    watch_bookies=watch_bookies,
+                    connect_timeout_s=ZK_CONNECT_TIMEOUT_S,
+                )
+            except (ClusterNotInitializedError, ClusterLayoutError):
+                raise
+            except MetadataStoreError as e:
+                raise ZooKeeperUnreachableError(f"ZooKeeper at {self.zk_hosts} is unreachable: {e}") from e
         return self._metadata
 
     def emit(self, data: dict[str, Any], text: str) -> None:

@@ -1,0 +1,66 @@
+"""``lastmark``: every registered bookie's journal LastLogMark (journal id, offset): how far the
+journal has been checkpointed into ledger storage; a restart replays only what follows it.
+
+BookKeeper's command reads the local bookie's files; here each bookie is asked over its HTTP admin
+endpoint (``GET /api/v1/bookie/last_log_mark``), found through its registration in ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from bkmeta import BookieServiceInfo
+from pybk.shell.context import ShellContext
+from pybk.shell.ledger_view import EXIT_FAILED
+
+ROUTE = "/api/v1/bookie/last_log_mark"
+HTTP_TIMEOUT_S = 10.0
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "lastmark", help="print each bookie's journal last log mark"
+    )
+    parser.set_defaults(run=run)
+
+
+def _fetch(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as reply:
+        data = json.loads(reply.read())
+    if not isinstance(data, dict):
+        raise ValueError(f"unexpected answer {data!r}")
+    return data
+
+
+async def _mark(info: BookieServiceInfo) -> dict[str, Any]:
+    result: dict[str, Any] = {"bookie_id": info.bookie_id}
+    if info.http_host is None or info.http_port is None:
+        result["error"] = "the bookie registered no HTTP endpoint (start it with --http-port)"
+        return result
+    url = f"http://{info.http_host}:{info.http_port}{ROUTE}"
+    try:
+        data = await asyncio.to_thread(_fetch, url)
+        result.update(journal_id=int(data["journal_id"]), offset=int(data["offset"]))
+    except (OSError, ValueError, KeyError) as exc:  # URLError and HTTPError are OSErrors
+        result["error"] = f"{url}: {exc}"
+    return result
+
+
+async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
+    meta = await ctx.metadata()
+    bookies = sorted(meta.bookie_watcher.all_bookies().values(), key=lambda b: b.bookie_id)
+    marks = list(await asyncio.gather(*(_mark(b) for b in bookies)))
+    lines = [
+        f"{m['bookie_id']}: " + (
+            f"LastLogMark: journal {m['journal_id']}, offset {m['offset']}" if "error" not in m
+            else f"unavailable ({m['error']})"
+        )
+        for m in marks
+    ] or ["no bookie is registered"]
+    ctx.emit({"bookies": marks}, "\n".join(lines))
+    return EXIT_FAILED if any("error" in m for m in marks) else 0

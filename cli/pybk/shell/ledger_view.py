@@ -1,0 +1,122 @@
+"""Shared by the client-based shell commands (listledgers, ledgermetadata, readledger, simpletest,
+bookiesanity, deleteledger): a client on the shell's metadata session, and one way to show ledger
+metadata and entries, as JSON-ready dicts and as text lines.
+
+Passwords are never printed (``has_password`` only), as BookKeeper's ``toSafeString`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from bkclient import BookKeeper, ClientConfig, LedgerEntry, LedgerMetadata
+from bkclient.context import ClientContext
+from pybk.shell.context import ShellContext
+
+# Exit codes every shell command uses (documented in ``pybk shell --help``).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+# How much of an entry the text output shows; --json always carries the whole entry.
+TEXT_PREVIEW_BYTES = 64
+
+
+async def shell_client(ctx: ShellContext, config: ClientConfig | None = None) -> BookKeeper:
+    """A client sharing the shell's ZooKeeper session; close it (``async with``) before the shell
+    closes the session."""
+    meta = await ctx.metadata()
+    return BookKeeper(ClientContext.create(meta, config or ClientConfig()), owns_metadata=False)
+
+
+def usage_error(ctx: ShellContext, message: str) -> int:
+    """A bad argument value found after parsing: same exit code as argparse's own errors."""
+    ctx.error(message)
+    return EXIT_USAGE
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _custom_value(raw: bytes) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(raw).decode()
+    return text if text.isprintable() else "base64:" + base64.b64encode(raw).decode()
+
+
+def _ctime(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def metadata_dict(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]:
+    return {
+        "ledger_id": ledger_id,
+        "state": md.state.name,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum_size": md.write_quorum_size,
+        "ack_quorum_size": md.ack_quorum_size,
+        "last_entry_id": md.last_entry_id,
+        "length": md.length,
+        "digest_type": md.digest_type.name,
+        "has_password": bool(md.password),
+        "ctime": md.ctime,
+        "ctime_iso": _ctime(md.ctime),
+        "custom_metadata": {k: _custom_value(v) for k, v in sorted(md.custom_metadata.items())},
+        "segments": [
+            {"first_entry_id": s.first_entry_id, "bookies": list(s.bookies)} for s in md.segments
+        ],
+    }
+
+
+def metadata_lines(data: Mapping[str, Any]) -> list[str]:
+    lines = [
+        f"ledgerID: {data['ledger_id']}",
+        f"  state: {data['state']}  lastEntryId: {data['last_entry_id']}  length: {data['length']}",
+        f"  ensembleSize: {data['ensemble_size']}  writeQuorumSize: {data['write_quorum_size']}"
+        f"  ackQuorumSize: {data['ack_quorum_size']}",
+        f"  digestType: {data['digest_type']}  password: {'set' if data['has_password'] else 'none'}"
+        f"  ctime: {data['ctime_iso']}",
+    ]
+    for key, value in data["custom_metadata"].items():
+        lines.append(f"  customMetadata: {key}={value}")
+    for segment in data["segments"]:
+        lines.append(f"  ensemble from entry {segment['first_entry_id']}: {', '.join(segment['bookies'])}")
+    return lines
+
+
+def entry_dict(entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "entry_id": entry.entry_id,
+        "length": len(entry.data),
+        "data_base64": base64.b64encode(entry.data).decode(),
+    }
+
+
+def entry_line(entry: LedgerEntry) -> str:
+    preview = entry.data[:TEXT_PREVIEW_BYTES]
+    try:
+        shown = preview.decode("utf-8")
+        if not shown.isprintable():
+            raise ValueError
+        shown = repr(shown)
+    except ValueError:
+        shown = preview.hex()
+    more = " ..." if len(entry.data) > TEXT_PREVIEW_BYTES else ""
+    return f"entry {entry.entry_id} ({len(entry.data)} bytes): {shown}{more}"

@@ -1,0 +1,47 @@
+"""The bookie's ``GET /api/v1/bookie/last_log_mark`` route, read by ``pybk shell lastmark``."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bookie.api import LogMark
+from bookie.http import BookieHttpServer
+
+ROUTE = "/api/v1/bookie/last_log_mark"
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_last_log_mark_is_served_as_json_and_follows_the_core() -> None:
+    marks = [LogMark(journal_id=7, offset=4096)]
+    server = BookieHttpServer(CollectorRegistry(), "127.0.0.1", 0, last_log_mark=lambda: marks[-1])
+    port = server.start()
+    try:
+        status, body = get(port, ROUTE)
+        assert status == 200
+        assert json.loads(body) == {"journal_id": 7, "offset": 4096}
+        marks.append(LogMark(journal_id=8, offset=0))
+        assert json.loads(get(port, ROUTE)[1]) == {"journal_id": 8, "offset": 0}
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("path", [ROUTE, "/api/v1/bookie/nothing"])
+def test_without_a_core_the_route_is_not_found(path: str) -> None:
+    server = BookieHttpServer(CollectorRegistry(), "127.0.0.1", 0)
+    port = server.start()
+    try:
+        assert get(port, path)[0] == 404
+    finally:
+        server.close()
