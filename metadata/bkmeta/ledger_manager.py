@@ -52,8 +52,9 @@ class LedgerManager(abc.ABC):
 
     @abc.abstractmethod
     def watch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None:
-        """Call ``callback`` (on the event loop) with the new metadata on every change, ``None``
-        once the ledger is deleted."""
+        """Call ``callback`` (on the event loop) with the current metadata once the watch is set
+        (so a change between the caller's read and the watch is never missed), then with the new
+        metadata on every change, and with ``None`` once the ledger is deleted."""
 
     @abc.abstractmethod
     def unwatch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None: ...
@@ -88,6 +89,9 @@ class ZkLedgerManager(LedgerManager):
         self._layout = layout or ZkLayout()
         self._idgen = LedgerIdGenerator(zk, self._layout)
         self._watchers: dict[int, list[LedgerWatcher]] = {}
+        # Ledgers with a ZooKeeper watch pending. It can outlive its callbacks (unwatch cannot
+        # remove a ZooKeeper watch): re-watching then must not stack a second one.
+        self._armed: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         zk.add_session_listener(self._on_session_event)
@@ -138,8 +142,11 @@ class ZkLedgerManager(LedgerManager):
         callbacks = self._watchers.setdefault(ledger_id, [])
         first = not callbacks
         callbacks.append(callback)
-        if first:
-            self._spawn(self._arm(ledger_id, notify=False))
+        if first and ledger_id not in self._armed:
+            self._spawn(self._arm(ledger_id))
+        else:
+            # The ZooKeeper watch is already set: only this callback needs the current value.
+            self._spawn(self._current_value_to(ledger_id, callback))
 
     def unwatch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None:
         callbacks = self._watchers.get(ledger_id)
@@ -153,16 +160,29 @@ class ZkLedgerManager(LedgerManager):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _arm(self, ledger_id: int, notify: bool) -> None:
-        """(Re-)read the ledger with a one-shot watch; tell the callbacks if asked to."""
-        if self._closed or ledger_id not in self._watchers:
+    async def _current_value_to(self, ledger_id: int, callback: LedgerWatcher) -> None:
+        try:
+            current: Versioned[LedgerMetadata] | None = await self.read_ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            current = None
+        except MetadataStoreError:
+            log.exception("cannot read ledger %d for a new watcher", ledger_id)
+            return
+        if callback in self._watchers.get(ledger_id, []):
+            callback(current)
+
+    async def _arm(self, ledger_id: int) -> None:
+        """(Re-)read the ledger with a one-shot watch and tell the callbacks what it holds."""
+        if self._closed or ledger_id not in self._watchers or ledger_id in self._armed:
             return
         path = self._layout.ledger(ledger_id)
+        self._armed.add(ledger_id)
 
         def on_event(event: WatchedEvent) -> None:
             if event.type == EventType.NONE:
                 return  # connection-state notification, not a change
-            self._spawn(self._arm(ledger_id, notify=True))
+            self._armed.discard(ledger_id)
+            self._spawn(self._arm(ledger_id))
 
         watcher = self._zk.wrap_watcher(on_event)
         result: Versioned[LedgerMetadata] | None
@@ -170,27 +190,29 @@ class ZkLedgerManager(LedgerManager):
             data, stat = await self._zk.get(path, watch=watcher)
             result = Versioned(deserialize(data, ledger_id, path), stat.version)
         except ZkNoNodeError:
+            self._armed.discard(ledger_id)  # ZooKeeper sets no data watch on a missing node
             result = None
         except MetadataStoreError:
+            self._armed.discard(ledger_id)
             log.exception("watch on ledger %d failed; it will be re-armed on reconnect", ledger_id)
             return
         if result is None:
             callbacks = self._watchers.pop(ledger_id, [])
         else:
             callbacks = list(self._watchers.get(ledger_id, []))
-        if notify or result is None:
-            for cb in callbacks:
-                try:
-                    cb(result)
-                except Exception:
-                    log.exception("ledger %d watcher %r failed", ledger_id, cb)
+        for cb in callbacks:
+            try:
+                cb(result)
+            except Exception:
+                log.exception("ledger %d watcher %r failed", ledger_id, cb)
 
     def _on_session_event(self, event: SessionEvent) -> None:
         # Watches die with an expired session: re-arm every watched ledger and report its state,
         # since changes may have been missed meanwhile.
         if event == SessionEvent.NEW_SESSION:
+            self._armed.clear()
             for ledger_id in list(self._watchers):
-                self._spawn(self._arm(ledger_id, notify=True))
+                self._spawn(self._arm(ledger_id))
 
     # -- iteration --------------------------------------------------------------------------------
 

@@ -184,7 +184,10 @@ class ZkClient:
         # kazoo's connection thread: must not block, so only hop into the loop.
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._dispatch_state, state)
+            try:
+                loop.call_soon_threadsafe(self._dispatch_state, state)
+            except RuntimeError:  # the loop closed between the check and the call
+                log.debug("event loop closed; dropping ZooKeeper state %s", state)
 
     def _dispatch_state(self, state: str) -> None:
         if state == KazooState.LOST:
@@ -209,8 +212,10 @@ class ZkClient:
         loop = self.loop
 
         def on_kazoo_thread(event: WatchedEvent) -> None:
-            if not loop.is_closed():
+            try:
                 loop.call_soon_threadsafe(watcher, event)
+            except RuntimeError:  # loop closed
+                log.debug("event loop closed; dropping watch event %s", event)
 
         return on_kazoo_thread
 

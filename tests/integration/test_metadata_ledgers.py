@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
+from tests.support.zookeeper import expire_kazoo_session
 
 from bkmeta import (
     DigestType,
@@ -160,12 +161,18 @@ async def test_watch_fires_on_change_and_delete(meta: MetadataClient) -> None:
     v0 = await lm.create_ledger_metadata(42, metadata())
     seen: asyncio.Queue[Versioned[LedgerMetadata] | None] = asyncio.Queue()
     lm.watch_ledger(42, seen.put_nowait)
-    await asyncio.sleep(0.2)  # let the watch be armed before changing the node
+    assert await asyncio.wait_for(seen.get(), 10) == v0  # the current value once armed
+    second: asyncio.Queue[Versioned[LedgerMetadata] | None] = asyncio.Queue()
+    lm.watch_ledger(42, second.put_nowait)
+    assert await asyncio.wait_for(second.get(), 10) == v0
     await lm.write_ledger_metadata(42, v0.value.with_closed(10, 100), v0.version)
     update = await asyncio.wait_for(seen.get(), 10)
     assert update is not None and update.version == 1 and update.value.last_entry_id == 10
+    assert (await asyncio.wait_for(second.get(), 10)) == update
+    lm.unwatch_ledger(42, second.put_nowait)
     await lm.remove_ledger_metadata(42)
     assert await asyncio.wait_for(seen.get(), 10) is None
+    assert second.empty()  # unwatched: told nothing more
 
 
 async def test_corrupt_znode_names_ledger_and_path(meta: MetadataClient) -> None:
@@ -183,3 +190,22 @@ async def test_create_ledger_allocates_and_stores(meta: MetadataClient) -> None:
         assert versioned.version == 0
         assert (await meta.ledger_manager.read_ledger_metadata(ledger_id)).value == metadata()
     assert len(ids) == 5
+
+
+async def test_watch_survives_session_expiry(zk_hosts: str, meta: MetadataClient) -> None:
+    lm = meta.ledger_manager
+    v0 = await lm.create_ledger_metadata(43, metadata())
+    seen: asyncio.Queue[Versioned[LedgerMetadata] | None] = asyncio.Queue()
+    lm.watch_ledger(43, seen.put_nowait)
+    assert await asyncio.wait_for(seen.get(), 10) == v0
+    await asyncio.to_thread(expire_kazoo_session, meta.zk.kazoo)
+    async with await MetadataClient.connect(zk_hosts, watch_bookies=False) as writer:
+        await writer.ledger_manager.write_ledger_metadata(43, v0.value.with_closed(1, 2), v0.version)
+
+    async def closed_seen() -> None:
+        while True:
+            update = await seen.get()
+            if update is not None and update.value.is_closed:
+                return
+
+    await asyncio.wait_for(closed_seen(), 15)
