@@ -56,6 +56,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The start-up steps' ZooKeeper sessions may see ZooKeeper go away at shutdown: not news.
+    logging.getLogger("kazoo.client").setLevel(logging.ERROR)
     parser: argparse.ArgumentParser = args.parser
     if args.grace <= 0:
         parser.error("--grace must be positive")

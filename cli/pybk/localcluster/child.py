@@ -120,6 +120,17 @@ class ChildProcess:
                 await proc.wait()
         return proc.returncode
 
+    def log_tail(self, lines: int = 5, max_bytes: int = 8192) -> list[str]:
+        """The last lines of the child's log (its last words are usually why it died)."""
+        try:
+            with self.spec.log_path.open("rb") as log_file:
+                size = log_file.seek(0, os.SEEK_END)
+                log_file.seek(max(0, size - max_bytes))
+                text = log_file.read().decode(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
     def describe_exit(self) -> str:
         """A one-line account of how the child ended, for the user."""
         code = self.returncode

@@ -109,7 +109,9 @@ class LocalCluster:
             for child in watched:
                 if not child.running():
                     self._reported_exits.add(child.name)
-                    raise StartupError(f"while waiting for {what}: {child.describe_exit()}")
+                    raise StartupError(
+                        f"while waiting for {what}: {child.describe_exit()}{_last_words(child)}"
+                    )
             raise StartupError(
                 f"timed out after {timeout_s:.0f} s waiting for {what}; "
                 f"see the logs in {self.layout.log_dir}"
@@ -149,7 +151,7 @@ class LocalCluster:
         if child.name in self._reported_exits:
             return
         self._reported_exits.add(child.name)
-        self.say(f"WARNING: {child.describe_exit()}")
+        self.say(f"WARNING: {child.describe_exit()}{_last_words(child)}")
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -166,6 +168,11 @@ class LocalCluster:
         codes = await asyncio.gather(*(c.stop(self.grace_s) for c in started))
         for child, code in zip(started, codes, strict=True):
             log.debug("%s stopped with code %s", child.name, code)
+
+
+def _last_words(child: ChildProcess) -> str:
+    tail = child.log_tail()
+    return "".join(f"\n    | {line}" for line in tail) if tail else ""
 
 
 async def run_until_signalled(
