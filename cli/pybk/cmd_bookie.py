@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bkmeta import BookiePresence
+from bookie import main as bookie_main
 from bookie.config import ConfigError, load_config
 from bookie.main import run_daemon
 
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(args.conf, os.environ, flag_overrides(args))
+        bookie_main.registration_factory = BookiePresence.from_bookie_config  # cookie + registration
         return asyncio.run(run_daemon(config))
     except ConfigError as exc:
         print(f"pybk bookie: configuration error: {exc}", file=sys.stderr)

@@ -12,12 +12,45 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from bkmeta.cookie import Cookie, verify_or_create_cookie
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
 
 log = logging.getLogger(__name__)
+
+
+class BookieConfigLike(Protocol):
+    """The attributes of the bookie daemon's config that registration needs (duck-typed: bkmeta
+    must not import the bookie package)."""
+
+    @property
+    def bookie_id(self) -> str: ...
+
+    @property
+    def advertised_address(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def http_enabled(self) -> bool: ...
+
+    @property
+    def http_port(self) -> int: ...
+
+    @property
+    def zk_servers(self) -> str | None: ...
+
+    @property
+    def zk_timeout_ms(self) -> int: ...
+
+    @property
+    def journal_dirs(self) -> tuple[Path, ...]: ...
+
+    @property
+    def ledger_dirs(self) -> tuple[Path, ...]: ...
 
 
 class BookiePresence:
@@ -42,6 +75,28 @@ class BookiePresence:
         self._meta: MetadataClient | None = None
         self._registration: BookieRegistration | None = None
         self.cookie: Cookie | None = None
+
+    @classmethod
+    def from_bookie_config(cls, config: BookieConfigLike) -> BookiePresence:
+        """Build from a started bookie's config (``bookie.main.registration_factory`` fits this).
+        An HTTP port of 0 (any) is not advertised: the bound port is not in the config."""
+        if config.zk_servers is None:
+            raise ValueError("bookie config has no zkServers")
+        http = config.http_enabled and config.http_port > 0
+        info = BookieServiceInfo(
+            config.bookie_id,
+            config.advertised_address,
+            config.port,
+            config.advertised_address if http else None,
+            config.http_port if http else None,
+        )
+        return cls(
+            config.zk_servers,
+            info,
+            config.journal_dirs,
+            config.ledger_dirs,
+            session_timeout_s=config.zk_timeout_ms / 1000.0,
+        )
 
     @property
     def metadata(self) -> MetadataClient:
