@@ -24,6 +24,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -226,9 +227,10 @@ BookieFactory = Callable[..., BookieProcess]
 @pytest.fixture
 def bookie_factory(tmp_path: Path) -> Iterator[BookieFactory]:
     made: list[BookieProcess] = []
+    numbers = itertools.count()  # atomic: bookies started from several threads get distinct dirs
 
     def make(**kwargs: Any) -> BookieProcess:
-        process = BookieProcess(tmp_path / f"bookie{len(made)}", **kwargs)
+        process = BookieProcess(tmp_path / f"bookie{next(numbers)}", **kwargs)
         made.append(process)
         return process.start()
 
