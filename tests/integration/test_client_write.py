@@ -21,7 +21,7 @@ from bkclient import (
 )
 from bkclient import sync as bksync
 from bkclient.bookie_client import BookieClient
-from bkclient.digest import master_key
+from bkclient.digest import DigestManager, master_key
 
 __all__ = ["client_cluster"]  # the shared cluster fixture, re-exported for pytest
 
@@ -148,7 +148,9 @@ async def test_wrong_password_is_unauthorized(client_cluster: ClientCluster) -> 
     client = BookieClient(bookie_id, client_cluster.by_id(bookie_id).address)
     try:
         with pytest.raises(UnauthorizedAccessError):
-            await client.add(wh.ledger_id, 100, master_key(b"not the password"), b"x" * 64)
+            forger = DigestManager(wh.ledger_id, b"not the password", DigestType.CRC32)
+            body = forger.encode_entry(1, 0, 9, b"x")
+            await client.add(wh.ledger_id, 1, forger.master_key, body)
         with pytest.raises(UnauthorizedAccessError):
             await client.read_entry(wh.ledger_id, -1, fence_master_key=master_key(b"wrong"), timeout=10)
     finally:
@@ -190,7 +192,7 @@ async def test_ensemble_change_racing_a_recovery_opener(
     for entry_id, stored in enumerate(data):
         assert stored == writer.sent[entry_id]
     assert md.length == sum(len(d) for d in data)
-    with pytest.raises(LedgerFencedError | LedgerClosedError):
+    with pytest.raises((LedgerFencedError, LedgerClosedError)):
         await wh.append(b"too late")
 
 
