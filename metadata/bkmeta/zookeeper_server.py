@@ -203,7 +203,10 @@ class ZooKeeperServer:
         deadline = time.monotonic() + timeout_s
         while True:
             if self._proc is not None and self._proc.poll() is not None:
-                raise MetadataStoreError(f"ZooKeeper exited with code {self._proc.returncode} while starting")
+                raise MetadataStoreError(
+                    f"ZooKeeper exited with code {self._proc.returncode} while starting on {self.hosts} "
+                    "(port already in use? its output says why)"
+                )
             try:
                 if "Mode:" in four_letter_word(self.config.host, self.config.port, "srvr"):
                     return

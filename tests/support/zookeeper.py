@@ -33,7 +33,12 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     log_file = (data_dir / "zookeeper.log").open("wb")
     server.start(stdout=log_file.fileno(), stderr=log_file.fileno())
     try:
-        server.wait_ready()
+        try:
+            server.wait_ready()
+        except Exception as e:
+            log_file.flush()
+            tail = (data_dir / "zookeeper.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"test ZooKeeper did not start: {e}\n{tail}") from e
         yield server
     finally:
         server.stop()
