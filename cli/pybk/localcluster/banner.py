@@ -44,17 +44,17 @@ def render_banner(
     lines = [
         f"{READY_LINE}: ZooKeeper + {layout.bookies} bookie(s), data in {layout.data_dir}",
         "",
-        f"  ZooKeeper    {zk:<21}  log {layout.log_dir / 'zookeeper.log'}",
+        f"  {'ZooKeeper':<12} {zk:<21}  log {layout.log_dir / 'zookeeper.log'}",
     ]
     for index, bookie_id in enumerate(bookie_ids):
         lines.append(
-            f"  bookie-{index:<4} {bookie_id:<21}  metrics {layout.metrics_url(index)}"
+            f"  {f'bookie-{index}':<12} {bookie_id:<21}  metrics {layout.metrics_url(index)}"
             f"  log {layout.log_dir / f'bookie-{index}.log'}"
         )
-    lines.append(f"  cluster      {'initialised now' if cluster_created else 'existing metadata kept'}")
+    lines.append(f"  {'cluster':<12} {'initialised now' if cluster_created else 'existing metadata kept'}")
     if self_check is not None:
         lines.append(
-            f"  self-check   wrote and read back {self_check.entries} entries of an "
+            f"  {'self-check':<12} wrote and read back {self_check.entries} entries of an "
             f"E={self_check.ensemble} Qw={self_check.write_quorum} Qa={self_check.ack_quorum} ledger "
             f"in {self_check.elapsed_s:.2f} s"
         )

@@ -1,0 +1,299 @@
+"""``pybk localcluster`` end to end: a real ZooKeeper and real bookies as the command's children,
+driven with ``pybk shell``, stopped with SIGTERM (no process left behind), restarted on the same
+data directory (ledgers written before are still readable).
+
+The tests share one cluster and run in file order: the last ones stop and restart it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BOOKIES = 2
+READY_LINE = "pybk local cluster is up"
+START_TIMEOUT_S = 240.0  # a guard against hangs, not a performance assertion
+STOP_TIMEOUT_S = 90.0
+SHELL_TIMEOUT_S = 120.0
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(bookies: int) -> tuple[int, int]:
+    """A free ZooKeeper port and a base port whose gRPC and HTTP ranges are free."""
+    rng = random.Random()
+    for _ in range(200):
+        zk_port = rng.randrange(20000, 29000)
+        base = rng.randrange(30000, 39000)
+        wanted = [zk_port, *(base + i for i in range(bookies)), *(base + 100 + i for i in range(bookies))]
+        if all(port_is_free(p) for p in wanted):
+            return zk_port, base
+    raise RuntimeError("no free ports found")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process whose parent chain leads to ``pid`` (Linux /proc)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Field 4 is the parent pid; the command name (field 2) may hold spaces, so split after ')'.
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for child, parent in parents.items():
+            if parent == current and child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@dataclass
+class LocalClusterRun:
+    data_dir: Path
+    zk_port: int
+    base_port: int
+    output_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    children: set[int] = field(default_factory=set)
+
+    @property
+    def zk_hosts(self) -> str:
+        return f"127.0.0.1:{self.zk_port}"
+
+    def output(self) -> str:
+        return self.output_path.read_text(errors="replace")
+
+    def start(self) -> None:
+        self.output_path.write_text("")
+        out = self.output_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pybk", "localcluster", "--bookies", str(BOOKIES),
+             "--zk-port", str(self.zk_port), "--base-port", str(self.base_port),
+             "--data-dir", str(self.data_dir), "--grace", "20"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        out.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while READY_LINE not in self.output():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"localcluster exited with {self.proc.returncode}:\n{self.output()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"localcluster not ready in {START_TIMEOUT_S} s:\n{self.output()}")
+            time.sleep(0.2)
+        self.children = descendants(self.proc.pid)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+    def kill_everything(self) -> None:
+        for pid in [*self.children, *([self.proc.pid] if self.proc else [])]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def shell(zk_hosts: str, *args: str, as_json: bool = True, stdin: str | None = None) -> Any:
+    """Run ``pybk shell``; returns the parsed JSON (as_json) or the CompletedProcess."""
+    argv = [sys.executable, "-m", "pybk", "shell", "--zk", zk_hosts, *(["--json"] if as_json else []), *args]
+    done = subprocess.run(
+        argv, check=False, capture_output=True, text=True, timeout=SHELL_TIMEOUT_S,
+        input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+    )
+    if not as_json:
+        return done
+    assert done.returncode == 0, f"{args} exited {done.returncode}: {done.stdout}\n{done.stderr}"
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterRun]:
+    base = tmp_path_factory.mktemp("localcluster")
+    zk_port, base_port = pick_ports(BOOKIES)
+    run = LocalClusterRun(base / "data", zk_port, base_port, base / "localcluster.out")
+    run.start()
+    try:
+        yield run
+    finally:
+        if run.proc is not None and run.proc.poll() is None:
+            try:
+                run.stop()
+            finally:
+                run.kill_everything()
+
+
+def test_banner_says_what_runs_where(cluster: LocalClusterRun) -> None:
+    out = cluster.output()
+    assert cluster.zk_hosts in out
+    for i in range(BOOKIES):
+        assert f"127.0.0.1:{cluster.base_port + i}" in out
+        assert f"http://127.0.0.1:{cluster.base_port + 100 + i}/metrics" in out
+        assert str(cluster.data_dir / "logs" / f"bookie-{i}.log") in out
+    assert "self-check" in out and "wrote and read back" in out
+    assert f"pybk shell --zk {cluster.zk_hosts}" in out
+    # ZooKeeper (pybk zookeeper + its JVM) and every bookie run as descendants of localcluster.
+    assert len(cluster.children) >= 1 + BOOKIES
+
+
+def test_bookies_serve_heartbeat_and_metrics(cluster: LocalClusterRun) -> None:
+    for i in range(BOOKIES):
+        base = f"http://127.0.0.1:{cluster.base_port + 100 + i}"
+        with urllib.request.urlopen(f"{base}/heartbeat", timeout=10) as reply:
+            assert reply.status == 200
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        assert "# TYPE" in text
+
+
+def test_listbookies_shows_every_bookie(cluster: LocalClusterRun) -> None:
+    done = shell(cluster.zk_hosts, "listbookies", as_json=False)
+    assert done.returncode == 0, done.stderr
+    for i in range(BOOKIES):
+        assert f"127.0.0.1:{cluster.base_port + i}" in done.stdout
+
+
+def test_simpletest_then_inspect_read_and_delete(cluster: LocalClusterRun) -> None:
+    result = shell(cluster.zk_hosts, "simpletest", "-e", "2", "-w", "2", "-a", "2", "-n", "20")
+    ledger_id = result["ledger_id"]
+    assert result["entries"] == 20
+
+    assert ledger_id in shell(cluster.zk_hosts, "listledgers")["ledgers"]
+    with_meta = shell(cluster.zk_hosts, "listledgers", "-m")["ledgers"]
+    assert any(item["ledger_id"] == ledger_id and item["state"] == "CLOSED" for item in with_meta)
+
+    meta = shell(cluster.zk_hosts, "ledgermetadata", "-l", str(ledger_id))
+    assert meta["ledger_id"] == ledger_id
+    assert (meta["ensemble_size"], meta["write_quorum_size"], meta["ack_quorum_size"]) == (2, 2, 2)
+    assert meta["state"] == "CLOSED" and meta["last_entry_id"] == 19
+    assert len(meta["segments"][0]["bookies"]) == 2
+
+    everything = shell(cluster.zk_hosts, "readledger", "-l", str(ledger_id))
+    assert [e["entry_id"] for e in everything["entries"]] == list(range(20))
+    some = shell(cluster.zk_hosts, "readledger", "-l", str(ledger_id), "-fe", "5", "-le", "7")
+    assert [e["entry_id"] for e in some["entries"]] == [5, 6, 7]
+    assert some["entries"] == everything["entries"][5:8]
+
+    # No terminal to confirm on: deleting needs -f.
+    refused = shell(cluster.zk_hosts, "deleteledger", "-l", str(ledger_id), as_json=False)
+    assert refused.returncode == 2 and "-f" in refused.stderr
+    assert ledger_id in shell(cluster.zk_hosts, "listledgers")["ledgers"]
+    # Confirmation typed on stdin is accepted.
+    declined = shell(cluster.zk_hosts, "deleteledger", "-l", str(ledger_id), as_json=False, stdin="n\n")
+    assert declined.returncode == 1
+    assert ledger_id in shell(cluster.zk_hosts, "listledgers")["ledgers"]
+    assert shell(cluster.zk_hosts, "deleteledger", "-l", str(ledger_id), "-f")["deleted"] is True
+    assert ledger_id not in shell(cluster.zk_hosts, "listledgers")["ledgers"]
+    gone = shell(cluster.zk_hosts, "ledgermetadata", "-l", str(ledger_id), as_json=False)
+    assert gone.returncode == 1 and f"ledger {ledger_id} has no metadata" in gone.stderr
+
+
+def test_bookiesanity_and_lastmark(cluster: LocalClusterRun) -> None:
+    sanity = shell(cluster.zk_hosts, "bookiesanity")
+    assert sanity["ok"] is True and sanity["entries"] > 0
+    marks = shell(cluster.zk_hosts, "lastmark")["bookies"]
+    assert {m["bookie_id"] for m in marks} == {f"127.0.0.1:{cluster.base_port + i}" for i in range(BOOKIES)}
+    assert all(m["journal_id"] >= 0 and m["offset"] >= 0 for m in marks)
+
+
+def test_dead_child_is_reported_then_sigterm_stops_everything_and_data_survives_restart(
+    cluster: LocalClusterRun,
+) -> None:
+    kept = shell(cluster.zk_hosts, "simpletest", "-e", "2", "-w", "2", "-a", "2", "-n", "7")["ledger_id"]
+    before = shell(cluster.zk_hosts, "readledger", "-l", str(kept))["entries"]
+    assert len(before) == 7
+
+    # A bookie dying under localcluster is reported with its name, exit and log.
+    victim = next(
+        pid for pid in cluster.children
+        if f"--port\0{cluster.base_port + 1}\0" in Path(f"/proc/{pid}/cmdline").read_text()
+    )
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "WARNING: bookie-1" not in cluster.output():
+        assert time.monotonic() < deadline, cluster.output()
+        time.sleep(0.2)
+    report = cluster.output().split(READY_LINE, 1)[1]
+    assert f"bookie-1 (pid {victim}) was killed by SIGKILL" in report
+    assert str(cluster.data_dir / "logs" / "bookie-1.log") in report
+
+    # SIGTERM: exit 0, and not one of its processes (ZooKeeper's JVM included) is left.
+    children = set(cluster.children)
+    assert cluster.stop() == 0, cluster.output()
+    assert "stopped" in cluster.output()
+    left = [pid for pid in children if alive(pid)]
+    assert not left, f"processes left behind: {left}"
+
+    # Same data dir: same cluster, same ledgers.
+    cluster.start()
+    assert "existing metadata kept" in cluster.output()
+    after = shell(cluster.zk_hosts, "readledger", "-l", str(kept))["entries"]
+    assert after == before
+    assert cluster.stop() == 0
+
+
+def test_bad_arguments_exit_2_with_a_message(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pybk", "localcluster", "--bookies", "0", "--data-dir", str(tmp_path)],
+        check=False, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--bookies" in done.stderr
+
+
+def test_busy_port_fails_fast_with_a_message(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "pybk", "localcluster", "--bookies", "1", "--zk-port", str(port),
+             "--base-port", str(pick_ports(1)[1]), "--data-dir", str(tmp_path)],
+            check=False, capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"{port}" in done.stderr and "in use" in done.stderr
