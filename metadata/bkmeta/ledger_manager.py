@@ -222,7 +222,7 @@ class ZkLedgerManager(LedgerManager):
         except ZkNoNodeError:
             return []
 
-    async def ledger_ranges(self) -> AsyncIterator[list[int]]:  # type: ignore[override]
+    async def ledger_ranges(self) -> AsyncIterator[list[int]]:
         root = self._layout.root.rstrip("/")
         top = sorted(c for c in await self._children(root or "/") if c not in RESERVED_ZNODES and c.isdigit())
         # Short layout (2-digit top dirs) holds ids < 2^31-1, long layout (3-digit) the rest: all

@@ -152,7 +152,8 @@ class ZkClient:
         log.debug("connected to ZooKeeper %s session 0x%x", self.config.hosts, self.session_id or 0)
 
     async def close(self) -> None:
-        if self._loop is None:
+        """Close the session (its ephemerals go at once). Idempotent."""
+        if not self._started:
             return
         self._listeners.clear()
         self._started = False
