@@ -108,6 +108,10 @@ class ZkClient:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._bridge: _LoopBridge | None = None
+        # Set while the session is connected (as seen from the loop). Calls wait on it rather than
+        # queueing inside kazoo while disconnected, where a request given up on would still be
+        # sent, late, after the reconnect.
+        self._connected = asyncio.Event()
         self._listeners: list[SessionListener] = []
         self._lost = False
         self._started = False
@@ -149,6 +153,7 @@ class ZkClient:
                 f"cannot connect to ZooKeeper at {self.config.hosts} within {self.config.connect_timeout_s} s"
             )
         self._started = True
+        self._connected.set()
         log.debug("connected to ZooKeeper %s session 0x%x", self.config.hosts, self.session_id or 0)
 
     async def close(self) -> None:
@@ -193,20 +198,28 @@ class ZkClient:
     def _dispatch_state(self, state: str) -> None:
         if state == KazooState.LOST:
             self._lost = True
+            self._connected.clear()
             event = SessionEvent.EXPIRED
         elif state == KazooState.SUSPENDED:
+            self._connected.clear()
             event = SessionEvent.DISCONNECTED
-        elif self._lost:
-            self._lost = False
-            event = SessionEvent.NEW_SESSION
+        elif not self._kazoo.connected:
+            return  # a stale CONNECTED already superseded on kazoo's thread
         else:
-            event = SessionEvent.RECONNECTED
+            self._connected.set()
+            event = self._connected_event_kind()
         log.info("ZooKeeper session event: %s", event.value)
         for listener in list(self._listeners):
             try:
                 listener(event)
             except Exception:
                 log.exception("session listener %r failed", listener)
+
+    def _connected_event_kind(self) -> SessionEvent:
+        if self._lost:
+            self._lost = False
+            return SessionEvent.NEW_SESSION
+        return SessionEvent.RECONNECTED
 
     def wrap_watcher(self, watcher: Callable[[WatchedEvent], None]) -> Watcher:
         """A kazoo watch callback that runs ``watcher`` on the event loop instead of kazoo's thread."""
@@ -226,6 +239,9 @@ class ZkClient:
         loop = self.loop
         bridge = self._bridge
         assert bridge is not None
+        if not self._connected.is_set():
+            # Wait for the session (bounded like the call itself) instead of queueing in kazoo.
+            await asyncio.wait_for(self._connected.wait(), self.config.operation_timeout_s)
         fut: asyncio.Future[Any] = loop.create_future()
 
         def settle(async_result: Any) -> None:  # kazoo's completion thread
