@@ -10,7 +10,8 @@ Stable API for every integration test (bookie, client, shell, localcluster):
     returns the exit code; ``kill9()`` sends SIGKILL; ``restart()`` = ``stop()`` (if running) +
     ``start()``. Attributes: ``address`` ("127.0.0.1:PORT"), ``port``, ``http_port`` (None without
     HTTP), ``journal_dirs``, ``ledger_dirs``, ``conf_path``, ``log_path`` (stdout+stderr of every
-    run, appended), ``pid``, ``running``; ``log_text()`` reads the log.
+    run, appended), ``pid``, ``running``; ``log_text()`` reads the whole log, ``run_log_text()`` the
+    current run's part.
     The methods block (process start ~1 s): from async tests call them via ``asyncio.to_thread``.
 
 Helpers: ``entry_body(ledger_id, entry_id, lac, payload)`` builds a v3 entry body (32-byte header,
@@ -96,6 +97,7 @@ class BookieProcess:
         self.http_port: int | None = None
         self.bookie_id = ""
         self._proc: subprocess.Popen[bytes] | None = None
+        self._run_log_offset = 0
         self.write_conf(conf or {})
 
     # -- configuration ------------------------------------------------------------------------
@@ -139,6 +141,7 @@ class BookieProcess:
         if self.running:
             raise RuntimeError(f"bookie {self.address} is already running")
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._run_log_offset = offset
         with self.log_path.open("ab") as log_file:
             log_file.write(f"---- start: {' '.join(self.command())}\n".encode())
             log_file.flush()
@@ -216,6 +219,14 @@ class BookieProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def run_log_text(self) -> str:
+        """The log of the current (or last) run only."""
+        if not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as f:
+            f.seek(self._run_log_offset)
+            return f.read().decode(errors="replace")
 
     def __repr__(self) -> str:
         return f"BookieProcess({self.address}, running={self.running}, dir={self.base_dir})"

@@ -1,0 +1,74 @@
+"""LAC long polls against a real bookie: parked until a later entry moves the LAC, else timed out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from tests.support.bookies import BookieProcess, entry_body
+
+from bkproto.entry_format import LAC_HEADER
+from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+S = bookie_pb2
+KEY = b"p" * 20
+
+
+@pytest.fixture
+def stub(bookie: BookieProcess) -> Iterator[bookie_pb2_grpc.BookieStub]:
+    with grpc.insecure_channel(bookie.address) as channel:
+        yield bookie_pb2_grpc.BookieStub(channel)
+
+
+def add(stub: bookie_pb2_grpc.BookieStub, ledger_id: int, entry_id: int, lac: int) -> None:
+    request = S.AddRequest(
+        ledger_id=ledger_id, entry_id=entry_id, master_key=KEY, body=entry_body(ledger_id, entry_id, lac)
+    )
+    assert stub.AddEntry(request, timeout=30).status == S.EOK
+
+
+def poll(previous_lac: int, timeout_ms: int, ledger_id: int = 1) -> bookie_pb2.ReadRequest:
+    return S.ReadRequest(
+        ledger_id=ledger_id,
+        entry_id=-1,
+        flags=S.ENTRY_PIGGYBACK,
+        previous_lac=previous_lac,
+        timeout_ms=timeout_ms,
+    )
+
+
+def test_long_poll_returns_when_a_later_entry_moves_the_lac(stub: bookie_pb2_grpc.BookieStub) -> None:
+    add(stub, 1, 0, -1)
+    add(stub, 1, 1, 0)  # LAC 0
+    parked = stub.ReadEntry.future(poll(previous_lac=0, timeout_ms=120_000), timeout=180)
+    time.sleep(0.5)
+    assert not parked.done(), "LAC is still 0: the poll must stay parked"
+    add(stub, 1, 2, 1)  # piggybacks LAC 1
+    response = parked.result(timeout=60)  # far below the poll's own 120 s: woken by the add
+    assert (response.status, response.entry_id, response.max_lac) == (S.EOK, 1, 1)
+    assert response.body == entry_body(1, 1, 0)
+
+
+def test_explicit_lac_wakes_a_long_poll(stub: bookie_pb2_grpc.BookieStub) -> None:
+    add(stub, 2, 0, -1)
+    parked = stub.ReadEntry.future(poll(previous_lac=-1, timeout_ms=120_000, ledger_id=2), timeout=180)
+    time.sleep(0.3)
+    assert not parked.done()
+    body = LAC_HEADER.pack(2, 0) + b"digest"
+    assert stub.WriteLac(S.WriteLacRequest(ledger_id=2, lac=0, master_key=KEY, body=body)).status == S.EOK
+    response = parked.result(timeout=60)
+    assert (response.status, response.entry_id, response.max_lac) == (S.EOK, 0, 0)
+
+
+def test_long_poll_times_out_with_no_new_entry(stub: bookie_pb2_grpc.BookieStub) -> None:
+    add(stub, 3, 0, -1)
+    add(stub, 3, 1, 0)
+    response = stub.ReadEntry(poll(previous_lac=0, timeout_ms=300, ledger_id=3), timeout=60)
+    assert (response.status, response.max_lac) == (S.ENOENTRY, 0)
+    assert "still 0" in response.message
+    already = stub.ReadEntry(poll(previous_lac=-1, timeout_ms=120_000, ledger_id=3), timeout=60)
+    assert (already.status, already.entry_id) == (S.EOK, 0)  # LAC already past: no wait at all
