@@ -10,7 +10,7 @@ import urllib.request
 
 import grpc.aio
 import pytest
-from fake_bookie_core import FakeBookieCore
+from tests.unit.server.fake_bookie_core import FakeBookieCore
 
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
