@@ -19,7 +19,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 import grpc.aio
@@ -100,8 +100,27 @@ class AddRequestEncoder:
         return b"\x0a" + _varint(len(message)) + message
 
 
-# One queued add: its framed AddRequest bytes and its completion callback.
-_PendingAdd = tuple[bytes, AddCallback]
+class AddListener(Protocol):
+    """Receives add completions without a closure per add (the hot path: a PendingAddOp
+    listens for each bookie of its write set, ``token`` telling which)."""
+
+    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None: ...
+
+
+class _CallbackListener:
+    """Adapts a plain completion callback to :class:`AddListener`."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: AddCallback) -> None:
+        self._callback = callback
+
+    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None:
+        self._callback(error)
+
+
+# One queued add: its framed AddRequest bytes, who to tell, and the listener's token.
+_PendingAdd = tuple[bytes, AddListener, int]
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError) -> BKError:
@@ -113,10 +132,10 @@ def translate_rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError) -> BKError:
     return BookieUnavailableError(f"bookie {bookie_id}: {code.name} {exc.details() or ''}".rstrip())
 
 
-def _safe_call(callback: AddCallback, error: BKError | None) -> None:
+def _notify(add: _PendingAdd, bookie_id: str, error: BKError | None) -> None:
     try:
-        callback(error)
-    except Exception:  # one broken callback must not strand the other adds of the batch
+        add[1].add_complete(bookie_id, add[2], error)
+    except Exception:  # one broken listener must not strand the other adds of the batch
         log.exception("add completion callback failed")
 
 
@@ -195,15 +214,16 @@ class _AddStream:
                             f"bookie {bookie_id}: {len(results)} results for {len(batch)} adds"
                         )
                     )
-                    for _, callback in batch:
-                        _safe_call(callback, BookieUnavailableError(f"bookie {bookie_id}: bad response"))
+                    bad = BookieUnavailableError(f"bookie {bookie_id}: bad response")
+                    for add in batch:
+                        _notify(add, bookie_id, bad)
                     return
-                for (_, callback), result in zip(batch, results, strict=True):
+                for add, result in zip(batch, results, strict=True):
                     status = result.status
                     if status == EOK:
-                        _safe_call(callback, None)
+                        _notify(add, bookie_id, None)
                     else:
-                        _safe_call(callback, error_for_status(status, result.message))
+                        _notify(add, bookie_id, error_for_status(status, result.message))
         except asyncio.CancelledError:
             raise
         except grpc.aio.AioRpcError as exc:
@@ -228,8 +248,9 @@ class _AddStream:
         pending.extend(self._queue)
         self._inflight.clear()
         self._queue.clear()
-        for _, callback in pending:
-            _safe_call(callback, error)
+        bookie_id = self._client.bookie_id
+        for add in pending:
+            _notify(add, bookie_id, error)
 
     async def wait_closed(self) -> None:
         await asyncio.gather(self._sender, self._receiver, return_exceptions=True)
@@ -277,18 +298,21 @@ class BookieClient:
         """Queue an add; ``callback(None)`` on success or ``callback(error)``. The callback runs
         on the loop, once, possibly before this returns if the client is closed."""
         encoded = AddRequestEncoder(ledger_id, master_key).encode(entry_id, body, recovery)
-        self.add_encoded(encoded, callback)
+        self.add_encoded(encoded, _CallbackListener(callback), 0)
 
-    def add_encoded(self, encoded: bytes, callback: AddCallback) -> None:
+    def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
         """Queue an add already serialized by :class:`AddRequestEncoder` (the hot path: the
-        write handle encodes an entry once for all bookies of its write set)."""
+        write handle encodes an entry once for all bookies of its write set). Its completion
+        calls ``listener.add_complete(self.bookie_id, token, error or None)`` on the loop."""
         if self._closed:
-            callback(ClientClosedError(f"bookie client {self.bookie_id} is closed"))
+            listener.add_complete(
+                self.bookie_id, token, ClientClosedError(f"bookie client {self.bookie_id} is closed")
+            )
             return
         stream = self._stream
         if stream is None:
             stream = self._open_stream()
-        stream.enqueue((encoded, callback))
+        stream.enqueue((encoded, listener, token))
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False

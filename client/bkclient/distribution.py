@@ -1,8 +1,8 @@
-"""BookKeeper's round-robin distribution schedule and the ack set of one add.
+"""BookKeeper's round-robin distribution schedule.
 
 Entry ``e`` goes to the Qw consecutive bookies of the ensemble starting at ``e % E``: write-set slot
 ``w`` is bookie index ``(e + w) % E`` (``RoundRobinDistributionSchedule``). An add completes once Qa
-distinct bookies of its write set acknowledged it.
+distinct bookies of its write set acknowledged it (``ops.add.PendingAddOp`` counts them).
 """
 
 from __future__ import annotations
@@ -36,33 +36,3 @@ class RoundRobinDistribution:
 
     def has_entry(self, entry_id: int, bookie_index: int) -> bool:
         return (bookie_index - entry_id) % self.ensemble_size < self.write_quorum
-
-
-class AckSet:
-    """Which bookie indices acknowledged one add. Completes at ``ack_quorum`` distinct acks."""
-
-    __slots__ = ("_ack_quorum", "_acked")
-
-    def __init__(self, ack_quorum: int) -> None:
-        self._ack_quorum = ack_quorum
-        self._acked: set[int] = set()
-
-    def complete_bookie(self, bookie_index: int) -> bool:
-        """Record an ack; True once the ack quorum is reached."""
-        self._acked.add(bookie_index)
-        return len(self._acked) >= self._ack_quorum
-
-    def remove_bookie(self, bookie_index: int) -> None:
-        """Forget an ack (the bookie was replaced, its copy no longer counts)."""
-        self._acked.discard(bookie_index)
-
-    def has_acked(self, bookie_index: int) -> bool:
-        return bookie_index in self._acked
-
-    @property
-    def complete(self) -> bool:
-        return len(self._acked) >= self._ack_quorum
-
-    @property
-    def acked(self) -> frozenset[int]:
-        return frozenset(self._acked)

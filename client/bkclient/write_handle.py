@@ -46,7 +46,7 @@ from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
 from .distribution import RoundRobinDistribution
-from .ops.add import PendingAddOp
+from .ops.add import AddCompletion, PendingAddOp
 from .placement import BookieRacks
 from .read_handle import ReadHandle
 
@@ -87,6 +87,7 @@ class WriteHandle(ReadHandle):
         self._room = asyncio.Event()
         self._room.set()
         self._append_lock = asyncio.Lock()
+        self._progress = asyncio.Event()  # set when an add completes or the handle fails
         self._failed_bookies: dict[int, str] = {}  # index -> bookie id, awaiting replacement
         self._recently_failed: dict[str, float] = {}  # bookie id -> loop time of its last failure
         self._changing_ensemble = False
@@ -118,7 +119,18 @@ class WriteHandle(ReadHandle):
     def append_async(self, data: bytes) -> asyncio.Future[int]:
         """Append without waiting; the future resolves to the entry id, in entry-id order."""
         self._check_writable()
-        return self._add(self.last_add_pushed + 1, data)
+        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
+        self._add(self.last_add_pushed + 1, data, future, None)
+        return future
+
+    def append_with_callback(self, data: bytes, callback: AddCompletion) -> int:
+        """Append without waiting and without a future (BookKeeper's ``asyncAddEntry``): returns
+        the entry id at once; ``callback(entry_id, None)`` runs when the add completes (in
+        entry-id order), ``callback(entry_id, error)`` if it fails. Cheapest way to pipeline."""
+        self._check_writable()
+        entry_id = self.last_add_pushed + 1
+        self._add(entry_id, data, None, callback)
+        return entry_id
 
     async def wait_writable(self) -> None:
         """Return once an add would be sent at once (outstanding limits not reached)."""
@@ -133,7 +145,13 @@ class WriteHandle(ReadHandle):
         if self._closing or self._write_closed:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed for writing")
 
-    def _add(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
+    def _add(
+        self,
+        entry_id: int,
+        data: bytes,
+        future: asyncio.Future[int] | None,
+        callback: AddCompletion | None,
+    ) -> None:
         if len(self._waiting) >= self._config.max_waiting_adds:
             raise TooManyRequestsError(
                 f"ledger {self.ledger_id}: {len(self._waiting)} adds already wait for room; "
@@ -142,15 +160,13 @@ class WriteHandle(ReadHandle):
         payload = bytes(data)
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
         self._pushed_length += len(payload)
-        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
-        op = PendingAddOp(self, entry_id, payload, self._pushed_length, future)
+        op = PendingAddOp(self, entry_id, payload, self._pushed_length, future, callback)
         self._pending[entry_id] = op
         if self._waiting or not self._has_room(op.size):
             self._waiting.append(op)
             self._room.clear()
         else:
             self._send(op)
-        return future
 
     def _has_room(self, size: int) -> bool:
         if self._outstanding_adds == 0:
@@ -167,13 +183,13 @@ class WriteHandle(ReadHandle):
         self._piggybacked_lac = lac
         body = self.digest.encode_entry(op.entry_id, lac, op.length, op.payload)
         encoded = self._encoder.encode(op.entry_id, body)
-        op.send(encoded, self.ensemble, self._clients, self._client_ctx.loop.time())
+        op.send(encoded, self._clients, self._client_ctx.loop.time())
 
     def _release_room(self) -> None:
         waiting = self._waiting
         while waiting and self._has_room(waiting[0].size):
             op = waiting.popleft()
-            if not op.future.done():
+            if not op.done:
                 self._send(op)
         if not waiting and self._has_room(0):
             self._room.set()
@@ -181,6 +197,7 @@ class WriteHandle(ReadHandle):
     # -- completions (called by PendingAddOp) --------------------------------------------------
 
     def add_completed(self, op: PendingAddOp) -> None:
+        self._progress.set()
         if op.entry_id == self.last_add_confirmed + 1:
             self._release_completed()
 
@@ -198,8 +215,7 @@ class WriteHandle(ReadHandle):
             self.length = op.length
             self._outstanding_adds -= 1
             self._outstanding_bytes -= op.size
-            if not op.future.done():
-                op.future.set_result(next_id)
+            op.succeed()
             released = True
             next_id += 1
             op = pending.get(next_id)
@@ -228,13 +244,15 @@ class WriteHandle(ReadHandle):
             return
         log.warning("ledger %d: writes failed: %s", self.ledger_id, error)
         self._error = error
-        for op in self._pending.values():
-            if not op.future.done():
-                op.future.set_exception(type(error)(error.message))
+        pending = list(self._pending.values())
         self._pending.clear()
+        for op in pending:
+            if not op.done:
+                op.fail(error)
         self._waiting.clear()
         self._outstanding_adds = self._outstanding_bytes = 0
         self._room.set()  # wake writers so they see the error
+        self._progress.set()
 
     # -- ensemble change -----------------------------------------------------------------------
 
@@ -306,7 +324,7 @@ class WriteHandle(ReadHandle):
         now = self._client_ctx.loop.time()
         for op in list(self._pending.values()):
             for index in failed:
-                op.resend(index, self.ensemble[index], self._clients[index], now)
+                op.resend(index, self._clients[index], now)
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -325,7 +343,7 @@ class WriteHandle(ReadHandle):
                 return
             deadline = self._client_ctx.loop.time() - timeout
             for op in list(self._pending.values()):
-                if not op.sent or op.sent_at > deadline or op.future.done():
+                if not op.sent or op.sent_at > deadline or op.done:
                     continue
                 for index in op.unacked_indices():
                     self.bookie_failed(
@@ -369,9 +387,10 @@ class WriteHandle(ReadHandle):
         return self.last_add_confirmed
 
     async def _wait_pending(self) -> None:
-        futures = [op.future for op in self._pending.values()]
-        if futures:
-            await asyncio.gather(*futures, return_exceptions=True)
+        """Until every add appended so far reached its ack quorum (or the handle failed)."""
+        while self._error is None and any(not op.completed for op in self._pending.values()):
+            self._progress.clear()
+            await self._progress.wait()
 
     async def close(self) -> None:
         """Wait for pending adds, then CAS the metadata OPEN → CLOSED at the LAC.
@@ -404,12 +423,11 @@ class WriteHandle(ReadHandle):
 
     def _abandon_unreachable(self) -> None:
         """Adds that cannot complete (a gap before them, ledger-adv only) fail at close."""
-        for op in self._pending.values():
-            if not op.future.done():
-                op.future.set_exception(
-                    LedgerClosedError(f"ledger {self.ledger_id} closed before entry {op.entry_id}")
-                )
+        pending = list(self._pending.values())
         self._pending.clear()
+        for op in pending:
+            if not op.done:
+                op.fail(LedgerClosedError(f"ledger {self.ledger_id} closed before entry {op.entry_id}"))
 
     async def _close_metadata(self) -> None:
         lac, length = self.last_add_confirmed, self.length
@@ -452,16 +470,28 @@ class WriteAdvHandle(WriteHandle):
     def append_async(self, data: bytes) -> asyncio.Future[int]:
         raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
 
+    def append_with_callback(self, data: bytes, callback: AddCompletion) -> int:
+        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
+
     async def append(self, data: bytes) -> int:
         raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
 
     def write_async(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
+        self._check_new_entry(entry_id)
+        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
+        self._add(entry_id, data, future, None)
+        return future
+
+    def write_with_callback(self, entry_id: int, data: bytes, callback: AddCompletion) -> None:
+        self._check_new_entry(entry_id)
+        self._add(entry_id, data, None, callback)
+
+    def _check_new_entry(self, entry_id: int) -> None:
         self._check_writable()
         if entry_id < 0:
             raise DuplicateEntryIdError(f"entry id must be >= 0, got {entry_id}")
         if entry_id <= self.last_add_confirmed or entry_id in self._pending:
             raise DuplicateEntryIdError(f"ledger {self.ledger_id}: entry {entry_id} was already written")
-        return self._add(entry_id, data)
 
     async def write(self, entry_id: int, data: bytes) -> int:
         async with self._append_lock:

@@ -8,10 +8,11 @@ import argparse
 import asyncio
 import logging
 import os
-from functools import partial
+from collections import deque
 from typing import Any
 
-from bkclient import BookKeeper, ClientConfig, DigestType
+from bkclient import BKError, BookKeeper, ClientConfig, DigestType
+from bkclient.ops.add import AddCompletion
 
 from .report import BenchResult, Progress
 
@@ -55,24 +56,53 @@ def main(args: argparse.Namespace) -> int:
 
 
 class _Tally:
-    """Completion bookkeeping shared by every add's done-callback."""
+    """BookKeeper's throttle (at most ``throttle`` adds outstanding over all ledgers) and the
+    completion bookkeeping. Adds report through ``append_with_callback``, not futures, like
+    BookKeeper's benchmark uses asyncAddEntry: the figures measure the client, not asyncio."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, slots: asyncio.Semaphore) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, throttle: int) -> None:
         self.loop = loop
-        self.slots = slots
+        self.throttle = throttle
+        self.outstanding = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._idle = asyncio.Event()
         self.latencies_ms: list[float] = []
         self.errors = 0
         self.first_error: BaseException | None = None
 
-    def done(self, started: float, future: asyncio.Future[int]) -> None:
-        self.slots.release()
-        error = future.exception()
-        if error is None:
-            self.latencies_ms.append((self.loop.time() - started) * 1000.0)
-        else:
-            self.errors += 1
-            if self.first_error is None:
-                self.first_error = error
+    async def acquire(self) -> None:
+        while self.outstanding >= self.throttle:
+            self._room.clear()
+            await self._room.wait()
+        self.outstanding += 1
+        self._idle.clear()
+
+    async def drained(self) -> None:
+        while self.outstanding:
+            await self._idle.wait()
+
+    def callback_for(self, sent_at: deque[float]) -> AddCompletion:
+        """The completion callback of one ledger; its adds complete in entry-id order, so
+        ``sent_at`` (appended at every send) pops in step."""
+        latencies = self.latencies_ms
+        time = self.loop.time
+
+        def done(entry_id: int, error: BKError | None) -> None:
+            started = sent_at.popleft()
+            self.outstanding -= 1
+            if self.outstanding < self.throttle:
+                self._room.set()
+            if not self.outstanding:
+                self._idle.set()
+            if error is None:
+                latencies.append((time() - started) * 1000.0)
+            else:
+                self.errors += 1
+                if self.first_error is None:
+                    self.first_error = error
+
+        return done
 
     @property
     def completed(self) -> int:
@@ -112,8 +142,9 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
             )
             for _ in range(args.ledgers)
         ]
-        slots = asyncio.Semaphore(throttle)
-        tally = _Tally(loop, slots)
+        tally = _Tally(loop, throttle)
+        sent_at = [deque[float]() for _ in handles]
+        callbacks = [tally.callback_for(times) for times in sent_at]
         progress = Progress(args.entries)
         started = loop.time()
         deadline = started + args.time if args.time else None
@@ -121,17 +152,16 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
         pace = _Pacer(loop, started, args.rate)
         while (args.entries is None or sent < args.entries) and (deadline is None or loop.time() < deadline):
             await pace.wait(sent)
-            await slots.acquire()
-            if tally.first_error is not None and tally.errors >= 100:
+            await tally.acquire()
+            if tally.errors >= 100:
                 break  # the cluster is failing: stop instead of reporting a flood of errors
-            handle = handles[sent % len(handles)]
-            future = handle.append_async(payload)
-            future.add_done_callback(partial(tally.done, loop.time()))
+            index = sent % len(handles)
+            sent_at[index].append(loop.time())
+            handles[index].append_with_callback(payload, callbacks[index])
             sent += 1
             if sent % 1024 == 0:
                 progress.update(tally.completed)
-        for _ in range(throttle):  # wait for the adds still outstanding
-            await slots.acquire()
+        await tally.drained()
         elapsed = loop.time() - started
         progress.done()
         changes = sum(h.ensemble_changes for h in handles)

@@ -9,12 +9,16 @@ handle, which replaces it (ensemble change) and asks the op to re-send that copy
 from __future__ import annotations
 
 import asyncio
-from functools import partial
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bkproto.errors import BKError
 
-from ..distribution import AckSet
+log = logging.getLogger(__name__)
+
+# Completion callback of ``append_with_callback``: (entry id, None) or (entry id, error).
+AddCompletion = Callable[[int, BKError | None], None]
 
 if TYPE_CHECKING:
     from ..bookie_client import BookieClient
@@ -22,9 +26,15 @@ if TYPE_CHECKING:
 
 
 class PendingAddOp:
+    """Listens for its copies' acks itself (``add_complete``; token = bookie index) and keeps
+    them in a bit mask: an add in flight allocates no per-bookie objects, which matters when
+    thousands are outstanding (the garbage collector walks every live object)."""
+
     __slots__ = (
-        "ack_set",
+        "acked",
+        "callback",
         "completed",
+        "done",
         "encoded",
         "entry_id",
         "future",
@@ -42,16 +52,19 @@ class PendingAddOp:
         entry_id: int,
         payload: bytes,
         length: int,
-        future: asyncio.Future[int],
+        future: asyncio.Future[int] | None,
+        callback: AddCompletion | None = None,
     ) -> None:
         self.handle = handle
         self.entry_id = entry_id
         self.payload = payload
         self.size = len(payload)
         self.length = length  # cumulative ledger length including this entry
-        self.future = future
+        self.future = future  # append_async's result, or None when ``callback`` is used
+        self.callback = callback
+        self.done = False  # the application was told (success or failure)
         self.write_set = handle.distribution.write_set(entry_id)
-        self.ack_set = AckSet(handle.distribution.ack_quorum)
+        self.acked = 0  # bit i set: ensemble[i] acknowledged
         self.completed = False
         # The serialized AddRequest, built once at first send (its body carries the LAC of that
         # time) and shared by every bookie of the write set, including re-sends.
@@ -62,37 +75,55 @@ class PendingAddOp:
     def sent(self) -> bool:
         return self.encoded is not None
 
-    def send(self, encoded: bytes, ensemble: list[str], clients: list[BookieClient], now: float) -> None:
+    def send(self, encoded: bytes, clients: list[BookieClient], now: float) -> None:
         self.encoded = encoded
         self.sent_at = now
         for index in self.write_set:
-            self._send_to(index, ensemble[index], clients[index])
+            clients[index].add_encoded(encoded, self, index)
 
-    def _send_to(self, index: int, bookie_id: str, client: BookieClient) -> None:
-        assert self.encoded is not None
-        client.add_encoded(self.encoded, partial(self._on_response, index, bookie_id))
-
-    def _on_response(self, index: int, bookie_id: str, error: BKError | None) -> None:
+    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None:
         handle = self.handle
-        if self.future.done():  # failed with the handle, or answered twice after a re-send
+        if self.done:  # failed with the handle, or answered twice after a re-send
             return
-        if handle.ensemble[index] != bookie_id:
+        if handle.ensemble[token] != bookie_id:
             return  # a replaced bookie answering late: its copy no longer counts
         if error is not None:
-            handle.bookie_failed(index, bookie_id, error)
+            handle.bookie_failed(token, bookie_id, error)
             return
-        if self.ack_set.complete_bookie(index) and not self.completed:
+        self.acked |= 1 << token
+        if not self.completed and self.acked.bit_count() >= handle.distribution.ack_quorum:
             self.completed = True
             handle.add_completed(self)
 
     def unacked_indices(self) -> list[int]:
-        return [i for i in self.write_set if not self.ack_set.has_acked(i)]
+        return [i for i in self.write_set if not self.acked & (1 << i)]
 
-    def resend(self, index: int, bookie_id: str, client: BookieClient, now: float) -> None:
+    def resend(self, index: int, client: BookieClient, now: float) -> None:
         """After bookie ``index`` was replaced: forget its ack and send the copy to the new one."""
-        if not self.sent or index not in self.write_set or self.future.done():
+        if self.encoded is None or index not in self.write_set or self.done:
             return
-        self.ack_set.remove_bookie(index)
-        self.completed = self.ack_set.complete
+        self.acked &= ~(1 << index)
+        self.completed = self.acked.bit_count() >= self.handle.distribution.ack_quorum
         self.sent_at = now
-        self._send_to(index, bookie_id, client)
+        client.add_encoded(self.encoded, self, index)
+
+    def succeed(self) -> None:
+        self.done = True
+        if self.future is not None and not self.future.done():  # the caller may have cancelled it
+            self.future.set_result(self.entry_id)
+        if self.callback is not None:
+            self._call_back(None)
+
+    def fail(self, error: BKError) -> None:
+        self.done = True
+        if self.future is not None and not self.future.done():
+            self.future.set_exception(type(error)(error.message))  # one instance per awaiting caller
+        if self.callback is not None:
+            self._call_back(error)
+
+    def _call_back(self, error: BKError | None) -> None:
+        assert self.callback is not None
+        try:
+            self.callback(self.entry_id, error)
+        except Exception:  # the writer's bookkeeping must survive a broken application callback
+            log.exception("add completion callback for entry %d failed", self.entry_id)

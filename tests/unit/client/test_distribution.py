@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from bkclient.distribution import AckSet, RoundRobinDistribution
+from bkclient.distribution import RoundRobinDistribution
 from bkproto.errors import IncorrectParameterError
 
 
@@ -25,13 +25,3 @@ def test_has_entry_matches_write_set() -> None:
 def test_quorums_must_satisfy_e_ge_qw_ge_qa(e: int, w: int, a: int) -> None:
     with pytest.raises(IncorrectParameterError):
         RoundRobinDistribution(e, w, a)
-
-
-def test_ack_set_counts_distinct_bookies() -> None:
-    acks = AckSet(2)
-    assert not acks.complete_bookie(0)
-    assert not acks.complete_bookie(0)  # the same bookie twice is one ack
-    assert acks.complete_bookie(1)
-    acks.remove_bookie(1)
-    assert not acks.complete
-    assert acks.acked == frozenset({0})

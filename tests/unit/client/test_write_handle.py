@@ -316,3 +316,34 @@ async def test_a_recently_failed_bookie_is_not_picked_again_while_others_exist()
     # Both failed bookies are still "registered"; neither may come back as a replacement.
     assert not {"b0", "b1"} & set(wh.ensemble)
     assert sorted(wh.ensemble) == ["b2", "b3", "b4"]
+
+
+async def test_append_with_callback_reports_in_entry_id_order() -> None:
+    world = make_world()
+    for b in ("b0", "b1", "b2"):
+        world.bookie(b).mode = "hold"
+    wh = handle(world)
+    seen: list[tuple[int, object]] = []
+    ids = [wh.append_with_callback(b"%d" % i, lambda e, err: seen.append((e, err))) for i in range(3)]
+    assert ids == [0, 1, 2]
+    for entry_id in (2, 1, 0):  # acks arrive backwards
+        for b in ("b0", "b1", "b2"):
+            world.bookie(b).ack(entry_id)
+    assert seen == [(0, None), (1, None), (2, None)]
+    world.bookie("b0").fail(LedgerFencedError("fenced"))  # nothing pending: no callback
+    failing: list[tuple[int, object]] = []
+    wh.append_with_callback(b"x", lambda e, err: failing.append((e, err)))
+    world.bookie("b1").fail(LedgerFencedError("fenced"))
+    assert len(failing) == 1
+    assert failing[0][0] == 3 and isinstance(failing[0][1], LedgerFencedError)
+
+
+async def test_adv_close_with_a_gap_fails_the_unreachable_entries() -> None:
+    world = make_world()
+    wh = WriteAdvHandle(world.ctx, *new_ledger(world))  # type: ignore[arg-type]
+    await wh.write(0, b"zero")
+    beyond_gap = wh.write_async(2, b"two")  # entry 1 never comes
+    await asyncio.wait_for(wh.close(), 10)
+    with pytest.raises(LedgerClosedError):
+        await beyond_gap
+    assert world.lm.ledgers[wh.ledger_id].value.last_entry_id == 0

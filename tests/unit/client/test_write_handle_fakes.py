@@ -64,9 +64,13 @@ class FakeBookie:
         else:
             self.held.append(add)
 
-    def add_encoded(self, encoded: bytes, callback: AddCallback) -> None:
+    def add_encoded(self, encoded: bytes, listener: Any, token: int) -> None:
         add = bookie_pb2.AddEntriesRequest.FromString(encoded).adds[0]
         recovery = bool(add.flags & bookie_pb2.RECOVERY_ADD)
+
+        def callback(error: BKError | None) -> None:
+            listener.add_complete(self.bookie_id, token, error)
+
         self.add_with_callback(add.ledger_id, add.entry_id, add.master_key, add.body, callback, recovery)
 
     def ack(self, entry_id: int | None = None) -> None:
