@@ -36,11 +36,11 @@ from bkproto.errors import (
 log = logging.getLogger(__name__)
 
 _READS_IN_FLIGHT = 32  # single-entry reads in flight per range read
-_CHUNKS_IN_FLIGHT = 4  # ReadEntries calls in flight per range read
-# Entries per ReadEntries call, at most (also bounded by ClientConfig.read_batch_max_entries): small
-# enough that several chunks spread over the replicas keep every bookie busy (BP-62 measured
-# batches of 100 faster than 500).
-_CHUNK_ENTRIES = 100
+# ReadEntries calls in flight per range read: about one per replica, each of up to
+# ClientConfig.read_batch_max_entries entries / read_batch_max_bytes bytes. Large chunks keep the
+# per-call gRPC cost (hundreds of microseconds on each side) small per entry: on 3 local bookies,
+# 1000-entry chunks read 1 KiB entries about 1.5x faster than 100-entry chunks.
+_CHUNKS_IN_FLIGHT = 3
 
 
 class BookieReader(Protocol):
@@ -317,7 +317,7 @@ class ReadRangeOp:
         if self._uses_chunks(entry_id):
             end = segment_end(md, entry_id)
             last = self._last if end is None else min(end, self._last)
-            count = min(last - entry_id + 1, self._ctx.config.read_batch_max_entries, _CHUNK_ENTRIES)
+            count = min(last - entry_id + 1, self._ctx.config.read_batch_max_entries)
             replicas = write_set_bookies(md, entry_id)
             first_replica = self._chunk_counter % len(replicas)  # spread chunks over the replicas
             self._chunk_counter += 1

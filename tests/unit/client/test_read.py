@@ -61,7 +61,7 @@ async def test_striped_range_reads_every_entry_in_order() -> None:
 
 
 async def test_full_replication_uses_batched_reads_spread_over_replicas() -> None:
-    ctx = make_cluster(3)
+    ctx = make_cluster(3, read_batch_max_entries=100)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 3, 2))
     writer.write(450)
     rh = handle(ctx, closed(writer))
