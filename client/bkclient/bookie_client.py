@@ -15,6 +15,7 @@ opens a new stream. gRPC errors never leave this module untranslated.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -119,8 +120,8 @@ class _CallbackListener:
         self._callback(error)
 
 
-# One queued add: its framed AddRequest bytes, who to tell, and the listener's token.
-_PendingAdd = tuple[bytes, AddListener, int]
+# The adds of one stream message, in order: who to tell and with which token.
+_Batch = tuple[list[AddListener], list[int]]
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError) -> BKError:
@@ -132,23 +133,28 @@ def translate_rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError) -> BKError:
     return BookieUnavailableError(f"bookie {bookie_id}: {code.name} {exc.details() or ''}".rstrip())
 
 
-def _notify(add: _PendingAdd, bookie_id: str, error: BKError | None) -> None:
+def _notify(listener: AddListener, token: int, bookie_id: str, error: BKError | None) -> None:
     try:
-        add[1].add_complete(bookie_id, add[2], error)
+        listener.add_complete(bookie_id, token, error)
     except Exception:  # one broken listener must not strand the other adds of the batch
         log.exception("add completion callback failed")
 
 
 class _AddStream:
     """One AddEntries bidi stream: a sender task coalescing queued adds, a receiver task
-    completing them. Lives until the stream fails or the client closes; never restarts."""
+    completing them. Lives until the stream fails or the client closes; never restarts.
+
+    Queued adds live in three parallel deques rather than one tuple each: with thousands of
+    adds outstanding, every long-lived object per add costs garbage-collector time."""
 
     def __init__(self, client: BookieClient, call: Any) -> None:
         self._client = client
         self._call = call
         self._options = client.options
-        self._queue: deque[_PendingAdd] = deque()
-        self._inflight: deque[list[_PendingAdd]] = deque()
+        self._queued_bytes: deque[bytes] = deque()
+        self._queued_listeners: deque[AddListener] = deque()
+        self._queued_tokens: deque[int] = deque()
+        self._inflight: deque[_Batch] = deque()
         self._wakeup = asyncio.Event()
         self._window = asyncio.Event()
         self._window.set()
@@ -157,8 +163,10 @@ class _AddStream:
         self._sender = asyncio.create_task(self._send_loop(), name=f"bk-add-send-{client.bookie_id}")
         self._receiver = asyncio.create_task(self._recv_loop(), name=f"bk-add-recv-{client.bookie_id}")
 
-    def enqueue(self, add: _PendingAdd) -> None:
-        self._queue.append(add)
+    def enqueue(self, encoded: bytes, listener: AddListener, token: int) -> None:
+        self._queued_bytes.append(encoded)
+        self._queued_listeners.append(listener)
+        self._queued_tokens.append(token)
         self._wakeup.set()
 
     async def _send_loop(self) -> None:
@@ -166,12 +174,11 @@ class _AddStream:
             while True:
                 await self._wakeup.wait()
                 self._wakeup.clear()
-                while self._queue:
+                while self._queued_bytes:
                     while len(self._inflight) >= self._options.max_inflight_messages:
                         self._window.clear()
                         await self._window.wait()
-                    batch = self._take_batch()
-                    request = b"".join([add[0] for add in batch])  # a serialized AddEntriesRequest
+                    request, batch = self._take_batch()
                     # In flight before the write: a response can only follow the write.
                     self._inflight.append(batch)
                     await self._call.write(request)
@@ -183,16 +190,32 @@ class _AddStream:
         except Exception as exc:  # noqa: BLE001 - whatever broke the stream, its adds must fail, not hang
             self.fail(BookieUnavailableError(f"bookie {self._client.bookie_id}: add stream broke: {exc!r}"))
 
-    def _take_batch(self) -> list[_PendingAdd]:
-        queue = self._queue
+    def _take_batch(self) -> tuple[bytes, _Batch]:
+        """The next message (a serialized AddEntriesRequest) and the adds it carries."""
+        queue = self._queued_bytes
         budget = self._options.max_batch_bytes
-        batch = [queue.popleft()]  # always at least one, even if it alone exceeds the budget
-        size = len(batch[0][0])
-        while queue and size + len(queue[0][0]) <= budget:
-            add = queue.popleft()
-            size += len(add[0])
-            batch.append(add)
-        return batch
+        count = 1  # always at least one, even if it alone exceeds the budget
+        size = len(queue[0])
+        for encoded in itertools.islice(queue, 1, None):
+            size += len(encoded)
+            if size > budget:
+                break
+            count += 1
+        if count == len(queue):
+            parts = list(queue)
+            listeners = list(self._queued_listeners)
+            tokens = list(self._queued_tokens)
+            queue.clear()
+            self._queued_listeners.clear()
+            self._queued_tokens.clear()
+        else:
+            popleft = queue.popleft
+            parts = [popleft() for _ in range(count)]
+            pop_listener = self._queued_listeners.popleft
+            listeners = [pop_listener() for _ in range(count)]
+            pop_token = self._queued_tokens.popleft
+            tokens = [pop_token() for _ in range(count)]
+        return b"".join(parts), (listeners, tokens)
 
     async def _recv_loop(self) -> None:
         bookie_id = self._client.bookie_id
@@ -205,25 +228,25 @@ class _AddStream:
                 if not self._inflight:
                     self.fail(UnexpectedConditionError(f"bookie {bookie_id}: response without request"))
                     return
-                batch = self._inflight.popleft()
+                listeners, tokens = self._inflight.popleft()
                 self._window.set()
                 results = response.results
-                if len(results) != len(batch):
+                if len(results) != len(listeners):
                     self.fail(
                         UnexpectedConditionError(
-                            f"bookie {bookie_id}: {len(results)} results for {len(batch)} adds"
+                            f"bookie {bookie_id}: {len(results)} results for {len(listeners)} adds"
                         )
                     )
                     bad = BookieUnavailableError(f"bookie {bookie_id}: bad response")
-                    for add in batch:
-                        _notify(add, bookie_id, bad)
+                    for listener, token in zip(listeners, tokens, strict=True):
+                        _notify(listener, token, bookie_id, bad)
                     return
-                for add, result in zip(batch, results, strict=True):
+                for listener, token, result in zip(listeners, tokens, results, strict=True):
                     status = result.status
                     if status == EOK:
-                        _notify(add, bookie_id, None)
+                        _notify(listener, token, bookie_id, None)
                     else:
-                        _notify(add, bookie_id, error_for_status(status, result.message))
+                        _notify(listener, token, bookie_id, error_for_status(status, result.message))
         except asyncio.CancelledError:
             raise
         except grpc.aio.AioRpcError as exc:
@@ -244,13 +267,20 @@ class _AddStream:
             if task is not current:
                 task.cancel()
         self._call.cancel()
-        pending = [add for batch in self._inflight for add in batch]
-        pending.extend(self._queue)
+        listeners: list[AddListener] = []
+        tokens: list[int] = []
+        for batch_listeners, batch_tokens in self._inflight:
+            listeners += batch_listeners
+            tokens += batch_tokens
+        listeners += self._queued_listeners
+        tokens += self._queued_tokens
         self._inflight.clear()
-        self._queue.clear()
+        self._queued_bytes.clear()
+        self._queued_listeners.clear()
+        self._queued_tokens.clear()
         bookie_id = self._client.bookie_id
-        for add in pending:
-            _notify(add, bookie_id, error)
+        for listener, token in zip(listeners, tokens, strict=True):
+            _notify(listener, token, bookie_id, error)
 
     async def wait_closed(self) -> None:
         await asyncio.gather(self._sender, self._receiver, return_exceptions=True)
@@ -312,7 +342,7 @@ class BookieClient:
         stream = self._stream
         if stream is None:
             stream = self._open_stream()
-        stream.enqueue((encoded, listener, token))
+        stream.enqueue(encoded, listener, token)
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False
