@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fcntl
 import logging
 import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +84,28 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
         layout.data_dir.mkdir(parents=True, exist_ok=True)
-        return asyncio.run(_serve(layout, args.grace, temporary))
+        with _exclusive(layout.data_dir) as locked:
+            if not locked:
+                print(f"pybk localcluster: error: another pybk localcluster is using {layout.data_dir}",
+                      file=sys.stderr)
+                return 1
+            return asyncio.run(_serve(layout, args.grace, temporary))
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _exclusive(data_dir: Path) -> Iterator[bool]:
+    """Hold an exclusive lock on ``data_dir`` (two clusters on one ZooKeeper data directory and
+    the same bookie directories would corrupt both). The kernel drops it if we die."""
+    with (data_dir / "localcluster.lock").open("w") as lock_file:
+        try:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 async def _serve(layout: ClusterLayout, grace_s: float, temporary: bool) -> int:

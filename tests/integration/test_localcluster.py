@@ -177,7 +177,20 @@ def test_banner_says_what_runs_where(cluster: LocalClusterRun) -> None:
     assert "self-check" in out and "wrote and read back" in out
     assert f"pybk shell --zk {cluster.zk_hosts}" in out
     # ZooKeeper (pybk zookeeper + its JVM) and every bookie run as descendants of localcluster.
-    assert len(cluster.children) >= 1 + BOOKIES
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in cluster.children]
+    assert any(b"ZooKeeperServerMain" in part for argv in commands for part in argv)
+    assert sum(argv[1:4] == [b"-m", b"pybk", b"bookie"] for argv in commands) == BOOKIES
+
+
+def test_a_second_cluster_on_the_same_data_dir_is_refused(cluster: LocalClusterRun) -> None:
+    zk_port, base_port = pick_ports(1)
+    done = subprocess.run(
+        [sys.executable, "-m", "pybk", "localcluster", "--bookies", "1", "--zk-port", str(zk_port),
+         "--base-port", str(base_port), "--data-dir", str(cluster.data_dir)],
+        check=False, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1
+    assert "another pybk localcluster is using" in done.stderr
 
 
 def test_bookies_serve_heartbeat_and_metrics(cluster: LocalClusterRun) -> None:

@@ -5,6 +5,7 @@
     D/bookie-<i>/ledgers        bookie i's entry logs and indexes
     D/logs/zookeeper.log        each child's stdout and stderr
     D/logs/bookie-<i>.log
+    D/localcluster.lock         held while a localcluster runs on D (one at a time)
 
 Bookie i (0-based) listens on ``base_port + i`` for gRPC and ``base_port + 100 + i`` for HTTP
 (``/heartbeat``, ``/metrics``). The same layout on the same directory gives the same cluster back.

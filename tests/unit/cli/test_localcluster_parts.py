@@ -15,7 +15,7 @@ import pytest
 
 from pybk.localcluster.banner import READY_LINE, render_banner
 from pybk.localcluster.child import ChildProcess, ChildSpec
-from pybk.localcluster.cluster import LocalCluster, StartupError
+from pybk.localcluster.cluster import LocalCluster, StartupError, run_until_signalled
 from pybk.localcluster.layout import ClusterLayout, LayoutError
 from pybk.localcluster.steps import SelfCheckResult, self_check_quorums
 from pybk.main import build_parser
@@ -143,3 +143,46 @@ def test_banner_tells_where_everything_is(tmp_path: Path) -> None:
                    "pybk shell --zk 127.0.0.1:2182 listbookies", "BookKeeper.connect(\"127.0.0.1:2182\")",
                    f"--data-dir {tmp_path}", str(tmp_path / "logs" / "bookie-1.log")):
         assert needle in text
+
+
+class ScriptedCluster(LocalCluster):
+    """A LocalCluster whose start is scripted; close() is recorded instead of stopping processes."""
+
+    def __init__(self, layout: ClusterLayout, start_error: Exception | None) -> None:
+        super().__init__(layout, out=io.StringIO())
+        self.start_error = start_error
+        self.starting = asyncio.Event()
+        self.closed = False
+
+    async def start(self) -> None:
+        self.starting.set()
+        if self.start_error is not None:
+            raise self.start_error
+        await asyncio.Event().wait()  # a start-up that never finishes
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def output(self) -> str:
+        assert isinstance(self.out, io.StringIO)
+        return self.out.getvalue()
+
+
+async def test_stop_during_start_up_aborts_it_and_still_closes(tmp_path: Path) -> None:
+    cluster = ScriptedCluster(ClusterLayout(data_dir=tmp_path, bookies=1), None)
+    stop = asyncio.Event()
+    ready: list[LocalCluster] = []
+    task = asyncio.ensure_future(run_until_signalled(cluster, stop, ready.append))
+    await cluster.starting.wait()
+    stop.set()
+    assert await task == 0
+    assert cluster.closed and not ready
+    assert "interrupted during start-up" in cluster.output()
+
+
+async def test_failed_start_exits_1_with_the_reason_and_closes(tmp_path: Path) -> None:
+    cluster = ScriptedCluster(ClusterLayout(data_dir=tmp_path, bookies=1), StartupError("bookie-0 died"))
+    ready: list[LocalCluster] = []
+    assert await run_until_signalled(cluster, asyncio.Event(), ready.append) == 1
+    assert cluster.closed and not ready
+    assert "failed to start: bookie-0 died" in cluster.output()
