@@ -13,12 +13,13 @@ BookKeeper's docker image does: ``BK_journalDirectories=/data/journal``). Upper-
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bookie.storage.config import StorageConfig
 
 log = logging.getLogger(__name__)
 
@@ -144,14 +145,12 @@ class BookieConfig:
     def bookie_id(self) -> str:
         return f"{self.advertised_address}:{self.port}"
 
-    def storage_config(self) -> Any:
-        """The :class:`bookie.storage.config.StorageConfig` for this bookie."""
-        # Imported late: configuration is parsed and validated without touching storage code.
-        storage_config_class = importlib.import_module("bookie.storage.config").StorageConfig
+    def storage_config(self) -> StorageConfig:
+        """The storage layer's configuration for this bookie."""
         kwargs: dict[str, Any] = dict(self.storage_overrides)
-        kwargs["journal_dirs"] = [str(d) for d in self.journal_dirs]
-        kwargs["ledger_dirs"] = [str(d) for d in self.ledger_dirs]
-        return storage_config_class(**kwargs)
+        return StorageConfig(
+            journal_dirs=list(self.journal_dirs), ledger_dirs=list(self.ledger_dirs), **kwargs
+        )
 
 
 def parse_conf_file(path: Path) -> dict[str, tuple[str, str]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from bookie.api import BookieCore
+from bookie.bookie import Bookie
 from bookie.config import BookieConfig, ConfigError
 from bookie.handlers import HandlerLimits
 from bookie.http import BookieHttpServer
@@ -55,9 +55,7 @@ registration_factory: RegistrationFactory | None = None
 
 def storage_core(config: BookieConfig, registry: CollectorRegistry) -> ManagedCore:
     """The DbLedgerStorage-backed core (``bookie.bookie.Bookie``)."""
-    bookie_class = importlib.import_module("bookie.bookie").Bookie
-    core: ManagedCore = bookie_class(config.storage_config(), registry)
-    return core
+    return Bookie(config.storage_config(), registry)
 
 
 class BookieDaemon:
@@ -93,8 +91,9 @@ class BookieDaemon:
         self.config = config = dataclasses.replace(config, port=port)
         http_port: int | None = None
         if config.http_enabled:
-            self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
-                                         last_log_mark=self.core.last_log_mark)
+            self.http = BookieHttpServer(
+                self.registry, config.bind_address, config.http_port, last_log_mark=self.core.last_log_mark
+            )
             http_port = await asyncio.to_thread(self.http.start)
         if registration_factory is not None and config.zk_servers is not None:
             self._registration = registration_factory(config)

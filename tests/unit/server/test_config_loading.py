@@ -144,3 +144,14 @@ def test_daemon_exits_2_with_a_clear_line_on_bad_config(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "configuration error" in proc.stderr and "journalMaxBackups" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_storage_config_gets_dirs_and_only_the_keys_that_were_set(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path, "journalDirectory=/j\nledgerDirectories=/a,/b\ndbStorage_writeCacheMaxSizeMb=8\n"
+    )
+    storage = load_config(conf).storage_config()
+    assert storage.journal_dirs == [Path("/j")]
+    assert storage.ledger_dirs == [Path("/a"), Path("/b")]
+    assert storage.write_cache_max_size_mb == 8
+    assert storage.journal_sync_data is True  # the storage layer's default stands
