@@ -99,8 +99,10 @@ class LocalCluster:
         task: asyncio.Task[T] = asyncio.ensure_future(work)
         deaths = [asyncio.ensure_future(child.wait()) for child in watched if child.running()]
         try:
-            done, _ = await asyncio.wait([task, *deaths], timeout=timeout_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done: set[asyncio.Future[Any]] = set()
+            if len(deaths) == len(watched):  # else one already died: report it right away
+                done, _ = await asyncio.wait([task, *deaths], timeout=timeout_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
             if task in done:
                 try:
                     return task.result()

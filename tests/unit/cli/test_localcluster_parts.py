@@ -186,3 +186,13 @@ async def test_failed_start_exits_1_with_the_reason_and_closes(tmp_path: Path) -
     assert await run_until_signalled(cluster, asyncio.Event(), ready.append) == 1
     assert cluster.closed and not ready
     assert "failed to start: bookie-0 died" in cluster.output()
+
+
+async def test_phase_reports_a_child_that_died_before_it_began(tmp_path: Path) -> None:
+    cluster = LocalCluster(ClusterLayout(data_dir=tmp_path, bookies=1), out=io.StringIO())
+    dead = python_child(tmp_path, "dead", "import sys; sys.exit(4)")
+    await dead.start()
+    await dead.wait()
+    never = asyncio.get_running_loop().create_future()
+    with pytest.raises(StartupError, match=r"dead \(pid \d+\) exited with code 4"):
+        await cluster._phase("anything", never, 3600.0, [dead])
