@@ -301,6 +301,12 @@ class BookieClient:
                 # Reconnect quickly after a bookie restarts; gRPC's default backoff reaches 120 s.
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 2000),
+                # Notice a bookie that stopped answering (hung, or its host vanished) even while a
+                # stream is open: without pings such a stream would hold its adds forever. The
+                # bookie allows pings every 5 s (grpc.http2.min_ping_interval_without_data_ms).
+                ("grpc.keepalive_time_ms", 10_000),
+                ("grpc.keepalive_timeout_ms", 5_000),
+                ("grpc.keepalive_permit_without_calls", 1),
             ],
         )
         self._stub: Any = bookie_pb2_grpc.BookieStub(self._channel)  # type: ignore[no-untyped-call]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 
 import pytest
 from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
@@ -214,3 +215,25 @@ async def test_blocking_facade(client_cluster: ClientCluster) -> None:
     assert first == 0
     assert ids == list(range(1, 50))
     assert data == [b"first"] + [b"entry %d" % i for i in range(1, 50)]
+
+
+async def test_a_hung_bookie_is_replaced_after_the_add_timeout(client_cluster: ClientCluster) -> None:
+    await client_cluster.add_bookie()
+    bk = await client_cluster.client(add_entry_timeout_s=1.0)
+    wh = await bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
+    writer = PipelinedWriter(wh, 1500)
+    task = asyncio.ensure_future(writer.run())
+    await writer.wait_acked(300)
+    hung = client_cluster.by_id(wh.ensemble[0])
+    os.kill(hung.pid, signal.SIGSTOP)  # alive and connected, but never answers
+    try:
+        await asyncio.wait_for(task, 120)
+    finally:
+        os.kill(hung.pid, signal.SIGCONT)
+    assert writer.errors == []
+    assert len(writer.acked) == 1500
+    md = await bk.ledger_metadata(wh.ledger_id)
+    assert hung.bookie_id not in md.last_ensemble
+    await wh.close()
+    reader = await client_cluster.client()
+    assert await read_all(reader, wh.ledger_id, 1499) == [writer.acked[i] for i in range(1500)]
