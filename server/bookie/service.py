@@ -9,15 +9,18 @@ started, which is what test fixtures and orchestrators wait for.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from bkproto.v1 import bookie_pb2
 from bookie.api import BookieCore
 from bookie.handlers import BookieServicer, HandlerLimits
+from bookie.handlers.add_entries import parse_add_entries
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,31 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+
+
+_HANDLER_FACTORIES: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def method_handlers(servicer: BookieServicer) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The Bookie service's method table, as the generated ``add_BookieServicer_to_server`` builds
+    it, except that AddEntries requests arrive with their wire size (for the in-progress budget)."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in bookie_pb2.DESCRIPTOR.services_by_name["Bookie"].methods:
+        request_class = getattr(bookie_pb2, method.input_type.name)
+        response_class = getattr(bookie_pb2, method.output_type.name)
+        deserialize = parse_add_entries if method.name == "AddEntries" else request_class.FromString
+        factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = factory(
+            getattr(servicer, method.name),
+            request_deserializer=deserialize,
+            response_serializer=response_class.SerializeToString,
+        )
+    return handlers
 
 
 class BookieService:
@@ -58,7 +86,9 @@ class BookieService:
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with port 0)."""
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        bookie_pb2_grpc.add_BookieServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        handlers = method_handlers(self.servicer)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+        server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]  # stubs predate it
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server

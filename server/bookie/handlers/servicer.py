@@ -10,7 +10,7 @@ import grpc.aio
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 from bookie.api import BookieCore
 from bookie.handlers.add_batch import AddBatchProcessor
-from bookie.handlers.add_entries import AddEntriesHandler
+from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest
 from bookie.handlers.add_entry import AddEntryHandler
 from bookie.handlers.common import HandlerLimits
 from bookie.handlers.force_ledger import ForceLedgerHandler
@@ -29,7 +29,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, core: BookieCore, stats: RequestStats, limits: HandlerLimits | None = None) -> None:
         limits = limits or HandlerLimits()
         adds = AddBatchProcessor(core, stats, limits)
-        self.add_entries = AddEntriesHandler(adds, limits.add_stream_window)
+        self.add_entries = AddEntriesHandler(adds, limits.add_stream_window, limits.add_in_progress_max_bytes)
         self.add_entry = AddEntryHandler(adds)
         self.read_entry = ReadEntryHandler(core, stats, limits)
         self.read_entries = ReadEntriesHandler(core, stats, limits)
@@ -44,7 +44,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.add_entries.drain()
 
     async def AddEntries(
-        self, request_iterator: AsyncIterator[bookie_pb2.AddEntriesRequest], context: Context
+        self, request_iterator: AsyncIterator[SizedAddEntriesRequest], context: Context
     ) -> AsyncIterator[bookie_pb2.AddEntriesResponse]:
         # grpc.aio recognises streaming handlers by being async generator functions.
         async for response in self.add_entries(request_iterator, context):

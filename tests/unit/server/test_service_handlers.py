@@ -317,3 +317,33 @@ async def test_stop_answers_started_batches_then_ends_the_stream(harness: Harnes
     assert await call.read() == grpc.aio.EOF
     assert await call.code() == grpc.StatusCode.OK
     await stopping
+
+
+async def test_add_bytes_in_progress_are_bounded_across_streams() -> None:
+    core = FakeBookieCore()
+    core.add_gate = asyncio.Event()
+    limits = HandlerLimits(add_in_progress_max_bytes=3000)
+    service = BookieService(core, RequestStats(CollectorRegistry()), "127.0.0.1", 0, limits)
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{service.port}") as channel:
+            stub = bookie_pb2_grpc.BookieStub(channel)
+            payload = b"p" * 1800  # each message ~1.9 KB: two of them exceed the 3000-byte budget
+            calls = [stub.AddEntries(), stub.AddEntries()]
+            for n, call in enumerate(calls):
+                for e in range(2):
+                    request = add(20 + n, e)
+                    request.body = body(20 + n, e, payload=payload)
+                    await call.write(bookie_pb2.AddEntriesRequest(adds=[request]))
+            await core.wait_for_add_calls(1)
+            await asyncio.sleep(0.2)  # give the readers every chance to over-admit
+            assert len(core.add_calls) == 1  # one message in progress; three wait for budget
+            assert service.servicer.add_entries.budget.used > 0
+            core.add_gate.set()
+            for n, call in enumerate(calls):
+                await call.done_writing()
+                responses = [r async for r in call]
+                assert [r.results[0].status for r in responses] == [S.EOK, S.EOK], n
+            assert service.servicer.add_entries.budget.used == 0
+    finally:
+        await service.stop(0)
