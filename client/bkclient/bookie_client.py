@@ -60,8 +60,18 @@ class BookieClientOptions:
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
 
 
+_ONE_BYTE_VARINTS = tuple(bytes((i,)) for i in range(0x80))
+
+
 def _varint(value: int) -> bytes:
-    """Protobuf base-128 varint (negative int64 as its 10-byte two's complement)."""
+    """Protobuf base-128 varint (negative int64 as its 10-byte two's complement). Ids, lengths
+    and sizes of a few KiB take the unrolled paths: this runs three times per entry."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE_VARINTS[value]
+    if 0 <= value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if 0 <= value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if value < 0:
         value += 1 << 64
     out = bytearray()

@@ -88,6 +88,7 @@ class WriteHandle(ReadHandle):
         self._room.set()
         self._append_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # set when an add completes or the handle fails
+        self._coarse_now = ctx.loop.time()  # send timestamps; advanced by the timeout monitor
         self._failed_bookies: dict[int, str] = {}  # index -> bookie id, awaiting replacement
         self._recently_failed: dict[str, float] = {}  # bookie id -> loop time of its last failure
         self._changing_ensemble = False
@@ -183,7 +184,7 @@ class WriteHandle(ReadHandle):
         self._piggybacked_lac = lac
         body = self.digest.encode_entry(op.entry_id, lac, op.length, op.payload)
         encoded = self._encoder.encode(op.entry_id, body)
-        op.send(encoded, self._clients, self._client_ctx.loop.time())
+        op.send(encoded, self._clients, self._coarse_now)
 
     def _release_room(self) -> None:
         waiting = self._waiting
@@ -334,16 +335,22 @@ class WriteHandle(ReadHandle):
         task.add_done_callback(self._tasks.discard)
 
     async def _monitor_add_timeouts(self) -> None:
-        """A bookie that leaves an add unanswered past the timeout counts as failed."""
+        """A bookie that leaves an add unanswered past the timeout counts as failed.
+
+        Sends are stamped with a coarse clock this task advances every ``period`` (reading the
+        loop clock per add was a measurable share of the client's CPU), so the deadline allows
+        one extra period: an add times out between ``timeout`` and ``timeout + period``."""
         timeout = self._config.add_entry_timeout_s
         period = min(1.0, timeout / 2)
+        loop = self._client_ctx.loop
         while True:
             await asyncio.sleep(period)
+            self._coarse_now = loop.time()
             if self._error is not None:
                 return
-            deadline = self._client_ctx.loop.time() - timeout
+            deadline = self._coarse_now - timeout - period
             for op in list(self._pending.values()):
-                if not op.sent or op.sent_at > deadline or op.done:
+                if op.encoded is None or op.sent_at > deadline or op.done:
                     continue
                 for index in op.unacked_indices():
                     self.bookie_failed(
