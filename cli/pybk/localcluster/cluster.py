@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO, TypeVar
 
@@ -74,6 +75,8 @@ class LocalCluster:
             [self.zookeeper],
         )
         self.say("cluster metadata " + ("created" if self.cluster_created else "already present, kept"))
+        # Registrations older than this belong to an earlier run (ZooKeeper's clock is ours: loopback).
+        bookies_started_ms = int(time.time() * 1000)
         for index, bookie in enumerate(self.bookies):
             address = layout.bookie_address(index)
             self.say(f"starting {bookie.name} on {address} (log: {bookie.spec.log_path})")
@@ -81,7 +84,7 @@ class LocalCluster:
         expected_ports = {layout.bookie_port(i) for i in range(layout.bookies)}
         self.bookie_ids = await self._phase(
             f"{layout.bookies} bookie(s) to register in ZooKeeper",
-            steps.wait_for_bookies(layout.zk_hosts, expected_ports),
+            steps.wait_for_bookies(layout.zk_hosts, expected_ports, bookies_started_ms),
             BOOKIES_REGISTER_TIMEOUT_S,
             self.children,
         )

@@ -12,10 +12,12 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bkclient import BookKeeper
 from bkmeta import MetadataClient, ZkClient, init_new_cluster
+from bkmeta.zk import ZkNoNodeError
 from bkproto.errors import BKError
 
 log = logging.getLogger(__name__)
@@ -60,9 +62,14 @@ async def initialise_cluster(zk_hosts: str) -> bool:
     return created
 
 
-async def wait_for_bookies(zk_hosts: str, ports: set[int]) -> list[str]:
-    """Return the registered ids of the bookies listening on ``ports``, once all of them are
-    registered as writable (woken by the registration watch, no polling)."""
+async def wait_for_bookies(zk_hosts: str, ports: set[int], not_before_ms: int) -> list[str]:
+    """Return the registered ids of the bookies listening on ``ports``, once each of them is
+    registered as writable by a znode created at or after ``not_before_ms`` (ms since the epoch).
+
+    The age check matters on a restart after a crash: ZooKeeper keeps a killed bookie's session,
+    and so its ephemeral registration, until the session times out, so a registration may still
+    belong to the previous run while the new bookie is not serving yet (it waits for that
+    session to expire before registering itself)."""
     async with await MetadataClient.connect(zk_hosts) as meta:
         watcher = meta.bookie_watcher
 
@@ -73,10 +80,25 @@ async def wait_for_bookies(zk_hosts: str, ports: set[int]) -> list[str]:
                 if info.grpc_port in ports
             }
 
-        # The caller bounds the whole step; the watcher's own limit is only a backstop.
-        await watcher.wait_for(lambda _: set(ours()) == ports, timeout_s=24 * 3600.0)
-        found = ours()
-        return [found[p] for p in sorted(ports)]
+        while True:
+            # The caller bounds the whole step; the watcher's own limit is only a backstop.
+            await watcher.wait_for(lambda _: set(ours()) == ports, timeout_s=24 * 3600.0)
+            found = ours()
+            if not await _any_stale(meta, found.values(), not_before_ms):
+                return [found[p] for p in sorted(ports)]
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def _any_stale(meta: MetadataClient, bookie_ids: Iterable[str], not_before_ms: int) -> bool:
+    for bookie_id in bookie_ids:
+        try:
+            _, stat = await meta.zk.get(meta.layout.writable_bookie(bookie_id))
+        except ZkNoNodeError:
+            return True  # gone since the watcher saw it
+        if stat.ctime < not_before_ms:
+            log.info("registration of %s is from an earlier run; waiting for a fresh one", bookie_id)
+            return True
+    return False
 
 
 @dataclass(frozen=True)
