@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import logging
 import os
 import sys
@@ -65,7 +66,27 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
     return overrides
 
 
+M_ARENA_MAX = -8  # glibc mallopt parameter
+
+
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's per-thread malloc arenas before the journal, flush and gRPC threads start.
+
+    Those threads each allocate entry-sized buffers; with one arena per thread, freed memory is
+    scattered and RSS grew ~50 MiB higher under a large add window (measured: 320 vs 269 MiB).
+    Same effect as MALLOC_ARENA_MAX=2; a no-op where glibc is not the allocator.
+    """
+    if sys.platform != "linux" or "MALLOC_ARENA_MAX" in os.environ:
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_ARENA_MAX, arenas)
+    except (OSError, AttributeError):
+        log.debug("mallopt unavailable; malloc arenas left as they are")
+
+
 def run(args: argparse.Namespace) -> int:
+    limit_malloc_arenas()
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -34,7 +34,7 @@ class HandlerLimits:
     max_read_batch_count: int = 100_000
     max_long_poll_ms: int = 10 * 60 * 1000  # parked readers are bounded in time as well as number
     add_stream_window: int = 64  # request messages of one AddEntries stream being processed at once
-    add_in_progress_max_bytes: int = 64 * MiB  # add messages being processed, all streams together
+    add_in_progress_max_bytes: int = 16 * MiB  # add messages being processed, all streams together
 
 
 def status_code(value: int) -> bookie_pb2.StatusCode:
