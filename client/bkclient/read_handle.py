@@ -23,6 +23,7 @@ from bkclient.entry import LastConfirmedAndEntry, LedgerEntry
 from bkclient.ops.read import ReadEntryOp, ReadRangeOp, write_set_bookies
 from bkclient.ops.read_lac import ReadLastConfirmedAndEntryOp, ReadLastConfirmedOp, TryReadLastConfirmedOp
 from bkclient.ops.recovery import RecoveryContext
+from bkclient.ops.tail import PipelinedPolls
 from bkmeta.model import LedgerMetadata, Versioned
 from bkproto.entry_format import NO_ENTRY
 from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError, ReadError
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # Entries one tail step reads before it polls again; bounds what a slow consumer holds in memory.
 _TAIL_READ_AHEAD = 1000
+# Long polls a tailing reader keeps parked on the bookies, one per upcoming entry (ops/tail.py).
+TAIL_POLL_WINDOW = 64
 
 
 class ReadHandle:
@@ -203,16 +206,35 @@ class ReadHandle:
                 return
             if self._deleted:
                 raise NoSuchLedgerError(f"ledger {self.ledger_id} was deleted while being tailed")
-            polled = await self._poll_or_metadata_change(lac, timeout)
+            # Fast path: one parked poll per upcoming entry, each answered with its entry.
+            self._metadata_changed.clear()
+            pipeline = PipelinedPolls(
+                self._ctx,
+                self._digest,
+                self.metadata,
+                self.ledger_id,
+                next_id,
+                TAIL_POLL_WINDOW,
+                timeout,
+                self._metadata_changed,
+            )
+            async for entry in pipeline.entries():
+                self._advance_lac(pipeline.last_add_confirmed)
+                yield entry
+                next_id = entry.entry_id + 1
+            self._advance_lac(pipeline.last_add_confirmed)
+            if pipeline.stopped_by_event or self.last_add_confirmed >= next_id:
+                continue  # metadata changed, or the LAC moved without the entry: look again
+            # A poll failed or timed out: one step of the quorum-based poll, which also copes with
+            # dead bookies and notices a close the watch did not report.
+            polled = await self._poll_or_metadata_change(self.last_add_confirmed, timeout)
             if polled is None:
-                continue  # the metadata changed (closed, new ensemble): look again
+                continue
             piggybacked = polled.entry
             if piggybacked is not None and piggybacked.entry_id == next_id:
                 yield piggybacked
                 next_id += 1
-            elif polled.last_add_confirmed <= lac:
-                # Timed out everywhere: the writer is idle or gone. Re-read the metadata in case a
-                # watch notification was lost (e.g. across a ZooKeeper session change).
+            elif polled.last_add_confirmed < next_id:
                 await self.refresh_metadata()
 
     async def _poll_or_metadata_change(self, lac: int, poll_timeout_s: float) -> LastConfirmedAndEntry | None:

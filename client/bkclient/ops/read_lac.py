@@ -203,6 +203,35 @@ class TryReadLastConfirmedOp:
         return best
 
 
+async def poll_bookie(
+    ctx: ReadContext,
+    digest: DigestManager,
+    ledger_id: int,
+    bookie_id: str,
+    previous_lac: int,
+    timeout_s: float,
+) -> LastConfirmedAndEntry:
+    """One bookie's long poll: parks until the bookie's LAC passes ``previous_lac``, then answers
+    with its LAC and the entry ``previous_lac + 1`` (ENTRY_PIGGYBACK). NoSuchEntryError when the
+    poll timed out or the bookie does not hold that entry."""
+    wanted = previous_lac + 1
+    result = await ctx.bookie(bookie_id).read_entry(
+        ledger_id,
+        LAST_ADD_CONFIRMED,  # with ENTRY_PIGGYBACK: "the entry after previous_lac"
+        previous_lac=previous_lac,
+        long_poll_timeout_ms=max(1, int(timeout_s * 1000)),
+        piggyback=True,
+    )
+    lac = max(result.max_lac, previous_lac)
+    if not result.body:
+        return LastConfirmedAndEntry(lac, None)
+    verified = digest.verify_header(result.body)
+    lac = max(lac, verified.last_add_confirmed)
+    if verified.entry_id != wanted or lac < wanted:
+        return LastConfirmedAndEntry(lac, None)
+    return LastConfirmedAndEntry(lac, LedgerEntry(ledger_id, wanted, verified.payload))
+
+
 class ReadLastConfirmedAndEntryOp:
     """Long poll: park on every bookie of the ensemble that will hold ``previous_lac + 1`` until
     one reports a LAC above ``previous_lac``. Returns the new LAC with the entry
@@ -226,22 +255,9 @@ class ReadLastConfirmedAndEntryOp:
         self._timeout_s = timeout_s
 
     async def _poll(self, bookie_id: str) -> LastConfirmedAndEntry:
-        wanted = self._previous_lac + 1
-        result = await self._ctx.bookie(bookie_id).read_entry(
-            self._ledger_id,
-            LAST_ADD_CONFIRMED,  # with ENTRY_PIGGYBACK: "the entry after previous_lac"
-            previous_lac=self._previous_lac,
-            long_poll_timeout_ms=max(1, int(self._timeout_s * 1000)),
-            piggyback=True,
+        return await poll_bookie(
+            self._ctx, self._digest, self._ledger_id, bookie_id, self._previous_lac, self._timeout_s
         )
-        lac = max(result.max_lac, self._previous_lac)
-        if not result.body:
-            return LastConfirmedAndEntry(lac, None)
-        verified = self._digest.verify_header(result.body)
-        lac = max(lac, verified.last_add_confirmed)
-        if verified.entry_id != wanted or lac < wanted:
-            return LastConfirmedAndEntry(lac, None)
-        return LastConfirmedAndEntry(lac, LedgerEntry(self._ledger_id, wanted, verified.payload))
 
     async def run(self) -> LastConfirmedAndEntry:
         ensemble = self._metadata.ensemble_for(self._previous_lac + 1)

@@ -44,7 +44,7 @@ class MemoryBookie:
         self.batch_reads: list[tuple[int, int, int]] = []
         self.recovery_adds: list[tuple[int, int]] = []
         self.fence_reads = 0
-        self._lac_changed = asyncio.Condition()
+        self._lac_changed = asyncio.Event()  # replaced after every set: waiters hold the old one
 
     # -- state helpers for tests ----------------------------------------------------------------
 
@@ -110,14 +110,12 @@ class MemoryBookie:
             self.fenced.add(ledger_id)
             self.entries.setdefault(ledger_id, {})
         if previous_lac is not None:
-            async with self._lac_changed:
-                try:
-                    await asyncio.wait_for(
-                        self._lac_changed.wait_for(lambda: self._known_lac(ledger_id) > previous_lac),
-                        long_poll_timeout_ms / 1000.0,
-                    )
-                except TimeoutError:
-                    raise NoSuchEntryError(f"bookie {self.bookie_id}: ENOENTRY, LAC unchanged") from None
+            try:
+                async with asyncio.timeout(long_poll_timeout_ms / 1000.0):
+                    while self._known_lac(ledger_id) <= previous_lac:
+                        await self._lac_changed.wait()
+            except TimeoutError:
+                raise NoSuchEntryError(f"bookie {self.bookie_id}: ENOENTRY, LAC unchanged") from None
             if self.down:
                 raise BookieUnavailableError(f"bookie {self.bookie_id}: UNAVAILABLE")
             # Like the real bookie: piggyback asks for -1 = the entry after previous_lac; a timeout
@@ -167,8 +165,7 @@ class MemoryBookie:
                 if recovery:
                     self.recovery_adds.append((ledger_id, entry_id))
                 self.store(ledger_id, entry_id, body, master_key)
-                async with self._lac_changed:
-                    self._lac_changed.notify_all()
+                self.notify_lac()
                 future.set_result(None)
             except Exception as exc:
                 future.set_exception(exc)
@@ -179,8 +176,11 @@ class MemoryBookie:
 
     async def write_lac(self, ledger_id: int, lac: int) -> None:
         self.explicit_lac[ledger_id] = max(lac, self.explicit_lac.get(ledger_id, -1))
-        async with self._lac_changed:
-            self._lac_changed.notify_all()
+        self.notify_lac()
+
+    def notify_lac(self) -> None:
+        self._lac_changed.set()
+        self._lac_changed = asyncio.Event()
 
 
 class MemoryLedgerStore:
@@ -304,5 +304,4 @@ class Writer:
 
     async def notify(self) -> None:
         for bookie in self.ctx.bookies.values():
-            async with bookie._lac_changed:
-                bookie._lac_changed.notify_all()
+            bookie.notify_lac()

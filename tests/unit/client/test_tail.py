@@ -18,7 +18,7 @@ from tests.unit.client.test_read_fakes import (
 
 from bkclient.digest import DigestManager
 from bkclient.entry import LedgerEntry
-from bkclient.read_handle import ReadHandle
+from bkclient.read_handle import TAIL_POLL_WINDOW, ReadHandle
 from bkmeta.model import Versioned
 from bkproto.errors import NoSuchLedgerError
 
@@ -132,16 +132,49 @@ async def test_tail_of_deleted_ledger_raises() -> None:
     writer.write(3)
     rh = open_handle(ctx, writer)
     received: list[int] = []
+    got_two = asyncio.Event()
 
     async def consume() -> None:
         async for entry in rh.tail(0):
             received.append(entry.entry_id)
+            if len(received) == 2:
+                got_two.set()
 
     consumer = asyncio.ensure_future(consume())
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await asyncio.wait_for(got_two.wait(), 5)
     for callback in list(ctx.ledger_manager.watchers[LEDGER]):
         callback(None)  # what the ledger manager reports once the znode is gone
     with pytest.raises(NoSuchLedgerError):
         await asyncio.wait_for(consumer, 5)
     assert received == [0, 1]
+
+
+async def test_steady_tail_costs_one_parked_poll_per_entry() -> None:
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    rh = open_handle(ctx, writer)
+    received: list[LedgerEntry] = []
+    arrived = asyncio.Event()
+
+    async def consume() -> None:
+        async for entry in rh.tail(0):
+            received.append(entry)
+            arrived.set()
+
+    consumer = asyncio.ensure_future(consume())
+    writer.write(1)
+    for n in range(1, 40):
+        writer.write(1)  # entry n carries LAC n - 1: entry n - 1 becomes visible
+        await writer.notify()
+        async with asyncio.timeout(5):
+            while len(received) < n:
+                arrived.clear()
+                await arrived.wait()
+    reads = [r for b in ctx.bookies.values() for r in b.reads]
+    batch_reads = [r for b in ctx.bookies.values() for r in b.batch_reads]
+    assert all(entry_id == -1 for _, entry_id in reads)  # only long polls, no follow-up reads
+    assert batch_reads == []
+    assert len(reads) <= 39 + TAIL_POLL_WINDOW  # one per delivered entry plus the parked window
+    await close_ledger(ctx, writer)
+    await asyncio.wait_for(consumer, 5)
+    assert [e.entry_id for e in received] == list(range(40))
