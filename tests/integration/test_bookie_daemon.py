@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
-from tests.support.bookies import BookieFactory, BookieProcess, entry_body
+from tests.support.bookies import BookieFactory, BookieProcess, entry_body, is_serving
 
 from bkproto.entry_format import LAC_HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
@@ -130,3 +133,15 @@ def test_clean_restart_replays_nothing_and_a_crash_replays_the_journal(bookie_fa
     for stub in stub_for(bookie):
         r = stub.ReadEntries(S.ReadEntriesRequest(ledger_id=6, first_entry_id=0, max_count=100), timeout=10)
         assert list(r.bodies) == [entry_body(6, e, e - 1) for e in range(30)]
+
+
+def test_a_second_bookie_on_a_taken_port_fails_clearly(bookie: BookieProcess, tmp_path: Path) -> None:
+    # SO_REUSEPORT is off: the second bookie must not silently share the first one's port.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pybk", "bookie", "--zk", "none", "--bind", "127.0.0.1",
+         "--port", str(bookie.port), "--data-dir", str(tmp_path / "second")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{bookie.port}" in proc.stderr
+    assert is_serving(bookie.address)
