@@ -174,9 +174,9 @@ class BookKeeper:
         metadata = versioned.value
         if metadata.password and not hmac.compare_digest(metadata.password, bytes(password)):
             raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
-        # Digest type auto-detection (BookKeeper's default): the metadata knows the real one.
-        digest_type = metadata.digest_type if metadata.digest_type else DigestType(int(digest or 1))
-        digest_manager = DigestManager(ledger_id, password, digest_type)
+        # Digest type auto-detection (BookKeeper's default): the metadata records the real type,
+        # so ``digest`` is accepted for API parity only.
+        digest_manager = DigestManager(ledger_id, password, metadata.digest_type)
         if recovery and not metadata.is_closed:
             versioned = await LedgerRecoveryOp(self.ctx, ledger_id, password, digest_manager).run()
         return ReadHandle(self.ctx, ledger_id, versioned, digest_manager)
