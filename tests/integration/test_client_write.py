@@ -237,3 +237,24 @@ async def test_a_hung_bookie_is_replaced_after_the_add_timeout(client_cluster: C
     await wh.close()
     reader = await client_cluster.client()
     assert await read_all(reader, wh.ledger_id, 1499) == [writer.acked[i] for i in range(1500)]
+
+
+async def test_explicit_lac_makes_the_last_entry_visible_while_the_writer_idles(
+    client_cluster: ClientCluster,
+) -> None:
+    bk = await client_cluster.client(explicit_lac_interval_s=0.1)
+    wh = await bk.create_ledger(3, 3, 2, DigestType.CRC32C, PASSWORD)
+    written = [payload(i) for i in range(10)]
+    for data in written:
+        await wh.append(data)
+    reader = await client_cluster.client()
+    rh = await reader.open_ledger(wh.ledger_id, PASSWORD, recovery=False)
+    # Piggybacking alone would leave entry 9 unconfirmed until the next append; the explicit
+    # LAC (written every 0.1 s while idle) confirms it.
+    for _ in range(300):  # up to ~30 s: the bookies are asked again each time
+        if await rh.read_last_add_confirmed() >= 9:
+            break
+        await asyncio.sleep(0.1)
+    assert rh.last_add_confirmed == 9
+    assert [e.data async for e in rh.read(0, 9)] == written
+    await wh.close()
