@@ -41,6 +41,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--bind", help="listen address (bindAddress, default 0.0.0.0)")
     parser.add_argument("--advertised-address", help="address clients use (advertisedAddress)")
+    parser.add_argument("--rack", help="network location advertised for rack-aware placement (bookieRack)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(func=run)
 
@@ -58,6 +59,7 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
         "ledgerDirectories": args.ledger_dirs,
         "bindAddress": args.bind,
         "advertisedAddress": args.advertised_address,
+        "bookieRack": args.rack,
     }
     overrides.update({key: str(value) for key, value in pairs.items() if value is not None})
     if args.http_port is not None:

@@ -9,6 +9,7 @@ imports the bookie package).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +37,9 @@ class BookieConfigLike(Protocol):
 
     @property
     def http_enabled(self) -> bool: ...
+
+    @property
+    def rack(self) -> str: ...
 
     @property
     def http_port(self) -> int: ...
@@ -89,6 +93,7 @@ class BookiePresence:
             config.port,
             config.advertised_address if http else None,
             config.http_port if http else None,
+            rack=config.rack,
         )
         return cls(
             config.zk_servers,
@@ -105,7 +110,9 @@ class BookiePresence:
         return self._meta
 
     async def start(self) -> None:
-        """Connect, verify (or create) the cookie, register. On any failure nothing stays open."""
+        """Connect and verify (or create) the cookie. Runs before the bookie opens its storage,
+        so a replaced disk is refused before anything is replayed into it. On failure nothing
+        stays open."""
         meta = await MetadataClient.connect(
             self._zk_servers,
             self._ledgers_root,
@@ -121,12 +128,21 @@ class BookiePresence:
                 meta.instance_id,
                 meta.layout,
             )
-            registration = meta.bookie_registration(self._info)
-            await registration.register(read_only=self._read_only)
         except BaseException:
             await meta.close()
             raise
         self._meta = meta
+
+    async def register(self, http_port: int | None = None) -> None:
+        """Register the bookie's ephemeral znode (re-created after every session expiry).
+        ``http_port`` is the bound admin port, advertised in the service info."""
+        meta = self.metadata
+        if http_port is not None:
+            self._info = dataclasses.replace(
+                self._info, http_host=self._info.grpc_host, http_port=http_port
+            )
+        registration = meta.bookie_registration(self._info)
+        await registration.register(read_only=self._read_only)
         self._registration = registration
 
     async def set_read_only(self, read_only: bool) -> None:

@@ -93,6 +93,11 @@ KEYS: dict[str, Key] = {
     "bookiePort": Key(_int(0, 65535), help="gRPC port (0 = pick a free one)"),
     "bindAddress": Key(_text, help="address to listen on (pybookkeeper extension; default 0.0.0.0)"),
     "advertisedAddress": Key(_text, help="address clients use; the bookie id is <address>:<port>"),
+    "bookieRack": Key(
+        _text,
+        help="network location advertised in the bookie's registration, e.g. /region/rack1"
+        " (pybookkeeper extension: the rack-aware placement policy reads it)",
+    ),
     "httpServerEnabled": Key(_bool, help="serve /heartbeat and /metrics"),
     "httpServerPort": Key(_int(0, 65535), help="HTTP admin port (0 = pick a free one)"),
     "metadataServiceUri": Key(_text, help="zk+hierarchical://host:port[;host:port]/ledgers"),
@@ -130,6 +135,7 @@ class BookieConfig:
     port: int = 3181
     bind_address: str = "0.0.0.0"
     advertised_address: str = "127.0.0.1"
+    rack: str = "/default-rack"
     http_enabled: bool = False
     http_port: int = 8080
     zk_servers: str | None = DEFAULT_ZK_SERVERS  # None: run unregistered
@@ -230,6 +236,7 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         port=values.get("bookiePort", 3181),
         bind_address=bind,
         advertised_address=advertised,
+        rack=values.get("bookieRack", "/default-rack"),
         http_enabled=values.get("httpServerEnabled", False),
         http_port=values.get("httpServerPort", 8080),
         zk_servers=_zk_servers(values),

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from bkproto.errors import BKError
 from bookie.api import BookieCore
 from bookie.bookie import Bookie
 from bookie.config import BookieConfig, ConfigError
@@ -40,7 +41,13 @@ class ManagedCore(BookieCore, Protocol):
 class Registration(Protocol):
     """The bookie's presence in ZooKeeper (``/ledgers/available/<id>`` and its cookie)."""
 
-    async def start(self) -> None: ...
+    async def start(self) -> None:
+        """Connect and verify the cookie against the bookie's directories (before storage opens)."""
+        ...
+
+    async def register(self, http_port: int | None) -> None:
+        """Announce the serving bookie (ephemeral znode), advertising its bound HTTP port."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -80,24 +87,32 @@ class BookieDaemon:
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
+        """Bind, check the cookie, open storage, serve, then register.
+
+        The cookie check needs the bookie id (``host:port``), so the port is bound first, and it
+        runs before storage opens its directories: storage must never replay into or checkpoint
+        over a replaced disk. The bookie registers only once it serves, so clients never see a
+        bookie that cannot answer yet."""
         config = self.config
         self.core = self._core_factory(config, self.registry)
-        await self.core.start()  # replays the journal from the last log mark
         limits = HandlerLimits(max_entry_bytes=config.max_entry_bytes)
         self.service = BookieService(
             self.core, RequestStats(self.registry), config.bind_address, config.port, limits
         )
-        port = await self.service.start()
+        port = self.service.bind()
         self.config = config = dataclasses.replace(config, port=port)
-        http_port: int | None = None
-        if config.http_enabled:
-            self.http = BookieHttpServer(
-                self.registry, config.bind_address, config.http_port, last_log_mark=self.core.last_log_mark
-            )
-            http_port = await asyncio.to_thread(self.http.start)
         if registration_factory is not None and config.zk_servers is not None:
             self._registration = registration_factory(config)
-            await self._registration.start()
+            await self._registration.start()  # connects and verifies the cookie
+        await self.core.start()  # replays the journal from the last log mark
+        await self.service.start()
+        http_port: int | None = None
+        if config.http_enabled:
+            self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
+                                         last_log_mark=self.core.last_log_mark)
+            http_port = await asyncio.to_thread(self.http.start)
+        if self._registration is not None:
+            await self._registration.register(http_port)
         log.info(
             "bookie %s ready: grpc %s:%d, http %s",
             config.bookie_id,
@@ -144,7 +159,8 @@ async def run_daemon(config: BookieConfig, core_factory: CoreFactory = storage_c
     try:
         try:
             await daemon.start()
-        except OSError as exc:
+        except (OSError, BKError) as exc:
+            # e.g. port taken, ZooKeeper unreachable, cookie mismatch: the message says what to do
             log.error("bookie failed to start: %s", exc)
             return 1
         await daemon.wait_stopped()

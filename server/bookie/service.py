@@ -83,8 +83,13 @@ class BookieService:
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
-    async def start(self) -> int:
-        """Bind and start serving; returns the bound port (useful with port 0)."""
+    def bind(self) -> int:
+        """Build the server and bind its port without serving yet; returns the bound port.
+
+        Binding first tells the daemon its bookie id (``host:port``, needed for the cookie check)
+        before storage opens any directory."""
+        if self._server is not None:
+            return self.port
         server = grpc.aio.server(options=SERVER_OPTIONS)
         handlers = method_handlers(self.servicer)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
@@ -98,8 +103,14 @@ class BookieService:
             self.port = server.add_insecure_port(target)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {target}: {exc}") from exc
-        await server.start()
         self._server = server
+        return self.port
+
+    async def start(self) -> int:
+        """Bind (if not yet bound) and start serving; returns the bound port (useful with port 0)."""
+        self.bind()
+        assert self._server is not None
+        await self._server.start()
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         return self.port

@@ -71,15 +71,22 @@ async def test_daemon_serves_grpc_and_http_then_closes_in_order(caplog: pytest.L
         await asyncio.to_thread(http_get, http_port, "/heartbeat")
 
 
-async def test_registration_hook_runs_after_start_and_before_close(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_cookie_is_checked_before_storage_opens_and_registration_follows_serving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replaced disk must be refused before storage replays into it, and clients must only see a
+    bookie that already serves: bind, cookie check, core start, serve, register."""
     events: list[str] = []
 
     class FakeRegistration:
         def __init__(self, cfg: BookieConfig) -> None:
-            events.append(f"register {cfg.bookie_id} with {cfg.zk_servers}")
+            events.append(f"presence for {cfg.bookie_id} with {cfg.zk_servers}")
 
         async def start(self) -> None:
-            events.append("registered")
+            events.append("cookie checked")
+
+        async def register(self, http_port: int | None) -> None:
+            events.append(f"registered http={http_port}")
 
         async def close(self) -> None:
             events.append("unregistered")
@@ -89,13 +96,39 @@ async def test_registration_hook_runs_after_start_and_before_close(monkeypatch: 
     await daemon.start()
     await daemon.close()
     port = daemon.config.port
+    assert port > 0
     assert events == [
+        f"presence for 127.0.0.1:{port} with zk:2181",
+        "cookie checked",
         "core start",
-        f"register 127.0.0.1:{port} with zk:2181",
-        "registered",
+        "registered http=None",
         "unregistered",
         "core close",
     ]
+
+
+async def test_refused_cookie_leaves_storage_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+
+    class RefusingRegistration:
+        def __init__(self, cfg: BookieConfig) -> None:
+            pass
+
+        async def start(self) -> None:
+            raise RuntimeError("cookie mismatch")
+
+        async def register(self, http_port: int | None) -> None:
+            raise AssertionError("must not register")
+
+        async def close(self) -> None:
+            events.append("unregistered")
+
+    monkeypatch.setattr(bookie_main, "registration_factory", RefusingRegistration)
+    daemon = bookie_main.BookieDaemon(config(zkServers="zk:2181"), lambda c, r: ManagedFakeCore(events))
+    with pytest.raises(RuntimeError, match="cookie mismatch"):
+        await daemon.start()
+    await daemon.close()
+    assert "core start" not in events
 
 
 def test_zookeeper_without_registration_hook_is_a_config_error() -> None:

@@ -1,0 +1,47 @@
+"""The bookie daemon in a real cluster: registration with its rack and HTTP endpoint, and the
+cookie check that keeps a replaced disk from serving as if it held the data."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+from tests.support.bookies import BookieFactory, BookieStartError
+
+from bkmeta import MetadataClient
+
+pytestmark = pytest.mark.integration
+
+
+async def test_registered_bookie_advertises_rack_and_http(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    bookie = await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf={"bookieRack": "/dc1/rack7"})
+    async with await MetadataClient.connect(zk_hosts) as meta:
+        watcher = meta.bookie_watcher
+        await watcher.wait_for(lambda w: bookie.address in w.writable_bookies(), 30.0)
+        info = watcher.writable_bookies()[bookie.address]
+    assert info.rack == "/dc1/rack7"
+    assert info.grpc_target == bookie.address
+    assert bookie.http_port is not None and info.http_port == bookie.http_port
+
+
+async def test_replaced_journal_disk_is_refused_before_storage_opens(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    bookie = await asyncio.to_thread(bookie_factory, zk=zk_hosts)
+    assert await asyncio.to_thread(bookie.stop) == 0
+    journal = bookie.journal_dirs[0]
+    shutil.rmtree(journal)  # the "new, empty disk"
+    journal.mkdir()
+
+    with pytest.raises(BookieStartError):
+        await asyncio.to_thread(bookie.start, 60.0)
+    log = bookie.run_log_text()
+    assert "have no cookie" in log and "Restore the disk" in log
+    assert list(journal.iterdir()) == []  # storage never opened the replaced disk
