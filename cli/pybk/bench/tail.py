@@ -2,8 +2,8 @@
 receipt of the same entry.
 
 The writer appends ``--rate`` entries per second (paced, not bursty) through one client; the reader
-follows the ledger with ``ReadHandle.tail`` through a second client (its own connections and
-metadata session), as another process would. Both run on one event loop so their clocks agree.
+follows the ledger with ``ReadHandle.tail`` in its own process (or, with ``--same-process``, through
+a second client on the writer's event loop). Both stamp times with the system-wide monotonic clock.
 An entry becomes visible to readers once its LAC reaches the bookies, piggybacked on a later entry
 that the bookie has made durable, so the floor of this latency is about one add latency (reported
 as ``writer_add_latency_ms``) plus one inter-arrival gap. The final entry only becomes visible when
@@ -15,8 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import multiprocessing
 import os
+import time
+from collections.abc import Callable
 from functools import partial
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from bkclient import BookKeeper, DigestType
@@ -24,6 +29,8 @@ from bkclient import BookKeeper, DigestType
 from .report import BenchResult, Progress, percentile
 
 log = logging.getLogger(__name__)
+
+PASSWORD = b"bench"
 
 
 def register(targets: Any) -> None:
@@ -39,8 +46,25 @@ def register(targets: Any) -> None:
     amount = parser.add_mutually_exclusive_group(required=True)
     amount.add_argument("--entries", type=int, help="number of entries to write")
     amount.add_argument("--time", type=float, help="seconds to write for")
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="run the reader on the writer's event loop instead of in its own process",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
+
+
+async def _receive(conn: Connection, ready: asyncio.Event) -> list[tuple[int, float]]:
+    """The reader process's "ready", then its receipts (or its failure)."""
+    first = await asyncio.to_thread(conn.recv)
+    if first != "ready":
+        raise SystemExit(f"bench tail: {first}")
+    ready.set()
+    result = await asyncio.to_thread(conn.recv)
+    if isinstance(result, str):
+        raise SystemExit(f"bench tail: {result}")
+    return list(result)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,44 +77,62 @@ def main(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
+async def _follow(zk: str, ledger_id: int, ready: Callable[[], None]) -> list[tuple[int, float]]:
+    """Tail the ledger to its close; (entry id, receipt time on the monotonic clock) per entry."""
+    receipts: list[tuple[int, float]] = []
+    async with await BookKeeper.connect(zk) as bk:
+        reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
+        ready()
+        async for entry in reader.tail(0):
+            receipts.append((entry.entry_id, time.monotonic()))
+    return receipts
+
+
+def _reader_process(zk: str, ledger_id: int, conn: Connection) -> None:
+    """Entry point of the reader process: its own interpreter, event loop and connections."""
+    try:
+        conn.send(asyncio.run(_follow(zk, ledger_id, lambda: conn.send("ready"))))
+    except BaseException as exc:  # report instead of dying silently; the parent counts an error
+        conn.send(f"reader failed: {exc!r}")
+        raise
+    finally:
+        conn.close()
+
+
 async def run_tail(args: argparse.Namespace) -> BenchResult:
-    loop = asyncio.get_running_loop()
+    loop = asyncio.get_running_loop()  # its clock is time.monotonic(), shared with the reader process
     total = args.entries if args.entries is not None else int(args.time * args.rate)
     payload = os.urandom(args.size)
     acked_at: dict[int, float] = {}
-    latencies: list[float] = []
+    add_latencies: list[float] = []
     errors = 0
-    async with await BookKeeper.connect(args.zk) as writer_bk, await BookKeeper.connect(args.zk) as reader_bk:
+
+    def on_ack(sent: float, future: asyncio.Future[int]) -> None:
+        nonlocal errors
+        if future.exception() is None:
+            now = loop.time()
+            acked_at[future.result()] = now
+            add_latencies.append((now - sent) * 1000.0)
+        else:
+            errors += 1
+
+    async with await BookKeeper.connect(args.zk) as writer_bk:
         handle = await writer_bk.create_ledger(
-            args.ensemble, args.write_quorum, args.ack_quorum, DigestType.CRC32C, b"bench"
+            args.ensemble, args.write_quorum, args.ack_quorum, DigestType.CRC32C, PASSWORD
         )
-        reader = await reader_bk.open_ledger(handle.ledger_id, b"bench", recovery=False)
-        received = 0
-        in_order = True
-
-        async def follow() -> None:
-            nonlocal received, in_order
-            async for entry in reader.tail(0):
-                now = loop.time()
-                if entry.entry_id != received:
-                    in_order = False
-                received += 1
-                acked = acked_at.pop(entry.entry_id, None)
-                if acked is not None and entry.entry_id < total - 1:
-                    latencies.append(max(0.0, now - acked) * 1000.0)
-
-        add_latencies: list[float] = []
-
-        def on_ack(sent: float, future: asyncio.Future[int]) -> None:
-            nonlocal errors
-            if future.exception() is None:
-                now = loop.time()
-                acked_at[future.result()] = now
-                add_latencies.append((now - sent) * 1000.0)
-            else:
-                errors += 1
-
-        tail_task = asyncio.ensure_future(follow())
+        ready = asyncio.Event()
+        process: BaseProcess | None = None
+        if args.same_process:
+            follower = asyncio.ensure_future(_follow(args.zk, handle.ledger_id, ready.set))
+        else:
+            parent, child = multiprocessing.get_context("spawn").Pipe()
+            process = multiprocessing.get_context("spawn").Process(
+                target=_reader_process, args=(args.zk, handle.ledger_id, child), daemon=True
+            )
+            process.start()
+            child.close()
+            follower = asyncio.ensure_future(_receive(parent, ready))
+        await asyncio.wait_for(ready.wait(), 60)
         progress = Progress(total)
         interval = 1.0 / args.rate
         started = loop.time()
@@ -105,12 +147,21 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             if len(pending) >= 1000:
                 pending = [f for f in pending if not f.done()]
             if i % 512 == 0:
-                progress.update(received)
+                progress.update(len(acked_at))
         await asyncio.gather(*pending, return_exceptions=True)
         await handle.close()
-        await asyncio.wait_for(tail_task, 60)
+        receipts = await asyncio.wait_for(follower, 120)
         elapsed = loop.time() - started
         progress.done()
+        if process is not None:
+            await asyncio.to_thread(process.join, 30)
+    received = len(receipts)
+    in_order = [entry_id for entry_id, _ in receipts] == list(range(received))
+    latencies = [
+        max(0.0, at - acked_at[entry_id]) * 1000.0
+        for entry_id, at in receipts
+        if entry_id in acked_at and entry_id < total - 1
+    ]
     add_sorted = sorted(add_latencies)
     if received != total or not in_order:
         errors += 1
