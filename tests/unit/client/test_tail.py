@@ -178,3 +178,31 @@ async def test_steady_tail_costs_one_parked_poll_per_entry() -> None:
     await close_ledger(ctx, writer)
     await asyncio.wait_for(consumer, 5)
     assert [e.entry_id for e in received] == list(range(40))
+
+
+async def test_head_stalled_on_a_bookie_that_missed_the_lac_is_answered_by_the_ensemble() -> None:
+    # A burst: entries 0..5 were sent before any was acknowledged, so they all carry LAC -1; entry
+    # 6 then carries LAC 5 but is stored only on bookies 0 and 1. Bookie 2 never learns that 1..5
+    # are committed, yet it is the preferred poll target for entries 1 and 4.
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(6, confirm=False)
+    writer.lac = 5
+    writer.write(1, confirm=False)
+    rh = open_handle(ctx, writer)
+    received: list[int] = []
+    five = asyncio.Event()
+
+    async def consume() -> None:
+        async for entry in rh.tail(1):
+            received.append(entry.entry_id)
+            if len(received) == 5:
+                five.set()
+
+    consumer = asyncio.ensure_future(consume())
+    await asyncio.wait_for(five.wait(), 5)  # far less than the 30 s a parked poll would take
+    assert received == [1, 2, 3, 4, 5]
+    assert rh.last_add_confirmed == 5
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
