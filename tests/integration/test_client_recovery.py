@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from tests.integration.test_client_read_cluster import (
@@ -75,6 +76,7 @@ async def test_recovery_opener_fences_the_writer_and_closes_at_the_acknowledged_
     assert last == rh.last_add_confirmed
 
 
+REPO = Path(__file__).resolve().parents[2]  # the writer process imports the packages from here
 WRITER_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
@@ -105,13 +107,15 @@ WRITER_SCRIPT = textwrap.dedent(
 
 
 async def test_recovery_after_the_writer_process_is_killed(client_cluster: ClientCluster) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(["proto", "metadata", "server", "client", "cli", "."]))
+    repo = REPO
+    paths = [str(repo / p) for p in ("proto", "metadata", "server", "client", "cli")] + [str(repo)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
         WRITER_SCRIPT,
         client_cluster.zk_hosts,
-        cwd=os.getcwd(),
+        cwd=repo,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
