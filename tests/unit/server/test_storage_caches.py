@@ -1,0 +1,108 @@
+"""Write-cache backpressure and the bounded read-ahead cache."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from tests.unit.server.storage_helpers import add_all, add_op, body, make_bookie, make_config
+
+from bkproto.v1 import bookie_pb2
+from bookie.bookie import Bookie
+from bookie.storage.kv import KeyValueStorage, MemoryKeyValueStorage
+from bookie.storage.read_cache import ReadCache
+from bookie.storage.write_cache import WriteCache
+
+
+class GatedKeyValueStorage(MemoryKeyValueStorage):
+    """In-memory index whose ``sync`` (the end of every flush) waits for a gate: a slow disk."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def sync(self) -> None:
+        self.gate.wait()
+        super().sync()
+
+
+async def test_full_write_cache_waits_then_refuses_with_etoomanyrequests(tmp_path: Path) -> None:
+    gate = threading.Event()
+    gate.set()  # let start-up's checkpoint through
+
+    def factory(path: Path) -> KeyValueStorage:
+        return GatedKeyValueStorage(gate)
+
+    config = make_config(tmp_path, write_cache_max_size_mb=1, max_throttle_time_ms=50)
+    async with make_bookie(config, kv_factory=factory) as bookie:
+        gate.clear()
+        try:
+            await _fill_until_refused(bookie)
+        finally:
+            gate.set()  # a failed assertion must not leave the flush thread (and close) stuck
+        await add_all(bookie, [add_op(1, 4, payload=PAYLOAD)])
+        assert await bookie.read_entry(1, 4) == body(1, 4, payload=PAYLOAD)
+        assert [await bookie.read_entry(1, e) for e in range(4)] == [
+            body(1, e, payload=PAYLOAD) for e in range(4)
+        ]
+
+
+PAYLOAD = b"w" * (300 * 1024)
+
+
+async def _fill_until_refused(bookie: Bookie) -> None:
+    cache = bookie.storage.write_cache
+    await add_all(bookie, [add_op(1, 0, payload=PAYLOAD), add_op(1, 1, payload=PAYLOAD)])
+    assert cache.flushing is not None  # half full: swapped, flush stuck on the "disk"
+    await add_all(bookie, [add_op(1, 2, payload=PAYLOAD), add_op(1, 3, payload=PAYLOAD)])
+    results = await bookie.add_entries([add_op(1, 4, payload=PAYLOAD)])
+    assert results[0].status == bookie_pb2.ETOOMANYREQUESTS
+    # Each half holds at most its capacity, except that an empty half always admits one batch
+    # (an entry larger than a half must still fit): the bound is two halves plus one batch each.
+    assert cache.size <= 2 * (cache.half_capacity + 2 * len(PAYLOAD))
+    assert cache.get(1, 4) is None
+    # refused entries are not stored; accepted ones stay readable while the flush is stuck
+    assert await bookie.read_entry(1, 0) == body(1, 0, payload=PAYLOAD)
+
+
+def test_write_cache_halves_and_reads_see_both() -> None:
+    cache = WriteCache(2000)
+    cache.put(1, 0, b"a" * 600)
+    assert cache.has_room(400) and not cache.has_room(401)
+    half = cache.swap()
+    cache.put(1, 1, b"b" * 10)
+    assert cache.get(1, 0) == b"a" * 600 and cache.get(1, 1) == b"b" * 10
+    assert cache.last_entry(1) == 1 and cache.entry_ids(1) == [0, 1]
+    assert half.sorted_items() == [((1, 0), b"a" * 600)]
+    cache.flush_done()
+    assert cache.get(1, 0) is None and cache.size == 10
+
+
+def test_read_cache_is_bounded_by_bytes_and_drops_oldest() -> None:
+    cache = ReadCache(1000)
+    for e in range(10):
+        cache.put(1, e, bytes(300))
+    assert cache.size <= 1000 and len(cache) == 3
+    assert cache.get(1, 9) is not None and cache.get(1, 0) is None
+    cache.put(1, 99, bytes(2000))  # larger than the whole cache: not kept
+    assert cache.get(1, 99) is None and cache.size <= 1000
+
+
+async def test_cold_read_reads_ahead_into_the_bounded_read_cache(tmp_path: Path) -> None:
+    config = make_config(tmp_path, read_ahead_cache_max_size_mb=1, read_ahead_batch_size=10)
+    async with make_bookie(config) as bookie:
+        payload = b"r" * 1000
+        await add_all(bookie, [add_op(2, e, payload=payload) for e in range(2000)])
+        await bookie.storage.checkpoint()
+        stats = bookie.stats
+        assert await bookie.read_entry(2, 100) == body(2, 100, payload=payload)
+        assert stats.read_cache_misses._value.get() == 1
+        for e in range(101, 111):  # the 10 read ahead: hits, no new miss
+            assert await bookie.read_entry(2, e) == body(2, e, payload=payload)
+        assert stats.read_cache_misses._value.get() == 1
+        assert stats.read_cache_hits._value.get() == 10
+        assert await bookie.read_entry(2, 111) == body(2, 111, payload=payload)
+        assert stats.read_cache_misses._value.get() == 2
+        for e in range(0, 2000, 11):
+            assert await bookie.read_entry(2, e) == body(2, e, payload=payload)
+        assert bookie.storage.read_cache.size <= 1024 * 1024
