@@ -172,6 +172,7 @@ class Bookie:
             nbytes = self._stage(ops, results, accepted, parts)
             if not parts:
                 return results
+            self._publish_lacs(ops, accepted)
             await self.storage.journal.submit(parts, nbytes, len(accepted))
         except BookieError as exc:
             failed = AddResult(exc.status, exc.message)
@@ -183,7 +184,15 @@ class Bookie:
             log.exception("add of %d entries failed", len(ops))
             failed = AddResult(bookie_pb2.EIO, f"storage error: {exc}")
             return [failed if r is _OK else r for r in results]
-        # durable: now the piggybacked LACs become visible to readers and long polls
+        return results
+
+    def _publish_lacs(self, ops: Sequence[AddOp], accepted: list[int]) -> None:
+        """Make the piggybacked LACs of staged entries visible to readers and long polls.
+
+        Done as soon as the entries are in the write cache, before their journal fsync (as
+        BookKeeper does): the LAC carried by entry N names entries the writer already saw
+        acknowledged by an ack quorum, so it is true whether or not N itself becomes durable, and
+        tailing readers save a full fsync of latency."""
         lacs: dict[int, int] = {}
         for i in accepted:
             op = ops[i]
@@ -194,7 +203,6 @@ class Bookie:
             state = self._ledgers.get(ledger_id) or self._state(ledger_id)
             if state is not None:
                 self._advance_lac(ledger_id, state, lac)
-        return results
 
     def _stage(
         self, ops: Sequence[AddOp], results: list[AddResult], accepted: list[int], parts: list[bytes]
