@@ -197,8 +197,12 @@ async def test_bookie_presence_checks_cookie_then_registers(
     journal, ledgers = _dirs(tmp_path)
     info = BookieServiceInfo.for_address("127.0.0.1", 3190)
     presence = BookiePresence(zk_hosts, info, journal, ledgers)
-    await presence.start()
+    await presence.start()  # cookie only: the daemon registers once it serves
+    assert presence.cookie is not None
+    assert await meta.zk.exists("/ledgers/available/127.0.0.1:3190") is None
+    await presence.register(http_port=8123)
     await meta.bookie_watcher.wait_for(lambda w: "127.0.0.1:3190" in w.writable_bookies(), 10)
+    assert meta.bookie_watcher.writable_bookies()["127.0.0.1:3190"].http_port == 8123
     await presence.set_read_only(True)
     await meta.bookie_watcher.wait_for(lambda w: "127.0.0.1:3190" in w.readonly_bookies(), 10)
     await presence.close()
