@@ -52,6 +52,19 @@ def _candidates(bookies: BookieRacks, taken: Collection[str], exclude: Collectio
     return [b for b in bookies if b not in taken and b not in exclude]
 
 
+def _ensemble_candidates(
+    ensemble_size: int, write_quorum: int, ack_quorum: int, bookies: BookieRacks, exclude: Collection[str]
+) -> list[str]:
+    """The bookies a new ensemble may use, after checking E >= Qw >= Qa and that there are enough."""
+    validate_quorums(ensemble_size, write_quorum, ack_quorum)
+    candidates = _candidates(bookies, (), exclude)
+    if len(candidates) < ensemble_size:
+        raise NotEnoughBookiesError(
+            f"need {ensemble_size} bookies, {len(candidates)} available: {sorted(candidates)}"
+        )
+    return candidates
+
+
 class RandomPlacement:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
@@ -64,12 +77,7 @@ class RandomPlacement:
         bookies: BookieRacks,
         exclude: Collection[str] = (),
     ) -> list[str]:
-        validate_quorums(ensemble_size, write_quorum, ack_quorum)
-        candidates = _candidates(bookies, (), exclude)
-        if len(candidates) < ensemble_size:
-            raise NotEnoughBookiesError(
-                f"need {ensemble_size} bookies, {len(candidates)} available: {sorted(candidates)}"
-            )
+        candidates = _ensemble_candidates(ensemble_size, write_quorum, ack_quorum, bookies, exclude)
         return self._rng.sample(candidates, ensemble_size)
 
     def replace_bookie(
@@ -177,12 +185,7 @@ class RackAwarePlacement:
         bookies: BookieRacks,
         exclude: Collection[str] = (),
     ) -> list[str]:
-        validate_quorums(ensemble_size, write_quorum, ack_quorum)
-        candidates = _candidates(bookies, (), exclude)
-        if len(candidates) < ensemble_size:
-            raise NotEnoughBookiesError(
-                f"need {ensemble_size} bookies, {len(candidates)} available: {sorted(candidates)}"
-            )
+        candidates = _ensemble_candidates(ensemble_size, write_quorum, ack_quorum, bookies, exclude)
         slots: list[str | None] = [None] * ensemble_size
         for index in range(ensemble_size):
             chosen = self._pick(slots, index, write_quorum, bookies, candidates)
