@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every benchmark of the issues against a fresh `pybk localcluster` (real ZooKeeper + 3 bookies),
+# one JSON line each, then the bookies' RSS. Usage: scripts/bench_cluster.sh [HALF_RATE]
+# HALF_RATE is the --rate for the "p99 at half the max rate" figure (default 15000).
+set -u
+cd "$(dirname "$0")/.."
+PYBK=.venv/bin/pybk
+D=$(mktemp -d /tmp/pybk-bench.XXXX)
+$PYBK localcluster --bookies 3 --zk-port 22181 --base-port 23181 --data-dir "$D" > "$D/localcluster.log" 2>&1 &
+LC=$!
+trap 'kill -TERM $LC 2>/dev/null; wait $LC' EXIT
+for _ in $(seq 1 120); do grep -q "pybk shell" "$D/localcluster.log" 2>/dev/null && break; sleep 1; done
+ZK=127.0.0.1:22181
+B=127.0.0.1:23181
+echo "== bench bookie $B";            $PYBK bench bookie --bookie $B --entries 200000 --latency-entries 3000 --json
+echo "== bench writes (max)";         $PYBK bench writes --zk $ZK --time 10 --json
+echo "== bench writes (1 outstanding)"; $PYBK bench writes --zk $ZK --entries 3000 --throttle 1 --json
+echo "== bench writes --rate ${1:-15000}"; $PYBK bench writes --zk $ZK --time 10 --rate "${1:-15000}" --json
+echo "== bench reads";                $PYBK bench reads --zk $ZK --entries 100000 --json
+echo "== bench tail";                 $PYBK bench tail --zk $ZK --rate 1000 --time 10 --json
+echo "== bench metadata";             $PYBK bench metadata --zk $ZK --ops 5000 --concurrency 64 --json
+for p in $(pgrep -f "pybk bookie.*$D"); do echo "bookie pid $p VmRSS $(awk '/VmRSS/{print $2, $3}' /proc/$p/status)"; done
