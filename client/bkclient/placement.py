@@ -65,6 +65,18 @@ def _ensemble_candidates(
     return candidates
 
 
+def _replacement_candidates(
+    ensemble: Sequence[str], index: int, bookies: BookieRacks, exclude: Collection[str]
+) -> list[str]:
+    """The bookies that may replace ``ensemble[index]``: not in the ensemble, not excluded."""
+    candidates = _candidates(bookies, ensemble, exclude)
+    if not candidates:
+        raise NotEnoughBookiesError(
+            f"no bookie available to replace {ensemble[index]} (ensemble {list(ensemble)})"
+        )
+    return candidates
+
+
 class RandomPlacement:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
@@ -88,11 +100,7 @@ class RandomPlacement:
         bookies: BookieRacks,
         exclude: Collection[str] = (),
     ) -> str:
-        candidates = _candidates(bookies, ensemble, exclude)
-        if not candidates:
-            raise NotEnoughBookiesError(
-                f"no bookie available to replace {ensemble[index]} (ensemble {list(ensemble)})"
-            )
+        candidates = _replacement_candidates(ensemble, index, bookies, exclude)
         return self._rng.choice(candidates)
 
 
@@ -201,11 +209,7 @@ class RackAwarePlacement:
         bookies: BookieRacks,
         exclude: Collection[str] = (),
     ) -> str:
-        candidates = _candidates(bookies, ensemble, exclude)
-        if not candidates:
-            raise NotEnoughBookiesError(
-                f"no bookie available to replace {ensemble[index]} (ensemble {list(ensemble)})"
-            )
+        candidates = _replacement_candidates(ensemble, index, bookies, exclude)
         slots: list[str | None] = list(ensemble)
         slots[index] = None
         return self._pick(slots, index, write_quorum, bookies, candidates)
