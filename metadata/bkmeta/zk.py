@@ -135,6 +135,11 @@ class ZkClient:
     def connected(self) -> bool:
         return bool(self._kazoo.connected)
 
+    async def wait_connected(self, timeout_s: float) -> None:
+        """Wait until the session is connected (e.g. after ZooKeeper comes back); TimeoutError
+        after ``timeout_s``."""
+        await asyncio.wait_for(self._connected.wait(), timeout_s)
+
     @property
     def session_id(self) -> int | None:
         cid = self._kazoo.client_id

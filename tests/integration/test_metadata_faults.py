@@ -80,9 +80,11 @@ async def test_zookeeper_down_gives_bounded_retries_then_clear_error(tmp_path: P
             with pytest.raises(MetadataStoreError, match="unavailable after 3 attempts") as info:
                 await meta.ledger_manager.read_ledger_metadata(1)
             assert "/ledgers/00/0000/L0001" in str(info.value)
-            # ZooKeeper comes back (same data dir): the same client works again.
+            # ZooKeeper comes back (same data dir): the same client works again once kazoo's
+            # reconnect (with its own backoff, grown while the server was down) gets through.
             server.start(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             server.wait_ready()
+            await meta.zk.wait_connected(60.0)
             assert await meta.ledger_manager.list_ledgers() == []
     finally:
         server.stop()
