@@ -55,7 +55,7 @@ class ReadResult(NamedTuple):
 class BookieClientOptions:
     """Connection tuning. Defaults suit a few bookies on one host as well as a real cluster."""
 
-    max_inflight_messages: int = 2  # add-stream messages awaiting a response (window)
+    max_inflight_messages: int = 1  # add-stream messages awaiting a response (window)
     max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
 

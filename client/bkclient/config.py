@@ -38,11 +38,14 @@ class ClientConfig:
     min_racks_per_write_quorum: int = 2  # minNumRacksPerWriteQuorum
     enforce_min_racks_per_write_quorum: bool = False  # enforceMinNumRacksPerWriteQuorum
     # Bookie connections.
-    # Add-stream messages awaiting a response, per bookie. Two = one on the wire while the next
-    # fills up: a wider window sends more, smaller messages at moderate rates, and per-message
-    # CPU (not bytes) is what a Python bookie runs out of (measured: p99 at 2,000 entries/s
-    # ~200 ms with 8 vs ~30-50 ms with 2 on a shared 2-core box; same peak throughput).
-    bookie_max_inflight_messages: int = 2
+    # Add-stream messages awaiting a response, per bookie. One: while a message is out, the next
+    # fills up, so a bookie gets about one message per round trip whatever the rate. Each gRPC
+    # message costs ~200 us of client CPU to send and ~300 us of bookie CPU, entries only a few
+    # us, so fewer, fuller messages leave CPU for everything else. Measured on the shared 2-core
+    # box (3 bookies, E3 Qw2 Qa2, 1 KiB): with 1 rather than 2, p50 at 15,000 entries/s 7-11 ms
+    # vs 18-38 ms, peak 32-34k vs 27.5-29k entries/s; 8 was worse than 2. A lone add is sent
+    # at once either way.
+    bookie_max_inflight_messages: int = 1
     bookie_max_batch_bytes: int = 4 * MiB  # entry bytes per add-stream message
     metadata_timeout_s: float = 30.0  # ZooKeeper session/operation timeout
 
