@@ -12,6 +12,7 @@ trap 'kill -TERM $LC 2>/dev/null; wait $LC' EXIT
 for _ in $(seq 1 120); do grep -q "pybk shell" "$D/localcluster.log" 2>/dev/null && break; sleep 1; done
 ZK=127.0.0.1:22181
 B=127.0.0.1:23181
+echo "== bench journal-disk $D";   $PYBK bench journal-disk --dir "$D" --time 10 --json
 echo "== bench bookie $B";            $PYBK bench bookie --bookie $B --entries 200000 --latency-entries 3000 --json
 echo "== bench writes (max)";         $PYBK bench writes --zk $ZK --time 10 --json
 echo "== bench writes (1 outstanding)"; $PYBK bench writes --zk $ZK --entries 3000 --throttle 1 --json

@@ -16,12 +16,13 @@ BENCH_MODULES: tuple[str, ...] = (
     "pybk.bench.reads",
     "pybk.bench.tail",
     "pybk.bench.metadata",
+    "pybk.bench.journal_disk",
 )
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "bench", help="run a benchmark (bookie, writes, reads, tail, metadata)"
+        "bench", help="run a benchmark (bookie, writes, reads, tail, metadata, journal-disk)"
     )
     targets = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
     for name in BENCH_MODULES:
