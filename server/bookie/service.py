@@ -8,6 +8,7 @@ started, which is what test fixtures and orchestrators wait for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +64,9 @@ def method_handlers(servicer: BookieServicer) -> dict[str, grpc.RpcMethodHandler
             response_serializer=response_class.SerializeToString,
         )
     return handlers
+
+
+_TRAILER_LINGER_S = 0.1
 
 
 class BookieService:
@@ -123,7 +127,15 @@ class BookieService:
             return
         await self._health.enter_graceful_shutdown()
         self.servicer.drain()
-        await server.stop(grace_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        # Stopping the server closes every connection at once. A client still writing to a
+        # drained add stream (it cannot know yet) would then hit a broken pipe and lose the
+        # stream's clean end, trailers included. So wait for the drained streams to finish and
+        # keep connections open a moment longer for their last answers to reach the clients.
+        await self.servicer.add_entries.wait_streams_ended(grace_s)
+        await asyncio.sleep(max(0.0, min(_TRAILER_LINGER_S, deadline - loop.time())))
+        await server.stop(max(0.0, deadline - loop.time()))
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:

@@ -17,6 +17,7 @@ the ones already started, and ends normally.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator
@@ -76,6 +77,8 @@ class AddEntriesHandler:
         # Batches whose stream went away: kept referenced until done so the adds still complete.
         self._orphans: set[BatchFuture] = set()
         self._draining = False
+        self._no_streams = asyncio.Event()
+        self._no_streams.set()
 
     async def __call__(
         self,
@@ -88,6 +91,7 @@ class AddEntriesHandler:
         slots = asyncio.Semaphore(self._window)
         reader = asyncio.create_task(self._read(request_iterator, in_progress, slots))
         self._readers.add(reader)
+        self._no_streams.clear()
         if self._draining:
             reader.cancel()
         try:
@@ -98,6 +102,8 @@ class AddEntriesHandler:
         finally:
             reader.cancel()
             self._readers.discard(reader)
+            if not self._readers:
+                self._no_streams.set()
             self._orphan_rest(in_progress)
 
     async def _read(
@@ -140,6 +146,11 @@ class AddEntriesHandler:
         self._draining = True
         for reader in list(self._readers):
             reader.cancel()
+
+    async def wait_streams_ended(self, timeout_s: float) -> None:
+        """Return once no add stream is open (after :meth:`drain`), or after ``timeout_s``."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._no_streams.wait(), timeout_s)
 
     @property
     def open_streams(self) -> int:
