@@ -188,6 +188,11 @@ class BookieRegistration:
             task.cancel()
         if self._registered:
             self._registered = False
+            if not self._zk.connected:
+                # Retrying the delete against a ZooKeeper that is gone only delays the stop (by
+                # ~16 s of retries); the ephemeral node goes away with the session anyway.
+                log.warning("ZooKeeper unreachable; %s expires with the session", self.path)
+                return
             try:
                 await self._delete_own_node(self.path)
             except MetadataStoreError:

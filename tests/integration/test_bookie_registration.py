@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from tests.support.bookies import BookieFactory, BookieStartError
 
 from bkmeta import MetadataClient
+from bkmeta.zookeeper_server import ZooKeeperConfig, ZooKeeperServer, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +49,24 @@ async def test_replaced_journal_disk_is_refused_before_storage_opens(
     log = bookie.run_log_text()
     assert "have no cookie" in log and "Restore the disk" in log
     assert list(journal.iterdir()) == []  # storage never opened the replaced disk
+
+
+async def test_bookie_stops_promptly_when_zookeeper_is_gone(
+    tmp_path: Path, bookie_factory: BookieFactory
+) -> None:
+    # An operator stopping bookies after losing ZooKeeper must not wait for the unregister's
+    # retries: the ephemeral registration goes away with the session anyway.
+    server = ZooKeeperServer(ZooKeeperConfig(data_dir=tmp_path / "zk", port=free_port()))
+    server.start(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        server.wait_ready()
+        async with await MetadataClient.connect(server.hosts, require_cluster=False) as meta:
+            await meta.init_new_cluster()
+        bookie = await asyncio.to_thread(bookie_factory, zk=server.hosts)
+        server.kill()
+        await asyncio.sleep(1.0)  # the bookie notices the lost connection
+        started = time.monotonic()
+        assert await asyncio.to_thread(bookie.stop) == 0
+        assert time.monotonic() - started < 8.0
+    finally:
+        server.stop()
