@@ -336,10 +336,17 @@ def discard_tasks(tasks: Iterable[asyncio.Task[Any]]) -> None:
     report "exception was never retrieved"."""
     for task in tasks:
         if task.done():
-            if not task.cancelled():
-                task.exception()
+            _collect(task)
         else:
+            # A cancelled task can still end with its own error, if its answer raced the
+            # cancellation: collect that outcome too once it ends.
             task.cancel()
+            task.add_done_callback(_collect)
+
+
+def _collect(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _single(op: ReadEntryOp) -> list[LedgerEntry]:
