@@ -29,11 +29,13 @@ from bkproto.errors import (
     BKError,
     BookieUnavailableError,
     ClientClosedError,
-    TimeoutError,
     UnexpectedConditionError,
     error_for_status,
 )
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+
+from .read_stream import ReadStream
+from .rpc_errors import run_stream_loop, translate_rpc_error
 
 log = logging.getLogger(__name__)
 
@@ -134,15 +136,6 @@ class _CallbackListener:
 _Batch = tuple[list[AddListener], list[int]]
 
 
-def translate_rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError) -> BKError:
-    """A gRPC failure as a BookKeeper error: deadline → TimeoutError, anything else means the
-    bookie could not be used → BookieUnavailableError."""
-    code = exc.code()
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return TimeoutError(f"bookie {bookie_id}: request timed out")
-    return BookieUnavailableError(f"bookie {bookie_id}: {code.name} {exc.details() or ''}".rstrip())
-
-
 def _notify(listener: AddListener, token: int, bookie_id: str, error: BKError | None) -> None:
     try:
         listener.add_complete(bookie_id, token, error)
@@ -170,8 +163,13 @@ class _AddStream:
         self._window.set()
         self.failed = False
         self.messages_sent = 0
-        self._sender = asyncio.create_task(self._send_loop(), name=f"bk-add-send-{client.bookie_id}")
-        self._receiver = asyncio.create_task(self._recv_loop(), name=f"bk-add-recv-{client.bookie_id}")
+        bookie_id = client.bookie_id
+        self._sender = asyncio.create_task(
+            run_stream_loop(self._send_loop, self.fail, bookie_id, "add"), name=f"bk-add-send-{bookie_id}"
+        )
+        self._receiver = asyncio.create_task(
+            run_stream_loop(self._recv_loop, self.fail, bookie_id, "add"), name=f"bk-add-recv-{bookie_id}"
+        )
 
     def enqueue(self, encoded: bytes, listener: AddListener, token: int) -> None:
         self._queued_bytes.append(encoded)
@@ -180,25 +178,18 @@ class _AddStream:
         self._wakeup.set()
 
     async def _send_loop(self) -> None:
-        try:
-            while True:
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                while self._queued_bytes:
-                    while len(self._inflight) >= self._options.max_inflight_messages:
-                        self._window.clear()
-                        await self._window.wait()
-                    request, batch = self._take_batch()
-                    # In flight before the write: a response can only follow the write.
-                    self._inflight.append(batch)
-                    await self._call.write(request)
-                    self.messages_sent += 1
-        except asyncio.CancelledError:
-            raise
-        except grpc.aio.AioRpcError as exc:
-            self.fail(translate_rpc_error(self._client.bookie_id, exc))
-        except Exception as exc:  # noqa: BLE001 - whatever broke the stream, its adds must fail, not hang
-            self.fail(BookieUnavailableError(f"bookie {self._client.bookie_id}: add stream broke: {exc!r}"))
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queued_bytes:
+                while len(self._inflight) >= self._options.max_inflight_messages:
+                    self._window.clear()
+                    await self._window.wait()
+                request, batch = self._take_batch()
+                # In flight before the write: a response can only follow the write.
+                self._inflight.append(batch)
+                await self._call.write(request)
+                self.messages_sent += 1
 
     def _take_batch(self) -> tuple[bytes, _Batch]:
         """The next message (a serialized AddEntriesRequest) and the adds it carries."""
@@ -229,40 +220,33 @@ class _AddStream:
 
     async def _recv_loop(self) -> None:
         bookie_id = self._client.bookie_id
-        try:
-            while True:
-                response = await self._call.read()
-                if response is grpc.aio.EOF:  # type: ignore[attr-defined]
-                    self.fail(BookieUnavailableError(f"bookie {bookie_id}: add stream closed by bookie"))
-                    return
-                if not self._inflight:
-                    self.fail(UnexpectedConditionError(f"bookie {bookie_id}: response without request"))
-                    return
-                listeners, tokens = self._inflight.popleft()
-                self._window.set()
-                results = response.results
-                if len(results) != len(listeners):
-                    self.fail(
-                        UnexpectedConditionError(
-                            f"bookie {bookie_id}: {len(results)} results for {len(listeners)} adds"
-                        )
+        while True:
+            response = await self._call.read()
+            if response is grpc.aio.EOF:  # type: ignore[attr-defined]
+                self.fail(BookieUnavailableError(f"bookie {bookie_id}: add stream closed by bookie"))
+                return
+            if not self._inflight:
+                self.fail(UnexpectedConditionError(f"bookie {bookie_id}: response without request"))
+                return
+            listeners, tokens = self._inflight.popleft()
+            self._window.set()
+            results = response.results
+            if len(results) != len(listeners):
+                self.fail(
+                    UnexpectedConditionError(
+                        f"bookie {bookie_id}: {len(results)} results for {len(listeners)} adds"
                     )
-                    bad = BookieUnavailableError(f"bookie {bookie_id}: bad response")
-                    for listener, token in zip(listeners, tokens, strict=True):
-                        _notify(listener, token, bookie_id, bad)
-                    return
-                for listener, token, result in zip(listeners, tokens, results, strict=True):
-                    status = result.status
-                    if status == EOK:
-                        _notify(listener, token, bookie_id, None)
-                    else:
-                        _notify(listener, token, bookie_id, error_for_status(status, result.message))
-        except asyncio.CancelledError:
-            raise
-        except grpc.aio.AioRpcError as exc:
-            self.fail(translate_rpc_error(bookie_id, exc))
-        except Exception as exc:  # noqa: BLE001 - whatever broke the stream, its adds must fail, not hang
-            self.fail(BookieUnavailableError(f"bookie {bookie_id}: add stream broke: {exc!r}"))
+                )
+                bad = BookieUnavailableError(f"bookie {bookie_id}: bad response")
+                for listener, token in zip(listeners, tokens, strict=True):
+                    _notify(listener, token, bookie_id, bad)
+                return
+            for listener, token, result in zip(listeners, tokens, results, strict=True):
+                status = result.status
+                if status == EOK:
+                    _notify(listener, token, bookie_id, None)
+                else:
+                    _notify(listener, token, bookie_id, error_for_status(status, result.message))
 
     def fail(self, error: BKError) -> None:
         """Fail every add in flight or queued, stop both tasks, cancel the call. Idempotent."""
@@ -326,7 +310,13 @@ class BookieClient:
             request_serializer=None,
             response_deserializer=bookie_pb2.AddEntriesResponse.FromString,
         )
+        self._read_stream_call: Any = self._channel.stream_stream(
+            "/bkproto.v1.Bookie/ReadStream",
+            request_serializer=bookie_pb2.ReadStreamRequest.SerializeToString,
+            response_deserializer=bookie_pb2.ReadStreamResponse.FromString,
+        )
         self._stream: _AddStream | None = None
+        self._read_stream: ReadStream | None = None
         self._closed = False
         self.streams_opened = 0
 
@@ -427,8 +417,23 @@ class BookieClient:
         if piggyback:
             flags |= bookie_pb2.ENTRY_PIGGYBACK
         request.flags = flags
-        response = await self._unary(self._stub.ReadEntry, request, timeout)
+        if previous_lac is None:
+            response = await self._unary(self._stub.ReadEntry, request, timeout)
+        else:
+            response = await self._long_poll(request, timeout or self.options.default_timeout_s)
         return ReadResult(response.body, response.max_lac)
+
+    async def _long_poll(self, request: bookie_pb2.ReadRequest, timeout_s: float) -> bookie_pb2.ReadResponse:
+        """A long-poll read over the bookie's ReadStream (tailing readers park many at once)."""
+        if self._closed:
+            raise ClientClosedError(f"bookie client {self.bookie_id} is closed")
+        stream = self._read_stream
+        if stream is None or stream.failed:
+            stream = self._read_stream = ReadStream(self.bookie_id, self._read_stream_call())
+        response = await stream.request(request, timeout_s)
+        if response.status != EOK:
+            raise error_for_status(response.status, f"bookie {self.bookie_id}: {response.message}")
+        return response
 
     async def read_entries(
         self, ledger_id: int, first: int, max_count: int, max_bytes: int, *, timeout: float | None = None  # noqa: ASYNC109 - the gRPC deadline
@@ -481,6 +486,10 @@ class BookieClient:
         if stream is not None:
             stream.fail(ClientClosedError(f"bookie client {self.bookie_id} is closed"))
             await stream.wait_closed()
+        read_stream = self._read_stream
+        if read_stream is not None:
+            read_stream.fail(ClientClosedError(f"bookie client {self.bookie_id} is closed"))
+            await read_stream.wait_closed()
         await self._channel.close(None)
 
 

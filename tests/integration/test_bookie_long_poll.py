@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Iterator
 
@@ -72,3 +73,34 @@ def test_long_poll_times_out_with_no_new_entry(stub: bookie_pb2_grpc.BookieStub)
     assert "still 0" in response.message
     already = stub.ReadEntry(poll(previous_lac=-1, timeout_ms=120_000, ledger_id=3), timeout=60)
     assert (already.status, already.entry_id) == (S.EOK, 0)  # LAC already past: no wait at all
+
+
+def test_read_stream_multiplexes_polls_cancels_and_refuses_bad_requests(
+    stub: bookie_pb2_grpc.BookieStub,
+) -> None:
+    add(stub, 4, 0, -1)
+    add(stub, 4, 1, 0)  # LAC 0
+    requests: queue.Queue[bookie_pb2.ReadStreamRequest | None] = queue.Queue()
+    answers = stub.ReadStream(iter(requests.get, None), timeout=120)
+
+    def send(request_id: int, read: bookie_pb2.ReadRequest | None = None, cancel: bool = False) -> None:
+        requests.put(S.ReadStreamRequest(request_id=request_id, read=read, cancel=cancel))
+
+    send(1, poll(previous_lac=0, timeout_ms=60_000, ledger_id=4))  # parked: LAC is 0
+    send(2, poll(previous_lac=0, timeout_ms=60_000, ledger_id=4))  # parked, then withdrawn
+    send(2, poll(previous_lac=0, timeout_ms=60_000, ledger_id=4))  # id 2 is still in flight
+    duplicate = next(answers)
+    assert (duplicate.request_id, duplicate.read.status) == (2, S.EBADREQ)
+    assert "already in flight" in duplicate.read.message
+    send(3, S.ReadRequest(ledger_id=-5, entry_id=0))  # bad input: answered, the stream lives on
+    bad = next(answers)
+    assert (bad.request_id, bad.read.status) == (3, S.EBADREQ)
+    send(2, cancel=True)
+    send(4, S.ReadRequest(ledger_id=4, entry_id=0))  # a plain read overtakes the parked polls
+    plain = next(answers)
+    assert (plain.request_id, plain.read.status, plain.read.body) == (4, S.EOK, entry_body(4, 0, -1))
+    add(stub, 4, 2, 1)  # LAC 1 wakes poll 1; poll 2 was withdrawn and gets no answer
+    woken = next(answers)
+    assert (woken.request_id, woken.read.status, woken.read.entry_id) == (1, S.EOK, 1)
+    requests.put(None)  # the client ends its side: the stream ends with nothing else
+    assert list(answers) == []

@@ -138,6 +138,24 @@ class ReadResponse(_message.Message):
     message: str
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., lac_update_timestamp: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
+class ReadStreamRequest(_message.Message):
+    __slots__ = ("request_id", "read", "cancel")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    read: ReadRequest
+    cancel: bool
+    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadRequest, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class ReadStreamResponse(_message.Message):
+    __slots__ = ("request_id", "read")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    read: ReadResponse
+    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadResponse, _Mapping]] = ...) -> None: ...
+
 class ReadEntriesRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry_id", "max_count", "max_bytes")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class BookieStub:
                 request_serializer=bkproto_dot_v1_dot_bookie__pb2.ReadRequest.SerializeToString,
                 response_deserializer=bkproto_dot_v1_dot_bookie__pb2.ReadResponse.FromString,
                 _registered_method=True)
+        self.ReadStream = channel.stream_stream(
+                '/bkproto.v1.Bookie/ReadStream',
+                request_serializer=bkproto_dot_v1_dot_bookie__pb2.ReadStreamRequest.SerializeToString,
+                response_deserializer=bkproto_dot_v1_dot_bookie__pb2.ReadStreamResponse.FromString,
+                _registered_method=True)
         self.ReadEntries = channel.unary_unary(
                 '/bkproto.v1.Bookie/ReadEntries',
                 request_serializer=bkproto_dot_v1_dot_bookie__pb2.ReadEntriesRequest.SerializeToString,
@@ -97,6 +102,12 @@ class BookieServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadEntry(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadStream(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,6 +166,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ReadEntry,
                     request_deserializer=bkproto_dot_v1_dot_bookie__pb2.ReadRequest.FromString,
                     response_serializer=bkproto_dot_v1_dot_bookie__pb2.ReadResponse.SerializeToString,
+            ),
+            'ReadStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReadStream,
+                    request_deserializer=bkproto_dot_v1_dot_bookie__pb2.ReadStreamRequest.FromString,
+                    response_serializer=bkproto_dot_v1_dot_bookie__pb2.ReadStreamResponse.SerializeToString,
             ),
             'ReadEntries': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadEntries,
@@ -268,6 +284,33 @@ class Bookie:
             '/bkproto.v1.Bookie/ReadEntry',
             bkproto_dot_v1_dot_bookie__pb2.ReadRequest.SerializeToString,
             bkproto_dot_v1_dot_bookie__pb2.ReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/bkproto.v1.Bookie/ReadStream',
+            bkproto_dot_v1_dot_bookie__pb2.ReadStreamRequest.SerializeToString,
+            bkproto_dot_v1_dot_bookie__pb2.ReadStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

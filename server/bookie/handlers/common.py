@@ -35,6 +35,7 @@ class HandlerLimits:
     max_long_poll_ms: int = 10 * 60 * 1000  # parked readers are bounded in time as well as number
     add_stream_window: int = 64  # request messages of one AddEntries stream being processed at once
     add_in_progress_max_bytes: int = 16 * MiB  # add messages being processed, all streams together
+    read_stream_max_in_flight: int = 1024  # requests of one ReadStream being served at once
 
 
 def status_code(value: int) -> bookie_pb2.StatusCode:

@@ -19,6 +19,7 @@ from bookie.handlers.get_list_of_entries import GetListOfEntriesHandler
 from bookie.handlers.read_entries import ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
 from bookie.handlers.read_lac import ReadLacHandler
+from bookie.handlers.read_stream import ReadStreamHandler
 from bookie.handlers.write_lac import WriteLacHandler
 from bookie.stats import RequestStats
 
@@ -32,6 +33,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.add_entries = AddEntriesHandler(adds, limits.add_stream_window, limits.add_in_progress_max_bytes)
         self.add_entry = AddEntryHandler(adds)
         self.read_entry = ReadEntryHandler(core, stats, limits)
+        self.read_stream = ReadStreamHandler(self.read_entry, limits.read_stream_max_in_flight)
         self.read_entries = ReadEntriesHandler(core, stats, limits)
         self.read_lac = ReadLacHandler(core, stats, limits)
         self.write_lac = WriteLacHandler(core, stats, limits)
@@ -55,6 +57,12 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
 
     async def ReadEntry(self, request: bookie_pb2.ReadRequest, context: Context) -> bookie_pb2.ReadResponse:
         return await self.read_entry(request, context)
+
+    async def ReadStream(
+        self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Context
+    ) -> AsyncIterator[bookie_pb2.ReadStreamResponse]:
+        async for response in self.read_stream(request_iterator, context):
+            yield response
 
     async def ReadEntries(
         self, request: bookie_pb2.ReadEntriesRequest, context: Context

@@ -37,6 +37,10 @@ class MemoryBookie(bookie_pb2_grpc.BookieServicer):
         self.reads: list[bookie_pb2.ReadRequest] = []
         self.read_gate = asyncio.Event()
         self.read_gate.set()
+        self.entry_gates: dict[int, asyncio.Event] = {}  # entry id -> its reads wait for this
+        self.cancelled: list[int] = []  # ReadStream request ids the client withdrew
+        self.read_streams = 0
+        self.break_read_streams = False
 
     async def AddEntries(
         self, request_iterator: AsyncIterator[bookie_pb2.AddEntriesRequest], context: Any
@@ -80,6 +84,40 @@ class MemoryBookie(bookie_pb2_grpc.BookieServicer):
         if body is None:
             return bookie_pb2.ReadResponse(status=bookie_pb2.ENOENTRY, message="no such entry")
         return bookie_pb2.ReadResponse(status=bookie_pb2.EOK, body=body, max_lac=request.entry_id)
+
+    async def ReadStream(
+        self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Any
+    ) -> AsyncIterator[bookie_pb2.ReadStreamResponse]:
+        self.read_streams += 1
+        answers: asyncio.Queue[bookie_pb2.ReadStreamResponse] = asyncio.Queue()
+        running: dict[int, asyncio.Task[None]] = {}
+
+        async def serve(request_id: int, read: bookie_pb2.ReadRequest) -> None:
+            gate = self.entry_gates.get(read.entry_id)
+            if gate is not None:
+                await gate.wait()
+            response = await self.ReadEntry(read, context)
+            answers.put_nowait(bookie_pb2.ReadStreamResponse(request_id=request_id, read=response))
+
+        async def reader() -> None:
+            async for message in request_iterator:
+                if message.cancel:
+                    self.cancelled.append(message.request_id)
+                    running.pop(message.request_id).cancel()
+                else:
+                    running[message.request_id] = asyncio.create_task(serve(message.request_id, message.read))
+
+        reading = asyncio.create_task(reader())
+        try:
+            while True:
+                answer = await answers.get()
+                if self.break_read_streams:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "bookie going down")
+                yield answer
+        finally:
+            reading.cancel()
+            for task in running.values():
+                task.cancel()
 
     async def ReadEntries(
         self, request: bookie_pb2.ReadEntriesRequest, context: Any
@@ -221,6 +259,63 @@ async def test_read_entry_forwards_fence_and_long_poll_fields(bookie: tuple[Memo
     assert not servicer.reads[-1].HasField("previous_lac")
     with pytest.raises(NoSuchEntryError):
         await client.read_entry(1, 5)
+    await client.close()
+
+
+async def test_long_polls_share_one_stream_and_complete_out_of_order(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address)
+    await asyncio.gather(*(client.add(3, i, b"k" * 20, b"e%d" % i) for i in range(3)))
+    servicer.entry_gates = {i: asyncio.Event() for i in range(3)}
+    polls = [
+        asyncio.ensure_future(client.read_entry(3, i, previous_lac=i - 1, long_poll_timeout_ms=5000))
+        for i in range(3)
+    ]
+    servicer.entry_gates[2].set()
+    assert (await polls[2]).body == b"e2"
+    assert not polls[0].done() and not polls[1].done()  # a parked poll holds up no other
+    servicer.entry_gates[0].set()
+    servicer.entry_gates[1].set()
+    assert [(await p).body for p in polls[:2]] == [b"e0", b"e1"]
+    assert servicer.read_streams == 1
+    await client.close()
+
+
+async def test_abandoned_long_poll_is_withdrawn_on_the_bookie(bookie: tuple[MemoryBookie, str]) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address)
+    servicer.entry_gates = {7: asyncio.Event()}
+    with pytest.raises(TimeoutError):
+        await client.read_entry(3, 7, previous_lac=6, long_poll_timeout_ms=100, timeout=0.2)
+    poll = asyncio.ensure_future(client.read_entry(3, 7, previous_lac=6, long_poll_timeout_ms=5000))
+    await asyncio.sleep(0.1)
+    poll.cancel()
+    for _ in range(100):
+        if len(servicer.cancelled) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(servicer.cancelled) == 2  # the bookie stops waiting for both
+    await client.close()
+
+
+async def test_broken_read_stream_fails_its_polls_and_the_next_poll_reopens(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    client = BookieClient(address, address)
+    await client.add(3, 0, b"k" * 20, b"zero")
+    servicer.entry_gates = {1: asyncio.Event()}
+    parked = asyncio.ensure_future(client.read_entry(3, 1, previous_lac=0, long_poll_timeout_ms=5000))
+    servicer.break_read_streams = True
+    with pytest.raises(BookieUnavailableError):
+        await client.read_entry(3, 0, previous_lac=-1, long_poll_timeout_ms=5000)
+    with pytest.raises(BookieUnavailableError):
+        await parked
+    servicer.break_read_streams = False
+    assert (await client.read_entry(3, 0, previous_lac=-1, long_poll_timeout_ms=5000)).body == b"zero"
+    assert servicer.read_streams == 2
     await client.close()
 
 

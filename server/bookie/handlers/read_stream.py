@@ -1,0 +1,120 @@
+"""ReadStream: ReadEntry requests multiplexed over one stream, answered as they complete.
+
+Tailing readers keep dozens of long polls parked per bookie. As unary calls, each one pays call
+set-up and tear-down on both sides, about twice the CPU of a stream message. Over one stream each
+poll is two messages. Every request is served exactly as a unary ReadEntry (the same handler:
+validation, error translation, latency stats), in its own task so that a parked poll does not hold
+up the others, and its answer goes out tagged with the request's id.
+
+Bounds: at most ``max_in_flight`` requests of one stream are being served. Past that the stream's
+reader stops reading and HTTP/2 flow control pushes back on the client. Parked polls are also
+bounded bookie-wide by the long-poll waiters. A ``cancel`` message, or the end of the stream,
+cancels the requests still running; no answer follows a cancelled request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc.aio
+
+from bkproto.v1 import bookie_pb2
+from bookie.handlers.read_entry import ReadEntryHandler
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class _Stream:
+    """One stream's requests in progress and answers waiting to be written."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        self.answers: asyncio.Queue[bookie_pb2.ReadStreamResponse | None] = asyncio.Queue()
+        self.running: dict[int, asyncio.Task[None]] = {}
+        self.slots = asyncio.Semaphore(max_in_flight)
+        self.requests_ended = False
+
+    def finished(self, request_id: int, _task: asyncio.Task[None]) -> None:
+        self.running.pop(request_id, None)
+        self.slots.release()
+        if self.requests_ended and not self.running:
+            self.answers.put_nowait(None)  # the writer may be waiting for this last answer
+
+    def end_requests(self) -> None:
+        self.requests_ended = True
+        self.answers.put_nowait(None)
+
+    @property
+    def done(self) -> bool:
+        return self.requests_ended and not self.running
+
+
+class ReadStreamHandler:
+    def __init__(self, read_entry: ReadEntryHandler, max_in_flight: int) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"read stream in-flight limit must be >= 1, got {max_in_flight}")
+        self._read_entry = read_entry
+        self._max_in_flight = max_in_flight
+
+    async def __call__(
+        self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Context
+    ) -> AsyncIterator[bookie_pb2.ReadStreamResponse]:
+        stream = _Stream(self._max_in_flight)
+        reader = asyncio.create_task(self._read(request_iterator, stream, context))
+        try:
+            while True:
+                answer = await stream.answers.get()
+                if answer is not None:
+                    yield answer
+                elif stream.done:
+                    return
+        finally:
+            reader.cancel()
+            for task in stream.running.values():
+                task.cancel()
+
+    async def _read(
+        self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], stream: _Stream, context: Context
+    ) -> None:
+        try:
+            async for message in request_iterator:
+                request_id = message.request_id
+                if message.cancel:
+                    task = stream.running.get(request_id)
+                    if task is not None:
+                        task.cancel()
+                    continue
+                if request_id in stream.running:  # a client bug: refuse it rather than lose either
+                    stream.answers.put_nowait(_duplicate_id_answer(message))
+                    continue
+                await stream.slots.acquire()
+                task = asyncio.create_task(self._serve(request_id, message.read, stream, context))
+                stream.running[request_id] = task
+                task.add_done_callback(functools.partial(stream.finished, request_id))
+        except asyncio.CancelledError:
+            pass  # the stream is over
+        except Exception as exc:  # noqa: BLE001 - a broken stream ends this stream, never the bookie
+            log.debug("read stream ended by the client: %r", exc)
+        finally:
+            stream.end_requests()
+
+    async def _serve(
+        self, request_id: int, request: bookie_pb2.ReadRequest, stream: _Stream, context: Context
+    ) -> None:
+        response = await self._read_entry(request, context)
+        stream.answers.put_nowait(bookie_pb2.ReadStreamResponse(request_id=request_id, read=response))
+
+
+def _duplicate_id_answer(message: bookie_pb2.ReadStreamRequest) -> bookie_pb2.ReadStreamResponse:
+    read = bookie_pb2.ReadResponse(
+        status=bookie_pb2.EBADREQ,
+        ledger_id=message.read.ledger_id,
+        entry_id=message.read.entry_id,
+        message=f"request id {message.request_id} is already in flight on this stream",
+    )
+    return bookie_pb2.ReadStreamResponse(request_id=message.request_id, read=read)
