@@ -6,10 +6,11 @@ poll is two messages. Every request is served exactly as a unary ReadEntry (the 
 validation, error translation, latency stats), in its own task so that a parked poll does not hold
 up the others, and its answer goes out tagged with the request's id.
 
-Bounds: at most ``max_in_flight`` requests of one stream are being served. Past that the stream's
-reader stops reading and HTTP/2 flow control pushes back on the client. Parked polls are also
-bounded bookie-wide by the long-poll waiters. A ``cancel`` message, or the end of the stream,
-cancels the requests still running; no answer follows a cancelled request.
+Bounds: at most ``max_in_flight`` requests of one stream are being served or have an answer not
+yet written. Past that the stream's reader stops reading and HTTP/2 flow control pushes back on
+the client, so a client that stops reading answers also stops the bookie reading its requests.
+Parked polls are also bounded bookie-wide by the long-poll waiters. A ``cancel`` message, or the
+end of the stream, cancels the requests still running; no answer follows a cancelled request.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ class _Stream:
         self.slots = asyncio.Semaphore(max_in_flight)
         self.requests_ended = False
 
-    def finished(self, request_id: int, _task: asyncio.Task[None]) -> None:
+    def finished(self, request_id: int, task: asyncio.Task[None]) -> None:
         self.running.pop(request_id, None)
-        self.slots.release()
+        if task.cancelled() or task.exception() is not None:
+            self.slots.release()  # no answer will be written for it
         if self.requests_ended and not self.running:
             self.answers.put_nowait(None)  # the writer may be waiting for this last answer
 
@@ -71,6 +73,7 @@ class ReadStreamHandler:
                 answer = await stream.answers.get()
                 if answer is not None:
                     yield answer
+                    stream.slots.release()  # the slot its request took
                 elif stream.done:
                     return
         finally:
@@ -89,10 +92,10 @@ class ReadStreamHandler:
                     if task is not None:
                         task.cancel()
                     continue
+                await stream.slots.acquire()
                 if request_id in stream.running:  # a client bug: refuse it rather than lose either
                     stream.answers.put_nowait(_duplicate_id_answer(message))
                     continue
-                await stream.slots.acquire()
                 task = asyncio.create_task(self._serve(request_id, message.read, stream, context))
                 stream.running[request_id] = task
                 task.add_done_callback(functools.partial(stream.finished, request_id))

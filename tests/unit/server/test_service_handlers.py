@@ -347,3 +347,26 @@ async def test_add_bytes_in_progress_are_bounded_across_streams() -> None:
             assert service.servicer.add_entries.budget.used == 0
     finally:
         await service.stop(0)
+
+
+async def test_read_stream_answers_not_yet_written_hold_their_slots() -> None:
+    # A client that stops reading answers must stop the bookie reading its requests (then HTTP/2
+    # flow control pushes back), not grow a queue of answers.
+    from bookie.handlers.read_entry import ReadEntryHandler
+    from bookie.handlers.read_stream import ReadStreamHandler
+
+    pulled: list[int] = []
+
+    async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
+        for i in range(10):
+            pulled.append(i)
+            yield S.ReadStreamRequest(request_id=i, read=S.ReadRequest(ledger_id=-1))  # answered at once
+
+    read_entry = ReadEntryHandler(FakeBookieCore(), RequestStats(CollectorRegistry()), HandlerLimits())
+    answers = ReadStreamHandler(read_entry, max_in_flight=2)(requests(), None)  # type: ignore[arg-type]
+    first = await answers.__anext__()
+    await asyncio.sleep(0.05)
+    assert pulled == [0, 1, 2]  # two answers unwritten: the third request waits for a slot
+    rest = [answer async for answer in answers]
+    assert sorted(a.request_id for a in [first, *rest]) == list(range(10))
+    assert {a.read.status for a in [first, *rest]} == {S.EBADREQ}
