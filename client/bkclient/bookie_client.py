@@ -40,6 +40,7 @@ from .rpc_errors import run_stream_loop, translate_rpc_error
 log = logging.getLogger(__name__)
 
 EOK = bookie_pb2.EOK
+ENOENTRY = bookie_pb2.ENOENTRY
 MiB = 1024 * 1024
 # Room for a 5 MiB entry plus framing; BookKeeper's nettyMaxFrameSizeBytes is 5 MiB.
 MAX_MESSAGE_BYTES = 16 * MiB
@@ -403,7 +404,8 @@ class BookieClient:
     ) -> ReadResult:
         """Read one entry (``entry_id == -1``: the bookie's last entry). With
         ``fence_master_key`` the read fences the ledger; with ``previous_lac`` it long-polls
-        until the bookie's LAC passes it or ``long_poll_timeout_ms`` expires."""
+        until the bookie's LAC passes it or ``long_poll_timeout_ms`` expires. A long poll whose
+        LAC moved on a bookie without the entry returns an empty body with the new LAC."""
         flags = 0
         request = bookie_pb2.ReadRequest(ledger_id=ledger_id, entry_id=entry_id)
         if fence_master_key is not None:
@@ -431,6 +433,10 @@ class BookieClient:
         if stream is None or stream.failed:
             stream = self._read_stream = ReadStream(self.bookie_id, self._read_stream_call())
         response = await stream.request(request, timeout_s)
+        if response.status == ENOENTRY and response.max_lac > request.previous_lac:
+            # The LAC moved but this bookie does not hold the entry asked for: the LAC is the news
+            # (an empty body says so), and raising would lose it.
+            return response
         if response.status != EOK:
             raise error_for_status(response.status, f"bookie {self.bookie_id}: {response.message}")
         return response

@@ -10,6 +10,7 @@ import grpc
 import pytest
 from tests.support.bookies import BookieProcess, entry_body
 
+from bkclient.bookie_client import BookieClient
 from bkproto.entry_format import LAC_HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -104,3 +105,18 @@ def test_read_stream_multiplexes_polls_cancels_and_refuses_bad_requests(
     assert (woken.request_id, woken.read.status, woken.read.entry_id) == (1, S.EOK, 1)
     requests.put(None)  # the client ends its side: the stream ends with nothing else
     assert list(answers) == []
+
+
+async def test_long_poll_to_a_bookie_without_the_entry_still_reports_the_new_lac(
+    bookie: BookieProcess, stub: bookie_pb2_grpc.BookieStub
+) -> None:
+    # Striped ledgers put entry N on some bookies only; a bookie that learns LAC >= N from a later
+    # entry but does not hold N must still hand the reader that LAC.
+    add(stub, 5, 0, -1)
+    add(stub, 5, 2, 1)  # LAC 1 arrives with entry 2; entry 1 lives elsewhere
+    client = BookieClient(bookie.address, bookie.address)
+    try:
+        result = await client.read_entry(5, -1, previous_lac=0, long_poll_timeout_ms=5000, piggyback=True)
+    finally:
+        await client.close()
+    assert (result.body, result.max_lac) == (b"", 1)
