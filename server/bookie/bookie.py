@@ -141,6 +141,16 @@ class Bookie:
             self._ledgers.clear()  # bounded; states reload from the ledger index
         self._ledgers[ledger_id] = state
 
+    def _keyed_state(self, ledger_id: int, master_key: bytes, parts: list[bytes]) -> LedgerState:
+        """The ledger's state for a fence or LAC write: created (its master-key record joins
+        ``parts``) if the bookie has not seen the ledger, EUA if the key is not the ledger's."""
+        state = self._state(ledger_id)
+        if state is None:
+            return self._new_ledger(ledger_id, master_key, parts)
+        if state.master_key != master_key:
+            raise BookieError(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
+        return state
+
     def _new_ledger(self, ledger_id: int, master_key: bytes, parts: list[bytes]) -> LedgerState:
         """Record a ledger's key (index first, then its journal record: see DbLedgerStorage)."""
         state = LedgerState(master_key, False, None, -1)
@@ -335,11 +345,7 @@ class Bookie:
         _check_ids(ledger_id)
         _check_key(master_key)
         parts: list[bytes] = []
-        state = self._state(ledger_id)
-        if state is None:
-            state = self._new_ledger(ledger_id, master_key, parts)
-        elif state.master_key != master_key:
-            raise BookieError(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
+        state = self._keyed_state(ledger_id, master_key, parts)
         state.fenced = True
         self._save(ledger_id, state)
         parts.append(fence_record(ledger_id))
@@ -354,11 +360,7 @@ class Bookie:
         if body_ledger != ledger_id or body_lac != lac:
             raise bad_request(f"LAC body says {body_ledger}/{body_lac}, request says {ledger_id}/{lac}")
         parts: list[bytes] = []
-        state = self._state(ledger_id)
-        if state is None:
-            state = self._new_ledger(ledger_id, master_key, parts)
-        elif state.master_key != master_key:
-            raise BookieError(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
+        state = self._keyed_state(ledger_id, master_key, parts)
         state.explicit_lac_body = body
         self._save(ledger_id, state)
         parts.append(explicit_lac_record(ledger_id, lac, body))
