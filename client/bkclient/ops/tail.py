@@ -91,7 +91,9 @@ class PipelinedPolls:
                     scheduled += 1
                 head = window[0]
                 if not head.done():
-                    await asyncio.wait((head, stopped), timeout=self._fan_out_delay_s)
+                    await asyncio.wait(
+                        (head, stopped), timeout=self._fan_out_delay_s, return_when=asyncio.FIRST_COMPLETED
+                    )
                 if not head.done() and not stopped.done():
                     # Only bookies that stored an entry carrying the new LAC know it. After a burst
                     # and a pause that may not include the head's bookie: ask the whole ensemble.

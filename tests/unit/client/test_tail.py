@@ -18,6 +18,7 @@ from tests.unit.client.test_read_fakes import (
 
 from bkclient.digest import DigestManager
 from bkclient.entry import LedgerEntry
+from bkclient.ops.tail import PipelinedPolls
 from bkclient.read_handle import TAIL_POLL_WINDOW, ReadHandle
 from bkmeta.model import Versioned
 from bkproto.errors import NoSuchLedgerError
@@ -206,3 +207,24 @@ async def test_head_stalled_on_a_bookie_that_missed_the_lac_is_answered_by_the_e
     consumer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await consumer
+
+
+async def test_head_answered_after_a_wait_is_yielded_at_once_not_after_the_fan_out_delay() -> None:
+    # The head poll is still parked when the pipeline looks at it; it is answered a moment later.
+    # The pipeline must hand the entry out then, not sit out the whole fan-out delay first.
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    digest = DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type)
+    pipeline = PipelinedPolls(
+        ctx, digest, writer.metadata, LEDGER, 0, 4, 30.0, asyncio.Event(), fan_out_delay_s=60.0
+    )
+    entries = pipeline.entries()
+    first = asyncio.ensure_future(anext(entries))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not first.done()  # parked: nothing is committed yet
+    writer.write(2)  # entry 1 carries LAC 0
+    await writer.notify()
+    entry = await asyncio.wait_for(first, 5)  # 60 s if it waited for the fan-out
+    assert (entry.entry_id, entry.data) == (0, payload(0))
+    await entries.aclose()
