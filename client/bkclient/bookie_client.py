@@ -54,6 +54,14 @@ class ReadResult(NamedTuple):
     max_lac: int
 
 
+class StrideResult(NamedTuple):
+    """A stride poll's answer: entries first, first + stride, ... (none when it timed out or the
+    bookie does not hold ``first``) and the bookie's LAC."""
+
+    bodies: list[bytes]
+    max_lac: int
+
+
 @dataclass(frozen=True, slots=True)
 class BookieClientOptions:
     """Connection tuning. Defaults suit a few bookies on one host as well as a real cluster."""
@@ -425,14 +433,17 @@ class BookieClient:
             response = await self._long_poll(request, timeout or self.options.default_timeout_s)
         return ReadResult(response.body, response.max_lac)
 
-    async def _long_poll(self, request: bookie_pb2.ReadRequest, timeout_s: float) -> bookie_pb2.ReadResponse:
-        """A long-poll read over the bookie's ReadStream (tailing readers park many at once)."""
+    def _reads(self) -> ReadStream:
         if self._closed:
             raise ClientClosedError(f"bookie client {self.bookie_id} is closed")
         stream = self._read_stream
         if stream is None or stream.failed:
             stream = self._read_stream = ReadStream(self.bookie_id, self._read_stream_call())
-        response = await stream.request(request, timeout_s)
+        return stream
+
+    async def _long_poll(self, request: bookie_pb2.ReadRequest, timeout_s: float) -> bookie_pb2.ReadResponse:
+        """A long-poll read over the bookie's ReadStream (tailing readers park many at once)."""
+        response = (await self._reads().request(timeout_s, read=request)).read
         if response.status == ENOENTRY and response.max_lac > request.previous_lac:
             # The LAC moved but this bookie does not hold the entry asked for: the LAC is the news
             # (an empty body says so), and raising would lose it.
@@ -440,6 +451,34 @@ class BookieClient:
         if response.status != EOK:
             raise error_for_status(response.status, f"bookie {self.bookie_id}: {response.message}")
         return response
+
+    async def stride_poll(
+        self,
+        ledger_id: int,
+        first: int,
+        stride: int,
+        max_count: int,
+        max_bytes: int,
+        long_poll_timeout_ms: int,
+    ) -> StrideResult:
+        """Park until the bookie's LAC reaches ``first``, then the confirmed entries ``first``,
+        ``first + stride``, ... it holds (see StridePollRequest). A timeout, or a LAC past
+        ``first`` on a bookie without it, is an empty answer with the bookie's LAC."""
+        request = bookie_pb2.StridePollRequest(
+            ledger_id=ledger_id,
+            first_entry_id=first,
+            stride=stride,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            timeout_ms=long_poll_timeout_ms,
+        )
+        timeout_s = long_poll_timeout_ms / 1000.0 + self.options.default_timeout_s
+        response = (await self._reads().request(timeout_s, stride_poll=request)).stride_poll
+        if response.status == ENOENTRY:
+            return StrideResult([], response.max_lac)
+        if response.status != EOK:
+            raise error_for_status(response.status, f"bookie {self.bookie_id}: {response.message}")
+        return StrideResult(list(response.bodies), response.max_lac)
 
     async def read_entries(
         self, ledger_id: int, first: int, max_count: int, max_bytes: int, *, timeout: float | None = None  # noqa: ASYNC109 - the gRPC deadline

@@ -34,7 +34,7 @@ class ReadStream:
         self.bookie_id = bookie_id
         self._call = call
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[bookie_pb2.ReadResponse]] = {}
+        self._pending: dict[int, asyncio.Future[bookie_pb2.ReadStreamResponse]] = {}
         self._outbox: deque[bookie_pb2.ReadStreamRequest] = deque()
         self._wakeup = asyncio.Event()
         self.failed = False
@@ -45,14 +45,20 @@ class ReadStream:
             run_stream_loop(self._recv_loop, self.fail, bookie_id, "read"), name=f"bk-read-recv-{bookie_id}"
         )
 
-    async def request(self, read: bookie_pb2.ReadRequest, timeout_s: float) -> bookie_pb2.ReadResponse:
-        """The bookie's answer to ``read``; TimeoutError after ``timeout_s``."""
+    async def request(
+        self,
+        timeout_s: float,
+        *,
+        read: bookie_pb2.ReadRequest | None = None,
+        stride_poll: bookie_pb2.StridePollRequest | None = None,
+    ) -> bookie_pb2.ReadStreamResponse:
+        """The bookie's answer to ``read`` or ``stride_poll``; TimeoutError after ``timeout_s``."""
         if self.failed:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: read stream is closed")
         request_id = next(self._ids)
-        future: asyncio.Future[bookie_pb2.ReadResponse] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bookie_pb2.ReadStreamResponse] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, read=read))
+        self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, read=read, stride_poll=stride_poll))
         try:
             return await asyncio.wait_for(future, timeout_s)
         except builtins.TimeoutError as exc:  # asyncio's; bkproto's TimeoutError shadows the name
@@ -81,7 +87,7 @@ class ReadStream:
                 return
             future = self._pending.pop(answer.request_id, None)
             if future is not None and not future.done():
-                future.set_result(answer.read)
+                future.set_result(answer)
 
     def fail(self, error: BKError) -> None:
         """Fail every pending request, stop both tasks, cancel the call. Idempotent."""

@@ -80,6 +80,7 @@ class RequestStats:
         self.read_entry_fence_request = op("READ_ENTRY_FENCE_REQUEST", "Fencing read requests")
         self.read_entry_long_poll_request = op("READ_ENTRY_LONG_POLL_REQUEST", "Long-poll read requests")
         self.read_entries_request = op("READ_ENTRIES_REQUEST", "Batched read requests")
+        self.stride_poll_request = op("STRIDE_POLL_REQUEST", "Tailing readers' stride long polls")
         self.write_lac = op("WRITE_LAC", "Explicit LAC writes")
         self.read_lac = op("READ_LAC", "LAC reads")
         self.force_ledger = op("FORCE_LEDGER", "Force ledger requests")
@@ -91,6 +92,7 @@ class RequestStats:
             self.read_entry_fence_request,
             self.read_entry_long_poll_request,
             self.read_entries_request,
+            self.stride_poll_request,
             self.write_lac,
             self.read_lac,
             self.force_ledger,

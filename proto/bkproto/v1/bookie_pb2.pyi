@@ -139,22 +139,60 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., lac_update_timestamp: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReadStreamRequest(_message.Message):
-    __slots__ = ("request_id", "read", "cancel")
+    __slots__ = ("request_id", "read", "stride_poll", "cancel")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_POLL_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     read: ReadRequest
+    stride_poll: StridePollRequest
     cancel: bool
-    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadRequest, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadRequest, _Mapping]] = ..., stride_poll: _Optional[_Union[StridePollRequest, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
 
 class ReadStreamResponse(_message.Message):
-    __slots__ = ("request_id", "read")
+    __slots__ = ("request_id", "read", "stride_poll")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_POLL_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     read: ReadResponse
-    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadResponse, _Mapping]] = ...) -> None: ...
+    stride_poll: StridePollResponse
+    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadResponse, _Mapping]] = ..., stride_poll: _Optional[_Union[StridePollResponse, _Mapping]] = ...) -> None: ...
+
+class StridePollRequest(_message.Message):
+    __slots__ = ("ledger_id", "first_entry_id", "stride", "max_count", "max_bytes", "timeout_ms")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    first_entry_id: int
+    stride: int
+    max_count: int
+    max_bytes: int
+    timeout_ms: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., stride: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class StridePollResponse(_message.Message):
+    __slots__ = ("status", "ledger_id", "first_entry_id", "stride", "bodies", "max_lac", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_LAC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    ledger_id: int
+    first_entry_id: int
+    stride: int
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    max_lac: int
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., stride: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., max_lac: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReadEntriesRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry_id", "max_count", "max_bytes")

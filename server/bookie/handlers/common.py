@@ -92,6 +92,18 @@ class UnaryHandler(Generic[RequestT, ResponseT]):
         return response
 
 
+def lac_for_error(core: BookieCore, ledger_id: int, status: int) -> int:
+    """The LAC an error answer to a read carries: readers falling back to another replica still
+    learn this bookie's LAC. -1 for a bad request, and whenever looking it up fails (the error
+    answer itself must not fail)."""
+    if status == bookie_pb2.EBADREQ or ledger_id < 0:
+        return -1
+    try:
+        return core.last_add_confirmed(ledger_id)
+    except Exception:  # noqa: BLE001 - see above
+        return -1
+
+
 def require_ledger_id(ledger_id: int) -> None:
     if ledger_id < 0:
         raise BookieError(bookie_pb2.EBADREQ, f"ledger id {ledger_id} is negative")

@@ -12,12 +12,16 @@ ReadEntryProcessorV3 and LongPollReadEntryProcessorV3).
 
 from __future__ import annotations
 
-import contextlib
-
 from bkproto.entry_format import LAST_ADD_CONFIRMED
 from bkproto.v1 import bookie_pb2
 from bookie.errors import bad_request
-from bookie.handlers.common import UnaryHandler, require_ledger_id, require_master_key, status_code
+from bookie.handlers.common import (
+    UnaryHandler,
+    lac_for_error,
+    require_ledger_id,
+    require_master_key,
+    status_code,
+)
 from bookie.stats import OpLatency
 
 FENCE_LEDGER = bookie_pb2.FENCE_LEDGER
@@ -37,19 +41,13 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
     def error_response(
         self, request: bookie_pb2.ReadRequest, status: int, message: str
     ) -> bookie_pb2.ReadResponse:
-        response = bookie_pb2.ReadResponse(
+        return bookie_pb2.ReadResponse(
             status=status_code(status),
             ledger_id=request.ledger_id,
             entry_id=request.entry_id,
+            max_lac=lac_for_error(self.core, request.ledger_id, status),
             message=message,
         )
-        response.max_lac = LAST_ADD_CONFIRMED
-        if status != bookie_pb2.EBADREQ and request.ledger_id >= 0:
-            # Readers falling back to another replica still learn this bookie's LAC; the
-            # error answer itself must not fail.
-            with contextlib.suppress(Exception):
-                response.max_lac = self.core.last_add_confirmed(request.ledger_id)
-        return response
 
     async def serve(self, request: bookie_pb2.ReadRequest) -> bookie_pb2.ReadResponse:
         ledger_id = request.ledger_id

@@ -1,10 +1,11 @@
-"""ReadStream: ReadEntry requests multiplexed over one stream, answered as they complete.
+"""ReadStream: ReadEntry and StridePoll requests multiplexed over one stream, answered as they
+complete.
 
-Tailing readers keep dozens of long polls parked per bookie. As unary calls, each one pays call
-set-up and tear-down on both sides, about twice the CPU of a stream message. Over one stream each
-poll is two messages. Every request is served exactly as a unary ReadEntry (the same handler:
-validation, error translation, latency stats), in its own task so that a parked poll does not hold
-up the others, and its answer goes out tagged with the request's id.
+Tailing readers keep long polls parked on every bookie. As unary calls, each one pays call set-up
+and tear-down on both sides, about twice the CPU of a stream message. Over one stream each poll is
+two messages. Every request is served exactly as its handler serves it elsewhere (validation, error
+translation, latency stats), in its own task so that a parked poll does not hold up the others,
+and its answer goes out tagged with the request's id.
 
 Bounds: at most ``max_in_flight`` requests of one stream are being served or have an answer not
 yet written. Past that the stream's reader stops reading and HTTP/2 flow control pushes back on
@@ -25,6 +26,7 @@ import grpc.aio
 
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.read_entry import ReadEntryHandler
+from bookie.handlers.stride_poll import StridePollHandler
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +59,13 @@ class _Stream:
 
 
 class ReadStreamHandler:
-    def __init__(self, read_entry: ReadEntryHandler, max_in_flight: int) -> None:
+    def __init__(
+        self, read_entry: ReadEntryHandler, stride_poll: StridePollHandler, max_in_flight: int
+    ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"read stream in-flight limit must be >= 1, got {max_in_flight}")
         self._read_entry = read_entry
+        self._stride_poll = stride_poll
         self._max_in_flight = max_in_flight
 
     async def __call__(
@@ -94,9 +99,14 @@ class ReadStreamHandler:
                     continue
                 await stream.slots.acquire()
                 if request_id in stream.running:  # a client bug: refuse it rather than lose either
-                    stream.answers.put_nowait(_duplicate_id_answer(message))
+                    stream.answers.put_nowait(_refusal(message, "is already in flight on this stream"))
                     continue
-                task = asyncio.create_task(self._serve(request_id, message.read, stream, context))
+                if message.WhichOneof("kind") is None:
+                    stream.answers.put_nowait(
+                        _refusal(message, "asks for nothing (neither read nor stride_poll)")
+                    )
+                    continue
+                task = asyncio.create_task(self._serve(message, stream, context))
                 stream.running[request_id] = task
                 task.add_done_callback(functools.partial(stream.finished, request_id))
         except asyncio.CancelledError:
@@ -106,18 +116,33 @@ class ReadStreamHandler:
         finally:
             stream.end_requests()
 
-    async def _serve(
-        self, request_id: int, request: bookie_pb2.ReadRequest, stream: _Stream, context: Context
-    ) -> None:
-        response = await self._read_entry(request, context)
-        stream.answers.put_nowait(bookie_pb2.ReadStreamResponse(request_id=request_id, read=response))
+    async def _serve(self, message: bookie_pb2.ReadStreamRequest, stream: _Stream, context: Context) -> None:
+        request_id = message.request_id
+        if message.HasField("stride_poll"):
+            polled = await self._stride_poll(message.stride_poll, context)
+            answer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
+        else:
+            read = await self._read_entry(message.read, context)
+            answer = bookie_pb2.ReadStreamResponse(request_id=request_id, read=read)
+        stream.answers.put_nowait(answer)
 
 
-def _duplicate_id_answer(message: bookie_pb2.ReadStreamRequest) -> bookie_pb2.ReadStreamResponse:
+def _refusal(message: bookie_pb2.ReadStreamRequest, why: str) -> bookie_pb2.ReadStreamResponse:
+    """EBADREQ for a request that cannot be served, in the shape of what it asked for."""
+    text = f"request id {message.request_id} {why}"
+    if message.HasField("stride_poll"):
+        poll = message.stride_poll
+        refused = bookie_pb2.StridePollResponse(
+            status=bookie_pb2.EBADREQ,
+            ledger_id=poll.ledger_id,
+            first_entry_id=poll.first_entry_id,
+            message=text,
+        )
+        return bookie_pb2.ReadStreamResponse(request_id=message.request_id, stride_poll=refused)
     read = bookie_pb2.ReadResponse(
         status=bookie_pb2.EBADREQ,
         ledger_id=message.read.ledger_id,
         entry_id=message.read.entry_id,
-        message=f"request id {message.request_id} is already in flight on this stream",
+        message=text,
     )
     return bookie_pb2.ReadStreamResponse(request_id=message.request_id, read=read)

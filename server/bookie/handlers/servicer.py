@@ -20,6 +20,7 @@ from bookie.handlers.read_entries import ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
 from bookie.handlers.read_lac import ReadLacHandler
 from bookie.handlers.read_stream import ReadStreamHandler
+from bookie.handlers.stride_poll import StridePollHandler
 from bookie.handlers.write_lac import WriteLacHandler
 from bookie.stats import RequestStats
 
@@ -33,7 +34,10 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.add_entries = AddEntriesHandler(adds, limits.add_stream_window, limits.add_in_progress_max_bytes)
         self.add_entry = AddEntryHandler(adds)
         self.read_entry = ReadEntryHandler(core, stats, limits)
-        self.read_stream = ReadStreamHandler(self.read_entry, limits.read_stream_max_in_flight)
+        self.stride_poll = StridePollHandler(core, stats, limits)
+        self.read_stream = ReadStreamHandler(
+            self.read_entry, self.stride_poll, limits.read_stream_max_in_flight
+        )
         self.read_entries = ReadEntriesHandler(core, stats, limits)
         self.read_lac = ReadLacHandler(core, stats, limits)
         self.write_lac = WriteLacHandler(core, stats, limits)

@@ -354,6 +354,7 @@ async def test_read_stream_answers_not_yet_written_hold_their_slots() -> None:
     # flow control pushes back), not grow a queue of answers.
     from bookie.handlers.read_entry import ReadEntryHandler
     from bookie.handlers.read_stream import ReadStreamHandler
+    from bookie.handlers.stride_poll import StridePollHandler
 
     pulled: list[int] = []
 
@@ -362,8 +363,11 @@ async def test_read_stream_answers_not_yet_written_hold_their_slots() -> None:
             pulled.append(i)
             yield S.ReadStreamRequest(request_id=i, read=S.ReadRequest(ledger_id=-1))  # answered at once
 
-    read_entry = ReadEntryHandler(FakeBookieCore(), RequestStats(CollectorRegistry()), HandlerLimits())
-    answers = ReadStreamHandler(read_entry, max_in_flight=2)(requests(), None)  # type: ignore[arg-type]
+    core, stats, limits = FakeBookieCore(), RequestStats(CollectorRegistry()), HandlerLimits()
+    handler = ReadStreamHandler(
+        ReadEntryHandler(core, stats, limits), StridePollHandler(core, stats, limits), max_in_flight=2
+    )
+    answers = handler(requests(), None)  # type: ignore[arg-type]
     first = await answers.__anext__()
     await asyncio.sleep(0.05)
     assert pulled == [0, 1, 2]  # two answers unwritten: the third request waits for a slot

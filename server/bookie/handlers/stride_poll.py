@@ -1,0 +1,99 @@
+"""StridePoll: a tailing reader's long poll for its share of the coming entries (pybookkeeper
+extension, served on ReadStream only).
+
+A ReadEntry long poll answers with one entry, so a reader catching up after a pause (a disk stall
+held the writer's acks, then a run of entries was confirmed at once) pays a request and an answer
+per entry, on every side, exactly when it is furthest behind. A stride poll parks until the LAC
+reaches ``first_entry_id`` and then answers with every confirmed entry of the stride this bookie
+holds, bounded by ``max_count`` and ``max_bytes``: one message per bookie for the whole run.
+"""
+
+from __future__ import annotations
+
+from bkproto.v1 import bookie_pb2
+from bookie.errors import BookieError, bad_request
+from bookie.handlers.common import UnaryHandler, lac_for_error, require_ledger_id, status_code
+from bookie.stats import OpLatency
+
+MAX_STRIDE = 1024  # an ensemble size; far beyond any real one
+
+
+class StridePollHandler(UnaryHandler[bookie_pb2.StridePollRequest, bookie_pb2.StridePollResponse]):
+    name = "stride poll"
+
+    def stat_for(self, request: bookie_pb2.StridePollRequest) -> OpLatency:
+        return self.stats.stride_poll_request
+
+    def error_response(
+        self, request: bookie_pb2.StridePollRequest, status: int, message: str
+    ) -> bookie_pb2.StridePollResponse:
+        return bookie_pb2.StridePollResponse(
+            status=status_code(status),
+            ledger_id=request.ledger_id,
+            first_entry_id=request.first_entry_id,
+            stride=request.stride,
+            max_lac=lac_for_error(self.core, request.ledger_id, status),
+            message=message,
+        )
+
+    async def serve(self, request: bookie_pb2.StridePollRequest) -> bookie_pb2.StridePollResponse:
+        ledger_id = request.ledger_id
+        first = request.first_entry_id
+        stride = request.stride
+        require_ledger_id(ledger_id)
+        if first < 0:
+            raise bad_request(f"first entry id {first} is negative")
+        if not 1 <= stride <= MAX_STRIDE:
+            raise bad_request(f"stride {stride} is outside 1..{MAX_STRIDE}")
+        if request.max_count <= 0:
+            raise bad_request(f"max_count {request.max_count} must be positive")
+        if request.max_bytes < 0:
+            raise bad_request(f"max_bytes {request.max_bytes} is negative")
+        if not 0 <= request.timeout_ms <= self.limits.max_long_poll_ms:
+            raise bad_request(
+                f"long-poll timeout {request.timeout_ms} ms is outside 0..{self.limits.max_long_poll_ms}"
+            )
+        max_count = min(request.max_count, self.limits.max_read_batch_count)
+        max_bytes = min(
+            request.max_bytes or self.limits.max_read_batch_bytes, self.limits.max_read_batch_bytes
+        )
+        lac = await self.core.wait_for_lac(ledger_id, first - 1, request.timeout_ms / 1000.0)
+        if lac < first:
+            return self._nothing(request, lac, f"LAC of ledger {ledger_id} is still {lac}")
+        bodies: list[bytes] = []
+        size = 0
+        entry_id = first
+        while entry_id <= lac and len(bodies) < max_count:
+            try:
+                body = await self.core.read_entry(ledger_id, entry_id)
+            except BookieError as exc:
+                if exc.status not in (bookie_pb2.ENOENTRY, bookie_pb2.ENOLEDGER):
+                    raise
+                break  # not stored here (written before this bookie joined the ensemble)
+            if bodies and size + len(body) > max_bytes:
+                break
+            bodies.append(body)
+            size += len(body)
+            entry_id += stride
+        if not bodies:
+            return self._nothing(request, lac, f"entry {first} of ledger {ledger_id} is not on this bookie")
+        return bookie_pb2.StridePollResponse(
+            status=bookie_pb2.EOK,
+            ledger_id=ledger_id,
+            first_entry_id=first,
+            stride=stride,
+            bodies=bodies,
+            max_lac=self.core.last_add_confirmed(ledger_id),
+        )
+
+    def _nothing(
+        self, request: bookie_pb2.StridePollRequest, lac: int, message: str
+    ) -> bookie_pb2.StridePollResponse:
+        return bookie_pb2.StridePollResponse(
+            status=bookie_pb2.ENOENTRY,
+            ledger_id=request.ledger_id,
+            first_entry_id=request.first_entry_id,
+            stride=request.stride,
+            max_lac=lac,
+            message=message,
+        )
