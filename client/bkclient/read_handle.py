@@ -23,7 +23,7 @@ from bkclient.entry import LastConfirmedAndEntry, LedgerEntry
 from bkclient.ops.read import ReadEntryOp, ReadRangeOp, write_set_bookies
 from bkclient.ops.read_lac import ReadLastConfirmedAndEntryOp, ReadLastConfirmedOp, TryReadLastConfirmedOp
 from bkclient.ops.recovery import RecoveryContext
-from bkclient.ops.tail import PipelinedPolls
+from bkclient.ops.tail import StridePolls
 from bkmeta.model import LedgerMetadata, Versioned
 from bkproto.entry_format import NO_ENTRY
 from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError, ReadError
@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 
 # Entries one tail step reads before it polls again; bounds what a slow consumer holds in memory.
 _TAIL_READ_AHEAD = 1000
-# Long polls a tailing reader keeps parked on the bookies, one per upcoming entry (ops/tail.py).
-TAIL_POLL_WINDOW = 64
+# How far past the next entry a tailing reader's stride polls reach (ops/tail.py): bounds the
+# entries it buffers while the head waits, and the size of one catch-up answer.
+TAIL_POLL_WINDOW = 256
 
 
 class ReadHandle:
@@ -206,9 +207,10 @@ class ReadHandle:
                 return
             if self._deleted:
                 raise NoSuchLedgerError(f"ledger {self.ledger_id} was deleted while being tailed")
-            # Fast path: one parked poll per upcoming entry, each answered with its entry.
+            # Fast path: one parked stride poll per bookie, answered with every confirmed entry of
+            # its stride.
             self._metadata_changed.clear()
-            pipeline = PipelinedPolls(
+            pipeline = StridePolls(
                 self._ctx,
                 self._digest,
                 self.metadata,

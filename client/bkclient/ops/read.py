@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bkclient.bookie_client import ReadResult
+from bkclient.bookie_client import ReadResult, StrideResult
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
 from bkclient.entry import LedgerEntry
@@ -67,6 +67,16 @@ class BookieReader(Protocol):
         *,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> list[bytes]: ...
+
+    async def stride_poll(
+        self,
+        ledger_id: int,
+        first: int,
+        stride: int,
+        max_count: int,
+        max_bytes: int,
+        long_poll_timeout_ms: int,
+    ) -> StrideResult: ...
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False

@@ -1,46 +1,58 @@
-"""Pipelined long polls: how a tailing reader keeps up with a busy writer at low latency.
+"""Stride polls: how a tailing reader keeps up with a busy writer at low latency.
 
-A single long poll answers one question ("has the LAC passed L?") and piggybacks one entry, so a
-reader that polls, reads, polls again pays a round trip per step and falls behind a writer that
-appends every millisecond. Instead, this keeps ``window`` polls parked at once, one per upcoming
-entry: the poll for entry ``e`` asks for "the entry after ``e - 1``" and goes to the last bookie of
-``e``'s write set, which also stores ``e + 1`` and so learns first that ``e`` is confirmed (the
-choice rotates with ``e``, spreading the load over the ensemble). Each bookie answers
-the moment its LAC passes ``e - 1``, with the entry, verified here. One RPC per entry, no fan-out,
-no cancellations in the steady state; answers are handed out strictly in entry order.
+A poll that answers "has the LAC passed L?" with one entry costs a request and an answer per
+entry; a reader that fell behind (a disk stall held the writer's acks, then a run of entries was
+confirmed at once) would pay that per entry exactly when it is furthest behind. Instead each
+bookie of the ensemble gets one parked *stride poll* for the entries whose write set ends with it:
+bookie ``(e + Qw - 1) % E`` for entry ``e``, which also stores ``e + 1`` and so learns first that
+``e`` is confirmed. The bookie answers as soon as its LAC reaches the first of them, with every
+confirmed entry of its stride (``e``, ``e + E``, ``e + 2E``, ...): one message per bookie for a
+whole run. Answers are verified, buffered and handed out strictly in entry order; each bookie's
+next poll starts after the last entry it returned.
 
 A bookie only learns a LAC from entries it stores. After a burst of concurrent adds (whose entries
 carry an older LAC) and a pause, the head's bookie may not know yet that the head is committed
-while another bookie does: if the head is not answered within ``fan_out_delay_s``, the head poll is
-also sent to the whole ensemble (ReadLastConfirmedAndEntryOp) and the first answer wins.
+while another bookie does: if the head has not arrived within ``fan_out_delay_s``, it is also
+asked of the whole ensemble (ReadLastConfirmedAndEntryOp) and the first answer wins.
 
 The pipeline stops (and the caller falls back to range reads or the quorum-based long poll) when a
-poll fails or times out, when the fan-out reports a LAC without the entry, or when ``stop`` is set:
-the metadata changed (ledger closed, ensemble changed). Parked polls are bounded by ``window``.
+poll fails or times out, when a bookie reports a LAC past an entry it does not hold, at the end of
+the segment it started in, or when ``stop`` is set: the metadata changed (ledger closed, ensemble
+changed). What is polled for stays within ``window`` entries and ``max_bytes_ahead`` bytes of the
+head, which bounds the buffer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from bkclient.digest import DigestManager
 from bkclient.entry import LastConfirmedAndEntry, LedgerEntry
-from bkclient.ops.read import ReadContext, discard_tasks, write_set_bookies
-from bkclient.ops.read_lac import ReadLastConfirmedAndEntryOp, poll_bookie
+from bkclient.ops.read import ReadContext, discard_tasks, segment_end, write_set_bookies
+from bkclient.ops.read_lac import ReadLastConfirmedAndEntryOp
 from bkmeta.model import LedgerMetadata
 from bkproto.errors import BKError
 
 log = logging.getLogger(__name__)
 
+_POLL_MAX_BYTES = 1024 * 1024  # bodies per stride-poll answer (the first entry always comes)
 
-class PipelinedPolls:
+# A stride poll in flight: (the bookie's LAC, the verified entries it returned).
+_Poll = asyncio.Task[tuple[int, list[LedgerEntry]]]
+
+
+class _Stopped(Exception):
+    """The pipeline cannot go on; the caller takes the robust path from the head."""
+
+
+class StridePolls:
     """Entries from ``first`` on, each as soon as it is committed, until the pipeline stops.
 
     After iteration, ``stopped_by_event`` tells whether ``stop`` ended it (look at the metadata
-    again) or a poll gave no entry (fall back to the robust path)."""
+    again) or not (fall back to the robust path); ``last_add_confirmed`` is the highest LAC seen."""
 
     def __init__(
         self,
@@ -53,92 +65,146 @@ class PipelinedPolls:
         timeout_s: float,
         stop: asyncio.Event,
         fan_out_delay_s: float = 0.01,
+        max_bytes_ahead: int = 8 * 1024 * 1024,
     ) -> None:
         self._ctx = ctx
         self._digest = digest
         self._metadata = metadata
         self._ledger_id = ledger_id
-        self._next = first
+        self._head = first
         self._window = window
+        self._timeout_ms = max(1, int(timeout_s * 1000))
         self._timeout_s = timeout_s
         self._stop = stop
         self._fan_out_delay_s = fan_out_delay_s
+        self._max_bytes_ahead = max_bytes_ahead
+        self._stride = len(metadata.ensemble_for(first))
+        self._end = segment_end(metadata, first)  # None: the open-ended last segment
+        self._buffered: dict[int, LedgerEntry] = {}
+        self._buffered_bytes = 0
         self.stopped_by_event = False
         self.last_add_confirmed = first - 1
 
-    def _poll(self, entry_id: int) -> asyncio.Task[LastConfirmedAndEntry]:
-        # The last bookie of the write set also stores entry_id + 1 (Qw >= 2), which carries the
-        # LAC that confirms entry_id: it is the first to be able to answer.
-        bookie_id = write_set_bookies(self._metadata, entry_id)[-1]
-        return asyncio.ensure_future(
-            poll_bookie(self._ctx, self._digest, self._ledger_id, bookie_id, entry_id - 1, self._timeout_s)
+    async def _poll(self, bookie_id: str, first: int, max_count: int) -> tuple[int, list[LedgerEntry]]:
+        """One stride poll: (the bookie's LAC, the verified entries it returned)."""
+        stride = self._stride
+        result = await self._ctx.bookie(bookie_id).stride_poll(
+            self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
         )
+        lac = result.max_lac
+        entries = []
+        for i, body in enumerate(result.bodies):
+            entry_id = first + i * stride
+            verified = self._digest.verify_header(body)
+            if verified.entry_id != entry_id:
+                raise _Stopped(f"bookie {bookie_id} answered entry {verified.entry_id} for {entry_id}")
+            lac = max(lac, verified.last_add_confirmed, entry_id)
+            entries.append(LedgerEntry(self._ledger_id, entry_id, verified.payload))
+        return lac, entries
+
+    def _first_cursors(self) -> dict[str, int]:
+        """Each bookie's first entry to poll for: the entries of the next stride it ends."""
+        last = self._head + self._stride - 1
+        if self._end is not None:
+            last = min(last, self._end)
+        return {write_set_bookies(self._metadata, e)[-1]: e for e in range(self._head, last + 1)}
+
+    def _last_wanted(self) -> int:
+        last = self._head + self._window - 1
+        return last if self._end is None else min(last, self._end)
+
+    def _start_polls(self, polls: dict[str, _Poll], cursors: dict[str, int]) -> None:
+        if self._buffered_bytes >= self._max_bytes_ahead:
+            return
+        last = self._last_wanted()
+        for bookie_id, first in cursors.items():
+            if bookie_id not in polls and first <= last:
+                count = (last - first) // self._stride + 1
+                polls[bookie_id] = asyncio.ensure_future(self._poll(bookie_id, first, count))
+
+    def _take(self, bookie_id: str, task: _Poll, cursors: dict[str, int]) -> None:
+        """Buffer a finished poll's entries and move its bookie's cursor; _Stopped if it gave none."""
+        error = task.exception()
+        if error is not None:
+            if not isinstance(error, BKError | _Stopped):
+                raise error
+            raise _Stopped(f"stride poll on {bookie_id} failed: {error}")
+        lac, entries = task.result()
+        self.last_add_confirmed = max(self.last_add_confirmed, lac)
+        if not entries:  # timed out, or the LAC passed an entry this bookie does not hold
+            raise _Stopped(f"stride poll on {bookie_id} from entry {cursors[bookie_id]} brought nothing")
+        for entry in entries:
+            if entry.entry_id >= self._head and entry.entry_id not in self._buffered:
+                self._buffered[entry.entry_id] = entry
+                self._buffered_bytes += len(entry.data)
+        cursors[bookie_id] = entries[-1].entry_id + self._stride
+
+    def _take_fan_out(self, fan_out: asyncio.Task[LastConfirmedAndEntry]) -> None:
+        answer = None if fan_out.exception() else fan_out.result()
+        if answer is None or answer.entry is None:
+            if answer is not None:
+                self.last_add_confirmed = max(self.last_add_confirmed, answer.last_add_confirmed)
+            raise _Stopped("fan-out for the head brought no entry")  # no progress, or the LAC moved
+        self.last_add_confirmed = max(self.last_add_confirmed, answer.last_add_confirmed)
+        entry = answer.entry
+        if entry.entry_id == self._head and entry.entry_id not in self._buffered:
+            self._buffered[entry.entry_id] = entry
+            self._buffered_bytes += len(entry.data)
+
+    async def entries(self) -> AsyncGenerator[LedgerEntry, None]:
+        loop = asyncio.get_running_loop()
+        polls: dict[str, _Poll] = {}
+        cursors = self._first_cursors()
+        stopped = asyncio.ensure_future(self._stop.wait())
+        fan_out: asyncio.Task[LastConfirmedAndEntry] | None = None
+        head_since = loop.time()
+        try:
+            while True:
+                if self._end is not None and self._head > self._end:
+                    return  # the segment is done; the caller looks at the next one
+                entry = self._buffered.pop(self._head, None)
+                if entry is not None:
+                    self._buffered_bytes -= len(entry.data)
+                    self._head += 1
+                    head_since = loop.time()
+                    if fan_out is not None:
+                        discard_tasks((fan_out,))
+                        fan_out = None
+                    yield entry
+                    if self._stop.is_set():
+                        self.stopped_by_event = True
+                        return
+                    continue
+                self._start_polls(polls, cursors)
+                waiting: set[asyncio.Future[Any]] = {stopped, *polls.values()}
+                if fan_out is not None:
+                    waiting.add(fan_out)
+                timeout = None
+                if fan_out is None:
+                    timeout = max(0.0, head_since + self._fan_out_delay_s - loop.time())
+                done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if stopped.done():
+                    self.stopped_by_event = True
+                    return
+                if not done:
+                    # Only bookies that stored an entry carrying the new LAC know it. After a burst
+                    # and a pause that may not include the head's bookie: ask the whole ensemble.
+                    fan_out = asyncio.ensure_future(self._fan_out(self._head))
+                    continue
+                if fan_out is not None and fan_out.done():
+                    self._take_fan_out(fan_out)
+                    fan_out = None
+                for bookie_id, task in list(polls.items()):
+                    if task.done():
+                        del polls[bookie_id]
+                        self._take(bookie_id, task, cursors)
+        except _Stopped as why:
+            log.debug("ledger %d: tail pipeline stops at entry %d: %s", self._ledger_id, self._head, why)
+        finally:
+            discard_tasks([*polls.values(), *([fan_out] if fan_out is not None else []), stopped])
 
     async def _fan_out(self, entry_id: int) -> LastConfirmedAndEntry:
         op = ReadLastConfirmedAndEntryOp(
             self._ctx, self._ledger_id, self._metadata, self._digest, entry_id - 1, self._timeout_s
         )
         return await op.run()
-
-    async def entries(self) -> AsyncGenerator[LedgerEntry, None]:
-        window: deque[asyncio.Task[LastConfirmedAndEntry]] = deque()
-        stopped = asyncio.ensure_future(self._stop.wait())
-        scheduled = self._next
-        try:
-            while True:
-                while len(window) < self._window:
-                    window.append(self._poll(scheduled))
-                    scheduled += 1
-                head = window[0]
-                if not head.done():
-                    await asyncio.wait(
-                        (head, stopped), timeout=self._fan_out_delay_s, return_when=asyncio.FIRST_COMPLETED
-                    )
-                if not head.done() and not stopped.done():
-                    # Only bookies that stored an entry carrying the new LAC know it. After a burst
-                    # and a pause that may not include the head's bookie: ask the whole ensemble.
-                    fan_out = asyncio.ensure_future(self._fan_out(self._next))
-                    try:
-                        await asyncio.wait((head, fan_out, stopped), return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        if not fan_out.done():
-                            fan_out.cancel()
-                    if not head.done():
-                        if stopped.done():
-                            self.stopped_by_event = True
-                            return
-                        answer = fan_out.result() if not fan_out.exception() else None
-                        if answer is None or answer.entry is None:
-                            if answer is not None:
-                                self.last_add_confirmed = max(
-                                    self.last_add_confirmed, answer.last_add_confirmed
-                                )
-                            return  # no progress, or the LAC moved: the caller reads or polls
-                        head.cancel()
-                        window.popleft()
-                        self.last_add_confirmed = max(self.last_add_confirmed, answer.last_add_confirmed)
-                        self._next += 1
-                        yield answer.entry
-                        continue
-                if not head.done():
-                    self.stopped_by_event = True
-                    return
-                window.popleft()
-                error = head.exception()
-                if error is not None:
-                    if not isinstance(error, BKError):
-                        raise error
-                    log.debug("ledger %d: poll for entry %d ended: %s", self._ledger_id, self._next, error)
-                    return
-                answer = head.result()
-                self.last_add_confirmed = max(self.last_add_confirmed, answer.last_add_confirmed)
-                if answer.entry is None:
-                    return
-                self._next += 1
-                yield answer.entry
-                if self._stop.is_set():
-                    self.stopped_by_event = True
-                    return
-        finally:
-            discard_tasks(window)
-            stopped.cancel()

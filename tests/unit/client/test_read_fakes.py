@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from bkclient.bookie_client import ReadResult
+from bkclient.bookie_client import ReadResult, StrideResult
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
 from bkclient.placement import BookieRacks, RandomPlacement
@@ -42,6 +42,7 @@ class MemoryBookie:
         self.corrupt: set[tuple[int, int]] = set()
         self.reads: list[tuple[int, int]] = []
         self.batch_reads: list[tuple[int, int, int]] = []
+        self.stride_polls: list[tuple[int, int, int]] = []  # (ledger, first, stride)
         self.recovery_adds: list[tuple[int, int]] = []
         self.fence_reads = 0
         self._lac_changed = asyncio.Event()  # replaced after every set: waiters hold the old one
@@ -148,6 +149,41 @@ class MemoryBookie:
             size += len(body)
             entry_id += 1
         return out
+
+    async def stride_poll(
+        self,
+        ledger_id: int,
+        first: int,
+        stride: int,
+        max_count: int,
+        max_bytes: int,
+        long_poll_timeout_ms: int,
+    ) -> StrideResult:
+        await self._enter()
+        self.stride_polls.append((ledger_id, first, stride))
+        try:
+            async with asyncio.timeout(long_poll_timeout_ms / 1000.0):
+                while self._known_lac(ledger_id) < first:
+                    await self._lac_changed.wait()
+        except TimeoutError:
+            return StrideResult([], self._known_lac(ledger_id))
+        if self.down:
+            raise BookieUnavailableError(f"bookie {self.bookie_id}: UNAVAILABLE")
+        lac = self._known_lac(ledger_id)
+        bodies: list[bytes] = []
+        size = 0
+        entry_id = first
+        while entry_id <= lac and len(bodies) < max_count:
+            try:
+                body = self._body(ledger_id, entry_id)
+            except (NoSuchEntryError, NoSuchLedgerError):
+                break  # like the real bookie: the answer stops at the first entry not held
+            if bodies and size + len(body) > max_bytes:
+                break
+            bodies.append(body)
+            size += len(body)
+            entry_id += stride
+        return StrideResult(bodies, lac)
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False

@@ -18,8 +18,8 @@ from tests.unit.client.test_read_fakes import (
 
 from bkclient.digest import DigestManager
 from bkclient.entry import LedgerEntry
-from bkclient.ops.tail import PipelinedPolls
-from bkclient.read_handle import TAIL_POLL_WINDOW, ReadHandle
+from bkclient.ops.tail import StridePolls
+from bkclient.read_handle import ReadHandle
 from bkmeta.model import Versioned
 from bkproto.errors import NoSuchLedgerError
 
@@ -173,9 +173,9 @@ async def test_steady_tail_costs_one_parked_poll_per_entry() -> None:
                 await arrived.wait()
     reads = [r for b in ctx.bookies.values() for r in b.reads]
     batch_reads = [r for b in ctx.bookies.values() for r in b.batch_reads]
-    assert all(entry_id == -1 for _, entry_id in reads)  # only long polls, no follow-up reads
-    assert batch_reads == []
-    assert len(reads) <= 39 + TAIL_POLL_WINDOW  # one per delivered entry plus the parked window
+    polls = [p for b in ctx.bookies.values() for p in b.stride_polls]
+    assert (reads, batch_reads) == ([], [])  # no fan-out, no follow-up reads
+    assert len(polls) <= 39 + 3  # one per delivered entry plus one parked per bookie
     await close_ledger(ctx, writer)
     await asyncio.wait_for(consumer, 5)
     assert [e.entry_id for e in received] == list(range(40))
@@ -215,7 +215,7 @@ async def test_head_answered_after_a_wait_is_yielded_at_once_not_after_the_fan_o
     ctx = make_cluster(3, long_poll_timeout_s=30.0)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     digest = DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type)
-    pipeline = PipelinedPolls(
+    pipeline = StridePolls(
         ctx, digest, writer.metadata, LEDGER, 0, 4, 30.0, asyncio.Event(), fan_out_delay_s=60.0
     )
     entries = pipeline.entries()
@@ -228,3 +228,33 @@ async def test_head_answered_after_a_wait_is_yielded_at_once_not_after_the_fan_o
     entry = await asyncio.wait_for(first, 5)  # 60 s if it waited for the fan-out
     assert (entry.entry_id, entry.data) == (0, payload(0))
     await entries.aclose()
+
+
+async def test_a_run_of_entries_confirmed_at_once_comes_in_one_answer_per_bookie() -> None:
+    # After a pause (say a disk stall held the writer's acks) 30 entries become visible at once:
+    # the reader must not pay a poll per entry exactly when it is furthest behind.
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    rh = open_handle(ctx, writer)
+    received: list[int] = []
+    all_in = asyncio.Event()
+
+    async def consume() -> None:
+        async for entry in rh.tail(0):
+            received.append(entry.entry_id)
+            if len(received) == 30:
+                all_in.set()
+
+    consumer = asyncio.ensure_future(consume())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    writer.write(31)  # entry 30 carries LAC 29
+    await writer.notify()
+    await asyncio.wait_for(all_in.wait(), 5)
+    assert received == list(range(30))
+    polls = [p for b in ctx.bookies.values() for p in b.stride_polls]
+    assert len(polls) == 6  # one parked per bookie, answered with its run, parked again
+    assert all(stride == 3 for _, _, stride in polls)
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
