@@ -4,10 +4,12 @@ receipt of the same entry.
 The writer appends ``--rate`` entries per second (paced, not bursty) through one client; the reader
 follows the ledger with ``ReadHandle.tail`` in its own process (or, with ``--same-process``, through
 a second client on the writer's event loop). Both stamp times with the system-wide monotonic clock.
-An entry becomes visible to readers once its LAC reaches the bookies, piggybacked on a later entry
-that the bookie has made durable, so the floor of this latency is about one add latency (reported
-as ``writer_add_latency_ms``) plus one inter-arrival gap. The final entry only becomes visible when
-the ledger is closed and is left out of the latency figures.
+An entry becomes visible to readers once its LAC reaches a bookie, piggybacked on a later entry;
+bookies publish that LAC as soon as the carrying entry arrives (before its journal fsync), so the
+floor of this latency is about one inter-arrival gap plus a bookie hop. The writer's own add
+latency is reported next to it (``writer_add_latency_ms``): a slow disk delays acks, and this
+figure starts at the ack. The final entry only becomes visible when the ledger is closed and is
+left out of the latency figures.
 """
 
 from __future__ import annotations
@@ -178,8 +180,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             "write_quorum": args.write_quorum,
             "ack_quorum": args.ack_quorum,
             "latency": "writer ack -> tailing reader receipt",
-            # The floor of the tail latency: a bookie exposes a LAC once the entry carrying it is
-            # durable, so an entry reaches readers about one add latency after its own ack.
+            # For context: how long the writer waited for its acks (disk stalls show here first).
             "writer_add_latency_ms": {
                 "p50": round(percentile(add_sorted, 50), 3),
                 "p99": round(percentile(add_sorted, 99), 3),
