@@ -198,13 +198,12 @@ class DbLedgerStorage:
         self.stats.write_cache_size.set(self.write_cache.size)
 
     def _flush_sync(self, half: WriteCacheHalf, mark: LogMark) -> None:
-        items = half.sorted_items()
-        per_dir: list[list[tuple[tuple[int, int], bytes]]] = [[] for _ in self.dirs]
+        per_dir: list[list[tuple[int, dict[int, bytes]]]] = [[] for _ in self.dirs]
         n = len(self.dirs)
-        for item in items:
-            per_dir[item[0][0] % n].append(item)
-        for directory, dir_items in zip(self.dirs, per_dir, strict=True):
-            directory.flush_entries(dir_items)
+        for ledger in half.sorted_ledgers():
+            per_dir[ledger[0] % n].append(ledger)
+        for directory, ledgers in zip(self.dirs, per_dir, strict=True):
+            directory.flush_ledgers(ledgers)
         if mark_order(mark) > mark_order(self.mark):
             write_mark([d.root for d in self.dirs], mark)
             self.mark = mark
@@ -273,6 +272,7 @@ class DbLedgerStorage:
 
 
 def _merge(old: WriteCacheHalf, new: WriteCacheHalf) -> WriteCacheHalf:
-    for (ledger_id, entry_id), body in new.entries.items():
-        old.put(ledger_id, entry_id, body)
+    for ledger_id, entries in new.ledgers.items():
+        for entry_id, body in entries.items():
+            old.put(ledger_id, entry_id, body)
     return old

@@ -16,7 +16,7 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import crc32c
@@ -92,9 +92,13 @@ class EntryLogger:
         os.close(self._fd)
         self._fd = -1
 
-    def append_sorted(self, items: Sequence[tuple[tuple[int, int], bytes]]) -> list[tuple[bytes, bytes]]:
-        """Append entries; return (index key, location) pairs for the location index."""
-        out: list[tuple[bytes, bytes]] = []
+    def append(
+        self, ledger_id: int, entry_ids: Sequence[int], bodies: Mapping[int, bytes]
+    ) -> tuple[list[bytes], list[bytes]]:
+        """Append entries ``entry_ids`` (ascending) of one ledger, bodies from ``bodies``; return
+        their location-index keys and values, in the same order."""
+        keys: list[bytes] = []
+        locations: list[bytes] = []
         parts: list[bytes] = []
         pack_rec = RECORD_HEADER.pack
         pack_loc = LOCATION.pack
@@ -104,24 +108,31 @@ class EntryLogger:
             self._open_new()
         start = self._offset
         offset = start
-        ledger_bytes = self._ledger_bytes
-        for (ledger_id, entry_id), body in items:
+        appended = 0
+        for entry_id in entry_ids:
+            body = bodies[entry_id]
             rec_len = RECORD_HEADER_SIZE + len(body)
             if offset + rec_len > self.size_limit and offset > LOG_HEADER_SIZE:
                 self._write_at(parts, start)
                 self._offset = offset
+                self._add_ledger_bytes(ledger_id, appended)
                 self._finish_current()
                 self._open_new()
-                parts, start, offset = [], self._offset, self._offset
-                ledger_bytes = self._ledger_bytes
+                parts, start, offset, appended = [], self._offset, self._offset, 0
             parts.append(pack_rec(rec_len - 4, ledger_id, entry_id, crc(body)))
             parts.append(body)
-            out.append((pack_key(ledger_id, entry_id), pack_loc(self.current_id, offset, len(body))))
-            ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + rec_len
+            keys.append(pack_key(ledger_id, entry_id))
+            locations.append(pack_loc(self.current_id, offset, len(body)))
             offset += rec_len
+            appended += rec_len
         self._write_at(parts, start)
         self._offset = offset
-        return out
+        self._add_ledger_bytes(ledger_id, appended)
+        return keys, locations
+
+    def _add_ledger_bytes(self, ledger_id: int, nbytes: int) -> None:
+        if nbytes:
+            self._ledger_bytes[ledger_id] = self._ledger_bytes.get(ledger_id, 0) + nbytes
 
     def _write_at(self, parts: list[bytes], offset: int) -> None:
         if parts:

@@ -66,8 +66,9 @@ class EntryLocationIndex:
     def __init__(self, kv: KeyValueStorage) -> None:
         self._kv = kv
 
-    def add_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        self._kv.write_batch(items)
+    def add_batch(self, keys: Sequence[bytes], locations: Sequence[bytes]) -> None:
+        """Index entries: ``keys`` and ``locations`` as ``EntryLogger.append`` returns them."""
+        self._kv.write_batch(zip(keys, locations, strict=True))
 
     def get(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
         raw = self._kv.get(ENTRY_KEY.pack(ledger_id, entry_id))

@@ -7,7 +7,7 @@ so callers batch writes (one WriteBatch per flush) and keep point lookups behind
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -21,7 +21,7 @@ class KeyValueStorage(Protocol):
         """Not synced: durable after the next :meth:`sync`."""
         ...
 
-    def write_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None: ...
+    def write_batch(self, items: Iterable[tuple[bytes, bytes]]) -> None: ...
 
     def floor(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The greatest (key, value) with key <= ``key``."""
@@ -51,7 +51,7 @@ class RocksKeyValueStorage:
     def put(self, key: bytes, value: bytes) -> None:
         self._db.put(key, value, self._write_opt)
 
-    def write_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+    def write_batch(self, items: Iterable[tuple[bytes, bytes]]) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, value in items:
             batch.put(key, value)
@@ -100,7 +100,7 @@ class MemoryKeyValueStorage:
             bisect.insort(self._keys, key)
         self._data[key] = value
 
-    def write_batch(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+    def write_batch(self, items: Iterable[tuple[bytes, bytes]]) -> None:
         for key, value in items:
             self.put(key, value)
 

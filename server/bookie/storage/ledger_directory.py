@@ -46,19 +46,32 @@ class LedgerDirectory:
         self.ledgers = LedgerIndex(self._ledgers_kv)
         self.locations = EntryLocationIndex(self._locations_kv)
 
-    def flush_entries(self, items: list[tuple[tuple[int, int], bytes]]) -> None:
-        """Append sorted entries, fsync the log, then index them and sync the index (the index
-        never points at bytes that are not on disk). Both steps go slice by slice."""
-        if items:
-            locations: list[tuple[bytes, bytes]] = []
-            for start in range(0, len(items), FLUSH_SLICE_ENTRIES):
-                began = time.perf_counter()
-                locations += self.entry_logger.append_sorted(items[start : start + FLUSH_SLICE_ENTRIES])
-                _pause_as_long_as(began)
+    def flush_ledgers(self, ledgers: list[tuple[int, dict[int, bytes]]]) -> None:
+        """Append each ledger's entries in id order, fsync the log, then index them and sync the
+        index (the index never points at bytes that are not on disk). Both steps go slice by
+        slice."""
+        keys: list[bytes] = []
+        locations: list[bytes] = []
+        since_pause = 0
+        began = time.perf_counter()
+        for ledger_id, entries in ledgers:
+            ids = sorted(entries)
+            for start in range(0, len(ids), FLUSH_SLICE_ENTRIES):
+                chunk = ids[start : start + FLUSH_SLICE_ENTRIES]
+                more_keys, more_locations = self.entry_logger.append(ledger_id, chunk, entries)
+                keys += more_keys
+                locations += more_locations
+                since_pause += len(chunk)
+                if since_pause >= FLUSH_SLICE_ENTRIES:  # many small ledgers pause like one big one
+                    _pause_as_long_as(began)
+                    since_pause = 0
+                    began = time.perf_counter()
+        if keys:
             self.entry_logger.sync()
-            for start in range(0, len(locations), FLUSH_SLICE_ENTRIES):
+            for start in range(0, len(keys), FLUSH_SLICE_ENTRIES):
                 began = time.perf_counter()
-                self.locations.add_batch(locations[start : start + FLUSH_SLICE_ENTRIES])
+                end = start + FLUSH_SLICE_ENTRIES
+                self.locations.add_batch(keys[start:end], locations[start:end])
                 _pause_as_long_as(began)
         self.locations.sync()
         self.ledgers.sync()
