@@ -5,6 +5,9 @@ own work costs a few, so every add queued while the previous stream message was 
 into the next message (natural batching: the busier the connection, the bigger the batches). At most
 ``max_inflight_messages`` messages wait for their response; past that, adds accumulate in the queue
 (bounded upstream by the write handle's outstanding-adds/bytes limits) and leave in the next message.
+While adds queue up, messages also leave at most every ``min_batch_interval_s``: a bookie that
+answers fast would otherwise be sent a message per round trip, each a few entries, and on a busy
+host the per-message CPU is what makes the latency. A lone add is never held back.
 
 Responses come back one per request message, in order, with one status per add: the receiver pops
 the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests). If the
@@ -67,6 +70,7 @@ class BookieClientOptions:
     """Connection tuning. Defaults suit a few bookies on one host as well as a real cluster."""
 
     max_inflight_messages: int = 1  # add-stream messages awaiting a response (window)
+    min_batch_interval_s: float = 0.0  # while adds queue: at most one message per interval
     max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
 
@@ -187,6 +191,9 @@ class _AddStream:
         self._wakeup.set()
 
     async def _send_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self._options.min_batch_interval_s
+        last_sent = -interval
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
@@ -194,9 +201,14 @@ class _AddStream:
                 while len(self._inflight) >= self._options.max_inflight_messages:
                     self._window.clear()
                     await self._window.wait()
+                if len(self._queued_bytes) > 1:  # adds are queueing: a fuller message pays
+                    delay = last_sent + interval - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
                 request, batch = self._take_batch()
                 # In flight before the write: a response can only follow the write.
                 self._inflight.append(batch)
+                last_sent = loop.time()
                 await self._call.write(request)
                 self.messages_sent += 1
 

@@ -28,6 +28,7 @@ def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClien
 
     options = BookieClientOptions(
         max_inflight_messages=config.bookie_max_inflight_messages,
+        min_batch_interval_s=config.bookie_min_batch_interval_s,
         max_batch_bytes=config.bookie_max_batch_bytes,
         default_timeout_s=config.read_entry_timeout_s,
     )

@@ -188,6 +188,28 @@ async def test_adds_queued_while_a_message_is_in_flight_share_the_next_message(
     await client.close()
 
 
+async def test_queued_adds_wait_out_the_batch_interval_but_a_lone_add_does_not(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    patient = BookieClient(address, address, BookieClientOptions(min_batch_interval_s=60.0))
+    for i in range(3):  # each add alone, just after the previous message: none waits 60 s
+        await asyncio.wait_for(patient.add(1, i, b"k" * 20, b"a"), 5)
+    await patient.close()
+    assert servicer.message_sizes == [1, 1, 1]
+    servicer.message_sizes.clear()
+    client = BookieClient(address, address, BookieClientOptions(min_batch_interval_s=0.3))
+    await client.add(2, 0, b"k" * 20, b"a")
+    adds = []
+    for burst in range(10):  # a steady writer: adds queue up behind each other
+        adds += [client.add(2, 1 + 3 * burst + i, b"k" * 20, b"b") for i in range(3)]
+        await asyncio.sleep(0.005)
+    await asyncio.gather(*adds)
+    # Without the interval the fake, which answers at once, gets a message per burst.
+    assert servicer.message_sizes == [1, 30]
+    await client.close()
+
+
 async def test_in_flight_messages_are_bounded_by_the_window(bookie: tuple[MemoryBookie, str]) -> None:
     servicer, address = bookie
     client = BookieClient(address, address, BookieClientOptions(max_inflight_messages=3))
