@@ -64,10 +64,18 @@ class BookieCore(Protocol):
         ...
 
     async def read_entries(
-        self, ledger_id: int, first_entry_id: int, max_count: int, max_bytes: int
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        max_count: int,
+        max_bytes: int,
+        *,
+        stride: int = 1,
+        last_entry_id: int | None = None,
     ) -> list[bytes]:
-        """Consecutive bodies from ``first_entry_id``; stops at the first missing entry, at
-        ``max_count`` entries or before exceeding ``max_bytes`` (always >= 1 if the first exists)."""
+        """Bodies of ``first_entry_id``, ``first_entry_id + stride``, ... up to ``last_entry_id``;
+        stops at the first missing entry, at ``max_count`` entries or before exceeding
+        ``max_bytes`` (always >= 1 if the first exists; ENOENTRY/ENOLEDGER if it does not)."""
         ...
 
     async def fence(self, ledger_id: int, master_key: bytes) -> None:

@@ -278,15 +278,24 @@ class Bookie:
         return body
 
     async def read_entries(
-        self, ledger_id: int, first_entry_id: int, max_count: int, max_bytes: int
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        max_count: int,
+        max_bytes: int,
+        *,
+        stride: int = 1,
+        last_entry_id: int | None = None,
     ) -> list[bytes]:
         _check_ids(ledger_id, first_entry_id)
         if first_entry_id < 0:
             raise bad_request(f"first entry id {first_entry_id} is negative")
+        if stride < 1:
+            raise bad_request(f"stride {stride} must be positive")
         out = [await self.read_entry(ledger_id, first_entry_id)]
         size = len(out[0])
-        entry_id = first_entry_id + 1
-        while len(out) < max_count:
+        entry_id = first_entry_id + stride
+        while len(out) < max_count and (last_entry_id is None or entry_id <= last_entry_id):
             try:
                 body = await self.read_entry(ledger_id, entry_id)
             except BookieError as exc:
@@ -297,7 +306,7 @@ class Bookie:
                 break
             out.append(body)
             size += len(body)
-            entry_id += 1
+            entry_id += stride
         return out
 
     def last_add_confirmed(self, ledger_id: int) -> int:

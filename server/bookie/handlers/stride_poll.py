@@ -60,22 +60,14 @@ class StridePollHandler(UnaryHandler[bookie_pb2.StridePollRequest, bookie_pb2.St
         lac = await self.core.wait_for_lac(ledger_id, first - 1, request.timeout_ms / 1000.0)
         if lac < first:
             return self._nothing(request, lac, f"LAC of ledger {ledger_id} is still {lac}")
-        bodies: list[bytes] = []
-        size = 0
-        entry_id = first
-        while entry_id <= lac and len(bodies) < max_count:
-            try:
-                body = await self.core.read_entry(ledger_id, entry_id)
-            except BookieError as exc:
-                if exc.status not in (bookie_pb2.ENOENTRY, bookie_pb2.ENOLEDGER):
-                    raise
-                break  # not stored here (written before this bookie joined the ensemble)
-            if bodies and size + len(body) > max_bytes:
-                break
-            bodies.append(body)
-            size += len(body)
-            entry_id += stride
-        if not bodies:
+        try:
+            bodies = await self.core.read_entries(
+                ledger_id, first, max_count, max_bytes, stride=stride, last_entry_id=lac
+            )
+        except BookieError as exc:
+            if exc.status not in (bookie_pb2.ENOENTRY, bookie_pb2.ENOLEDGER):
+                raise
+            # Confirmed but not stored here (written before this bookie joined the ensemble).
             return self._nothing(request, lac, f"entry {first} of ledger {ledger_id} is not on this bookie")
         return bookie_pb2.StridePollResponse(
             status=bookie_pb2.EOK,

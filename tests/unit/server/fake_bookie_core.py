@@ -90,19 +90,30 @@ class FakeBookieCore:
         return body
 
     async def read_entries(
-        self, ledger_id: int, first_entry_id: int, max_count: int, max_bytes: int
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        max_count: int,
+        max_bytes: int,
+        *,
+        stride: int = 1,
+        last_entry_id: int | None = None,
     ) -> list[bytes]:
         ledger = self._ledger(ledger_id)
         out: list[bytes] = []
         size = 0
         entry_id = first_entry_id
-        while len(out) < max_count and entry_id in ledger.entries:
+        while (
+            len(out) < max_count
+            and entry_id in ledger.entries
+            and (last_entry_id is None or entry_id <= last_entry_id)
+        ):
             body = ledger.entries[entry_id]
             if out and size + len(body) > max_bytes:
                 break
             out.append(body)
             size += len(body)
-            entry_id += 1
+            entry_id += stride
         if not out:
             raise no_entry(ledger_id, first_entry_id)
         return out
