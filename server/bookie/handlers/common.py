@@ -16,7 +16,7 @@ import grpc.aio
 
 from bkproto.v1 import bookie_pb2
 from bookie.api import BookieCore
-from bookie.errors import BookieError
+from bookie.errors import BookieError, bad_request
 from bookie.stats import OpLatency, RequestStats
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,24 @@ class HandlerLimits:
     add_stream_window: int = 64  # request messages of one AddEntries stream being processed at once
     add_in_progress_max_bytes: int = 16 * MiB  # add messages being processed, all streams together
     read_stream_max_in_flight: int = 1024  # requests of one ReadStream being served at once
+
+    def read_batch(self, max_count: int, max_bytes: int) -> tuple[int, int]:
+        """A batched read's (count, bytes) bounds, capped by ours; max_bytes 0 = no preference.
+        EBADREQ for a count below 1 or negative bytes."""
+        if max_count <= 0:
+            raise bad_request(f"max_count {max_count} must be positive")
+        if max_bytes < 0:
+            raise bad_request(f"max_bytes {max_bytes} is negative")
+        return (
+            min(max_count, self.max_read_batch_count),
+            min(max_bytes or self.max_read_batch_bytes, self.max_read_batch_bytes),
+        )
+
+    def long_poll_seconds(self, timeout_ms: int) -> float:
+        """A long poll's wait in seconds; EBADREQ outside 0..max_long_poll_ms."""
+        if not 0 <= timeout_ms <= self.max_long_poll_ms:
+            raise bad_request(f"long-poll timeout {timeout_ms} ms is outside 0..{self.max_long_poll_ms}")
+        return timeout_ms / 1000.0
 
 
 def status_code(value: int) -> bookie_pb2.StatusCode:

@@ -30,15 +30,8 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, bookie_pb2.
         require_ledger_id(ledger_id)
         if first < 0:
             raise bad_request(f"first entry id {first} is negative")
-        if request.max_count <= 0:
-            raise bad_request(f"max_count {request.max_count} must be positive")
-        if request.max_bytes < 0:
-            raise bad_request(f"max_bytes {request.max_bytes} is negative")
         # 0 bytes means "no preference"; either way the response stays under the message limit.
-        max_bytes = min(
-            request.max_bytes or self.limits.max_read_batch_bytes, self.limits.max_read_batch_bytes
-        )
-        max_count = min(request.max_count, self.limits.max_read_batch_count)
+        max_count, max_bytes = self.limits.read_batch(request.max_count, request.max_bytes)
         bodies = await self.core.read_entries(ledger_id, first, max_count, max_bytes)
         return bookie_pb2.ReadEntriesResponse(
             status=bookie_pb2.EOK,

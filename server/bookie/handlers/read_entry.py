@@ -71,15 +71,12 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
         piggyback = bool(request.flags & ENTRY_PIGGYBACK)
         if previous_lac < LAST_ADD_CONFIRMED:
             raise bad_request(f"previous_lac {previous_lac} is invalid")
-        if not 0 <= request.timeout_ms <= self.limits.max_long_poll_ms:
-            raise bad_request(
-                f"long-poll timeout {request.timeout_ms} ms is outside 0..{self.limits.max_long_poll_ms}"
-            )
+        wait_s = self.limits.long_poll_seconds(request.timeout_ms)
         if piggyback and request.entry_id != LAST_ADD_CONFIRMED:
             raise bad_request(
                 "ENTRY_PIGGYBACK long poll must ask for entry -1 (the entry after previous_lac)"
             )
-        lac = await self.core.wait_for_lac(ledger_id, previous_lac, request.timeout_ms / 1000.0)
+        lac = await self.core.wait_for_lac(ledger_id, previous_lac, wait_s)
         if lac <= previous_lac:
             return bookie_pb2.ReadResponse(
                 status=bookie_pb2.ENOENTRY,

@@ -45,19 +45,9 @@ class StridePollHandler(UnaryHandler[bookie_pb2.StridePollRequest, bookie_pb2.St
             raise bad_request(f"first entry id {first} is negative")
         if not 1 <= stride <= MAX_STRIDE:
             raise bad_request(f"stride {stride} is outside 1..{MAX_STRIDE}")
-        if request.max_count <= 0:
-            raise bad_request(f"max_count {request.max_count} must be positive")
-        if request.max_bytes < 0:
-            raise bad_request(f"max_bytes {request.max_bytes} is negative")
-        if not 0 <= request.timeout_ms <= self.limits.max_long_poll_ms:
-            raise bad_request(
-                f"long-poll timeout {request.timeout_ms} ms is outside 0..{self.limits.max_long_poll_ms}"
-            )
-        max_count = min(request.max_count, self.limits.max_read_batch_count)
-        max_bytes = min(
-            request.max_bytes or self.limits.max_read_batch_bytes, self.limits.max_read_batch_bytes
-        )
-        lac = await self.core.wait_for_lac(ledger_id, first - 1, request.timeout_ms / 1000.0)
+        max_count, max_bytes = self.limits.read_batch(request.max_count, request.max_bytes)
+        wait_s = self.limits.long_poll_seconds(request.timeout_ms)
+        lac = await self.core.wait_for_lac(ledger_id, first - 1, wait_s)
         if lac < first:
             return self._nothing(request, lac, f"LAC of ledger {ledger_id} is still {lac}")
         try:
