@@ -22,6 +22,7 @@ from pathlib import Path
 import crc32c
 
 from .journal import fsync_dir
+from .write_behind import start_write_behind
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ class EntryLogger:
             data = b"".join(parts)
             if os.pwrite(self._fd, data, offset) != len(data):
                 raise OSError("short entry-log write")
+            start_write_behind(self._fd, offset, len(data))  # see write_behind: no burst at the fsync
 
     def sync(self) -> None:
         if self._fd >= 0:
