@@ -21,7 +21,7 @@ from pathlib import Path
 
 import crc32c
 
-from .journal import fsync_dir
+from .journal_file import fsync_dir
 from .write_behind import start_write_behind
 
 log = logging.getLogger(__name__)

@@ -12,15 +12,14 @@ groups form by themselves. We wait (in 100 µs slices, at most the configured gr
 buffered-writes threshold) only when the drained group already held several batches, i.e. when
 data is actually arriving concurrently, and stop waiting the moment a slice brings nothing new.
 
-Files are zero-filled in ``journalPreAllocSizeMB`` chunks (and fsynced when extended) so the
-per-group ``fdatasync`` never has to commit a file-size change.
+Files are kept zero-filled ``journalPreAllocSizeMB`` ahead of the write offset by a helper thread
+(``journal_file``), so the per-group ``fdatasync`` seldom has to commit a file-size change.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import threading
 import time
@@ -32,12 +31,12 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import LogMark
 from bookie.errors import BookieError
 
+from .journal_file import JournalFile
 from .journal_format import (
     FILE_HEADER_SIZE,
     RecordType,
     ScanEnd,
     check_file_header,
-    file_header,
     file_name,
     parse_file_name,
     scan_end,
@@ -47,15 +46,8 @@ from .stats import StorageStats
 
 log = logging.getLogger(__name__)
 
-_ZERO_CHUNK = bytes(1024 * 1024)
 _WAIT_SLICE_S = 0.0001
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 @dataclass(slots=True)
 class _Batch:
@@ -64,6 +56,7 @@ class _Batch:
     records: int
     future: asyncio.Future[LogMark]
     enqueued_at: float
+
 
 @dataclass(frozen=True)
 class JournalSettings:
@@ -76,6 +69,7 @@ class JournalSettings:
     buffered_writes_threshold: int
     flush_when_queue_empty: bool
     sync_data: bool
+
 
 class Journal:
     def __init__(self, settings: JournalSettings, stats: StorageStats) -> None:
@@ -91,10 +85,7 @@ class Journal:
         self._stop_seen = False  # writer thread only
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._fd = -1
-        self._file_id = 0
-        self._offset = 0
-        self._allocated = 0
+        self._file: JournalFile | None = None
         self._failure: BaseException | None = None
         # position after the last record written (read by the loop at write-cache swap)
         self.written_mark = LogMark(0, 0)
@@ -126,8 +117,12 @@ class Journal:
                 yield rtype, payload, LogMark(journal_id, end)
             why = scan_end(data, end)
             if why is not ScanEnd.CLEAN:
-                log.warning("journal %s: %s record at offset %d; replay of this file stops there",
-                            path, why.name.lower(), end)
+                log.warning(
+                    "journal %s: %s record at offset %d; replay of this file stops there",
+                    path,
+                    why.name.lower(),
+                    end,
+                )
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Open a fresh file (never append after a possibly torn tail) and start the writer."""
@@ -135,7 +130,6 @@ class Journal:
         self._room = asyncio.Event()
         ids = self.file_ids()
         self._open_file((ids[-1] + 1) if ids else 1)
-        self.written_mark = LogMark(self._file_id, self._offset)
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
         self._thread.start()
 
@@ -179,9 +173,7 @@ class Journal:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._close_file()
 
     def abandon(self) -> None:
         """Stop without waiting (tests simulating a crash): the thread exits after its group."""
@@ -191,9 +183,12 @@ class Journal:
         if self._thread is not None:
             self._thread.join()  # at most one group write: tests only
             self._thread = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._close_file()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     # ---- writer thread --------------------------------------------------------------------
 
@@ -262,7 +257,7 @@ class Journal:
                 started = time.perf_counter()
                 self._write(data)
                 if self._s.sync_data:
-                    os.fdatasync(self._fd)
+                    self._current().sync()
                 self._stats.journal_sync.observe((time.perf_counter() - started) * 1000.0)
                 self._stats.journal_write_bytes.inc(len(data))
             except Exception as exc:  # disk trouble: fail this group and every later one
@@ -274,51 +269,27 @@ class Journal:
             except RuntimeError:
                 return  # loop closed (crash simulation / interpreter exit)
 
+    def _current(self) -> JournalFile:
+        assert self._file is not None, "journal not started"
+        return self._file
+
     def _write(self, data: bytes) -> None:
-        if self._offset + len(data) > self._s.max_file_bytes and self._offset > FILE_HEADER_SIZE:
-            self._roll()
-        if self._offset + len(data) > self._allocated:
-            self._extend(self._offset + len(data))
-        written = os.pwrite(self._fd, data, self._offset)
-        if written != len(data):
-            raise OSError(f"short journal write: {written} of {len(data)} bytes")
-        self._offset += written
-        self.written_mark = LogMark(self._file_id, self._offset)
-
-    def _extend(self, needed: int) -> None:
-        chunk = self._s.pre_alloc_bytes
-        target = max(needed, self._allocated + chunk)
-        target = -(-target // chunk) * chunk
-        pos = self._allocated
-        while pos < target:
-            n = min(len(_ZERO_CHUNK), target - pos)
-            os.pwrite(self._fd, _ZERO_CHUNK[:n], pos)
-            pos += n
-        os.fsync(self._fd)  # commits the new size once, so group fdatasyncs stay cheap
-        self._allocated = target
-
-    def _roll(self) -> None:
-        os.close(self._fd)
-        self._open_file(self._file_id + 1)
+        file = self._current()
+        if file.offset + len(data) > self._s.max_file_bytes and file.offset > FILE_HEADER_SIZE:
+            file.close()
+            self._open_file(file.journal_id + 1)
+            file = self._current()
+        self.written_mark = LogMark(file.journal_id, file.append(data))
 
     def _open_file(self, journal_id: int) -> None:
-        self._s.directory.mkdir(parents=True, exist_ok=True)
-        path = self._s.directory / file_name(journal_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.pwrite(fd, file_header(journal_id), 0)
-        self._fd = fd
-        self._file_id = journal_id
-        self._offset = FILE_HEADER_SIZE
-        self._allocated = FILE_HEADER_SIZE
-        self._extend(FILE_HEADER_SIZE + 1)
-        fsync_dir(self._s.directory)
-        log.info("journal file %s opened", path)
+        self._file = JournalFile(self._s.directory, journal_id, self._s.pre_alloc_bytes)
+        self.written_mark = LogMark(journal_id, self._file.offset)
 
     # ---- housekeeping ---------------------------------------------------------------------
 
     def remove_before(self, mark: LogMark) -> list[int]:
         """Delete files wholly before the checkpoint, keeping ``journalMaxBackups`` of them."""
-        old = [i for i in self.file_ids() if i < mark.journal_id and i != self._file_id]
+        old = [i for i in self.file_ids() if i < mark.journal_id and i != self.written_mark.journal_id]
         doomed = old[: max(0, len(old) - self._s.max_backups)]
         for journal_id in doomed:
             (self._s.directory / file_name(journal_id)).unlink(missing_ok=True)

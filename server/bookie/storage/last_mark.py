@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bookie.api import LogMark
 
-from .journal import fsync_dir
+from .journal_file import fsync_dir
 
 MARK = struct.Struct(">qq")
 MARK_FILE = "lastMark"
