@@ -25,6 +25,7 @@ from bookie.api import LogMark
 from bookie.errors import BookieError
 
 from .config import StorageConfig
+from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, FlushPacer
 from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
 from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
@@ -64,6 +65,8 @@ class DbLedgerStorage:
         self.mark = LogMark(0, 0)  # last persisted LastLogMark
         self.replayed_records = 0
         self._flush_task: asyncio.Task[None] | None = None
+        self._pacer = FlushPacer(0, 0.0)  # the running (or last) flush's
+        self._filling_since = time.monotonic()  # when the active half started to fill
         self._flush_done = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
@@ -89,7 +92,7 @@ class DbLedgerStorage:
             self.replayed_records += 1
             if self.write_cache.active.size >= self.write_cache.half_capacity:
                 half = self.write_cache.swap()
-                self._flush_sync(half, position)
+                self._flush_sync(half, position, FlushPacer(0, 0.0))
                 self.write_cache.flush_done()
         log.info("replayed %d journal records from %s in %.1f s", self.replayed_records, self.mark,
                  time.perf_counter() - started)
@@ -155,11 +158,16 @@ class DbLedgerStorage:
         cache = self.write_cache
         if cache.has_room(nbytes):
             return
-        self.stats.throttled_adds.inc()
+        if cache.flushing is None:
+            self._start_flush()  # the usual swap: the fresh half has room at once
+            if cache.has_room(nbytes):
+                return
+        self.stats.throttled_adds.inc()  # both halves full: this add waits for the flush
+        self._pacer.hurry()
         deadline = time.monotonic() + self.config.max_throttle_time_ms / 1000.0
         while not cache.has_room(nbytes):
             if cache.flushing is None:
-                self._start_flush()
+                self._start_flush(paced=False)
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -174,18 +182,26 @@ class DbLedgerStorage:
         self.stats.write_cache_size.set(cache.size)
         if cache.active.size >= cache.half_capacity and cache.flushing is None and not self._closed:
             self._start_flush()
+        elif cache.active.size >= cache.half_capacity // 2 and cache.flushing is not None:
+            self._pacer.hurry()  # filling faster than the last half did: finish the flush sooner
 
     # ---- flush / checkpoint -----------------------------------------------------------------
 
-    def _start_flush(self) -> None:
+    def _start_flush(self, *, paced: bool = True) -> None:
+        """Flush the active half; ``paced`` spreads it over half the time the half took to fill
+        (see ``flush_pacer``)."""
         half = self.write_cache.swap()
         mark = self.journal.written_mark
+        now = time.monotonic()
+        budget = (now - self._filling_since) * BUDGET_SHARE_OF_FILL_TIME if paced else 0.0
+        self._filling_since = now
+        self._pacer = FlushPacer(half.size, budget)
         self._flush_task = asyncio.create_task(self._flush(half, mark), name="bookie-flush")
 
     async def _flush(self, half: WriteCacheHalf, mark: LogMark) -> None:
         started = time.perf_counter()
         try:
-            await asyncio.to_thread(self._flush_sync, half, mark)
+            await asyncio.to_thread(self._flush_sync, half, mark, self._pacer)
         except Exception:
             # the half stays readable and its journal records stay (mark not advanced); retry later
             log.exception("write-cache flush failed")
@@ -197,13 +213,14 @@ class DbLedgerStorage:
         self.stats.flush.observe((time.perf_counter() - started) * 1000.0)
         self.stats.write_cache_size.set(self.write_cache.size)
 
-    def _flush_sync(self, half: WriteCacheHalf, mark: LogMark) -> None:
+    def _flush_sync(self, half: WriteCacheHalf, mark: LogMark, pacer: FlushPacer) -> None:
         per_dir: list[list[tuple[int, dict[int, bytes]]]] = [[] for _ in self.dirs]
         n = len(self.dirs)
         for ledger in half.sorted_ledgers():
             per_dir[ledger[0] % n].append(ledger)
+        done_bytes = 0
         for directory, ledgers in zip(self.dirs, per_dir, strict=True):
-            directory.flush_ledgers(ledgers)
+            done_bytes = directory.flush_ledgers(ledgers, pacer, done_bytes)
         if mark_order(mark) > mark_order(self.mark):
             write_mark([d.root for d in self.dirs], mark)
             self.mark = mark
@@ -218,8 +235,9 @@ class DbLedgerStorage:
 
     async def _run_flush(self) -> None:
         """Flush the active half now (after any running flush) and checkpoint."""
+        self._pacer.hurry()
         await self._wait_flush()
-        self._start_flush()
+        self._start_flush(paced=False)
         await self._wait_flush()
 
     async def checkpoint(self) -> None:

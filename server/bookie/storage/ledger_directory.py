@@ -10,26 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .entry_logger import RECORD_HEADER_SIZE, EntryLogger
+from .flush_pacer import FLUSH_SLICE_ENTRIES, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage
 
 KvFactory = Callable[[Path], KeyValueStorage]
-
-# A flush is CPU-bound Python (record framing, CRCs, index keys) on a worker thread. Done in one
-# go it holds the GIL for hundreds of milliseconds at a time, and the event loop, which needs the
-# GIL back after every poll, stalls behind it: adds pile up while it runs. So the flush works in
-# slices of 256 entries (about 1 ms of CPU) and after each one sleeps as long as the slice took:
-# the loop can have the GIL at least half of the time. A flush of 32 MiB of 1 KiB entries then
-# takes about 0.35 s instead of 0.17 s, still far below the ~2.5 s the other half needs to fill
-# at 13 MB/s. Measured at 15,000 entries/s on tmpfs, 2 runs each: p99 64/73 ms and p95 34/42 ms,
-# against 100/122 ms and 60/62 ms with 1,024-entry slices and fixed 0.3 ms pauses (and 167-201 ms
-# p99 without slices at all).
-FLUSH_SLICE_ENTRIES = 256
-
-
-def _pause_as_long_as(began: float) -> None:
-    time.sleep(time.perf_counter() - began)
-
 
 def rocks_kv(path: Path) -> KeyValueStorage:
     return RocksKeyValueStorage(path)
@@ -46,10 +31,13 @@ class LedgerDirectory:
         self.ledgers = LedgerIndex(self._ledgers_kv)
         self.locations = EntryLocationIndex(self._locations_kv)
 
-    def flush_ledgers(self, ledgers: list[tuple[int, dict[int, bytes]]]) -> None:
+    def flush_ledgers(
+        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int = 0
+    ) -> int:
         """Append each ledger's entries in id order, fsync the log, then index them and sync the
         index (the index never points at bytes that are not on disk). Both steps go slice by
-        slice."""
+        slice, ``pacer`` pausing between slices. ``done_bytes`` counts what this flush already
+        wrote in other directories; returns it plus what this one wrote."""
         keys: list[bytes] = []
         locations: list[bytes] = []
         since_pause = 0
@@ -61,9 +49,10 @@ class LedgerDirectory:
                 more_keys, more_locations = self.entry_logger.append(ledger_id, chunk, entries)
                 keys += more_keys
                 locations += more_locations
+                done_bytes += sum(len(entries[entry_id]) for entry_id in chunk)
                 since_pause += len(chunk)
                 if since_pause >= FLUSH_SLICE_ENTRIES:  # many small ledgers pause like one big one
-                    _pause_as_long_as(began)
+                    pacer.pause(began, done_bytes)
                     since_pause = 0
                     began = time.perf_counter()
         if keys:
@@ -72,9 +61,11 @@ class LedgerDirectory:
                 began = time.perf_counter()
                 end = start + FLUSH_SLICE_ENTRIES
                 self.locations.add_batch(keys[start:end], locations[start:end])
-                _pause_as_long_as(began)
+                if end < len(keys):
+                    pacer.pause(began, done_bytes)
         self.locations.sync()
         self.ledgers.sync()
+        return done_bytes
 
     def read_run(
         self, ledger_id: int, first: int, max_entries: int, max_bytes: int

@@ -1,0 +1,44 @@
+"""Flush pacing: a flush spread over its budget, and back to the GIL floor once hurried."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from tests.unit.server.storage_helpers import add_all, add_op, make_config
+
+from bookie.bookie import Bookie
+from bookie.storage.flush_pacer import FlushPacer
+from bookie.storage.kv import MemoryKeyValueStorage
+
+
+def _flush(pacer: FlushPacer, slices: int, total: int, after_slice: int = -1) -> float:
+    """Run ``slices`` empty slices of ``total / slices`` bytes; return the seconds it took."""
+    began = time.perf_counter()
+    for i in range(1, slices + 1):
+        pacer.pause(time.perf_counter(), i * total // slices)
+        if i == after_slice:
+            pacer.hurry()
+    return time.perf_counter() - began
+
+
+def test_paced_flush_is_spread_over_its_budget() -> None:
+    assert _flush(FlushPacer(1000, 0.4), 10, 1000) >= 0.35
+
+
+def test_unpaced_or_hurried_flush_does_not_wait_for_the_schedule() -> None:
+    assert _flush(FlushPacer(1000, 0.0), 10, 1000) < 0.2
+    assert _flush(FlushPacer(1000, 30.0), 10, 1000, after_slice=1) < 5.0  # one slice on schedule
+
+
+async def test_a_half_filling_up_swaps_without_counting_a_throttled_add(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    config = make_config(tmp_path, write_cache_max_size_mb=1)
+    async with Bookie(config, registry, kv_factory=lambda path: MemoryKeyValueStorage()) as bookie:
+        payload = b"p" * (100 * 1024)
+        for entry_id in range(12):  # 1.2 MB into 0.5 MB halves: two swaps, adds never wait
+            await add_all(bookie, [add_op(1, entry_id, payload=payload)])
+            await bookie.storage._wait_flush()
+        assert registry.get_sample_value("bookie_throttled_write_requests_total") == 0.0
+        assert bookie.storage.write_cache.active.size < bookie.storage.write_cache.half_capacity
