@@ -1,6 +1,10 @@
 """``pybk bench writes``: replicated append throughput and latency (BookKeeper's
 BenchThroughputLatency): ledgers with E/Qw/Qa, fixed-size entries, at most ``--throttle`` adds
-outstanding, for a number of entries or a duration."""
+outstanding, for a number of entries or a duration.
+
+Like BenchThroughputLatency, a warm-up comes first (``--warmup`` entries, 0 to skip) on ledgers of
+its own, at the same rate, and is not reported: the first adds of a client open its bookie streams
+and would otherwise count a start-up cost once per run."""
 
 from __future__ import annotations
 
@@ -39,6 +43,12 @@ def register(targets: Any) -> None:
     )
     parser.add_argument("--ledgers", type=int, default=1, help="ledgers written round-robin (default 1)")
     parser.add_argument(
+        "--warmup",
+        type=int,
+        default=10000,
+        help="entries written first, on separate ledgers, and not reported (default 10000; 0: none)",
+    )
+    parser.add_argument(
         "--digest", choices=[d.name.lower() for d in DigestType], default="crc32", help="digest type"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -50,6 +60,8 @@ def main(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise SystemExit(f"--{name} must be > 0, got {value}")
+    if args.warmup < 0:
+        raise SystemExit(f"--warmup must be >= 0, got {args.warmup}")
     result = asyncio.run(run_writes(args))
     result.print(args.json, "bench writes")
     return 1 if result.errors else 0
@@ -136,37 +148,14 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
     payload = os.urandom(args.size)
     loop = asyncio.get_running_loop()
     async with await BookKeeper.connect(args.zk, config) as bk:
-        handles = [
-            await bk.create_ledger(
-                args.ensemble, args.write_quorum, args.ack_quorum, DigestType[args.digest.upper()], b"bench"
-            )
-            for _ in range(args.ledgers)
-        ]
+        if args.warmup:
+            warm = _Tally(loop, throttle)
+            await _write_phase(bk, args, payload, warm, args.warmup, None, None)
+            if warm.first_error is not None:
+                log.error("first warm-up add error: %s", warm.first_error)
         tally = _Tally(loop, throttle)
-        sent_at = [deque[float]() for _ in handles]
-        callbacks = [tally.callback_for(times) for times in sent_at]
         progress = Progress(args.entries)
-        started = loop.time()
-        deadline = started + args.time if args.time else None
-        sent = 0
-        pace = _Pacer(loop, started, args.rate)
-        while (args.entries is None or sent < args.entries) and (deadline is None or loop.time() < deadline):
-            await pace.wait(sent)
-            await tally.acquire()
-            if tally.errors >= 100:
-                break  # the cluster is failing: stop instead of reporting a flood of errors
-            index = sent % len(handles)
-            sent_at[index].append(loop.time())
-            handles[index].append_with_callback(payload, callbacks[index])
-            sent += 1
-            if sent % 1024 == 0:
-                progress.update(tally.completed)
-        await tally.drained()
-        elapsed = loop.time() - started
-        progress.done()
-        changes = sum(h.ensemble_changes for h in handles)
-        for handle in handles:
-            await handle.close()
+        elapsed, changes = await _write_phase(bk, args, payload, tally, args.entries, args.time, progress)
     if tally.first_error is not None:
         log.error("first add error: %s", tally.first_error)
     return BenchResult(
@@ -183,5 +172,50 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
             "throttle": throttle,
             "target_rate_eps": args.rate,
             "ensemble_changes": changes,
+            "warmup_entries": args.warmup,
         },
     )
+
+
+async def _write_phase(
+    bk: BookKeeper,
+    args: argparse.Namespace,
+    payload: bytes,
+    tally: _Tally,
+    entries: int | None,
+    seconds: float | None,
+    progress: Progress | None,
+) -> tuple[float, int]:
+    """Write ``entries`` entries (or for ``seconds``) to fresh ledgers at ``args.rate``, then
+    close them; returns the elapsed time and the ensemble changes seen."""
+    loop = tally.loop
+    handles = [
+        await bk.create_ledger(
+            args.ensemble, args.write_quorum, args.ack_quorum, DigestType[args.digest.upper()], b"bench"
+        )
+        for _ in range(args.ledgers)
+    ]
+    sent_at = [deque[float]() for _ in handles]
+    callbacks = [tally.callback_for(times) for times in sent_at]
+    started = loop.time()
+    deadline = started + seconds if seconds else None
+    sent = 0
+    pace = _Pacer(loop, started, args.rate)
+    while (entries is None or sent < entries) and (deadline is None or loop.time() < deadline):
+        await pace.wait(sent)
+        await tally.acquire()
+        if tally.errors >= 100:
+            break  # the cluster is failing: stop instead of reporting a flood of errors
+        index = sent % len(handles)
+        sent_at[index].append(loop.time())
+        handles[index].append_with_callback(payload, callbacks[index])
+        sent += 1
+        if progress is not None and sent % 1024 == 0:
+            progress.update(tally.completed)
+    await tally.drained()
+    elapsed = loop.time() - started
+    if progress is not None:
+        progress.done()
+    for handle in handles:
+        await handle.close()
+    return elapsed, sum(h.ensemble_changes for h in handles)
