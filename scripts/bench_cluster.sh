@@ -10,8 +10,21 @@ PYBK=.venv/bin/pybk
 D=$(mktemp -d /tmp/pybk-bench.XXXX)
 $PYBK localcluster --bookies 3 --zk-port 22181 --base-port 23181 --data-dir "$D" > "$D/localcluster.log" 2>&1 &
 LC=$!
-trap 'kill -TERM $LC 2>/dev/null; wait $LC' EXIT
+trap 'kill -TERM $LC 2>/dev/null; wait $LC; rm -rf "$D"' EXIT
 for _ in $(seq 1 120); do grep -q "pybk shell" "$D/localcluster.log" 2>/dev/null && break; sleep 1; done
+# The host's CPU speed, before and after: on a shared VM it has been seen to vary by 2x within an
+# hour, and every figure below moves with it.
+speed() {
+  .venv/bin/python - <<'PY'
+import time
+t = time.perf_counter()
+s = 0
+for i in range(10_000_000):
+    s += i
+print(f"== host speed: a 10M-step Python loop took {time.perf_counter() - t:.2f} s")
+PY
+}
+speed
 ZK=127.0.0.1:22181
 B=127.0.0.1:23181
 echo "== bench journal-disk $D";   $PYBK bench journal-disk --dir "$D" --time 10 --json
@@ -23,4 +36,5 @@ echo "== bench writes --rate $HALF";  $PYBK bench writes --zk $ZK --time 10 --ra
 echo "== bench reads";                $PYBK bench reads --zk $ZK --entries 100000 --json
 echo "== bench tail";                 $PYBK bench tail --zk $ZK --rate 1000 --time 10 --json
 echo "== bench metadata";             $PYBK bench metadata --zk $ZK --ops 5000 --concurrency 64 --json
+speed
 for p in $(pgrep -f "pybk bookie.*$D"); do echo "bookie pid $p VmRSS $(awk '/VmRSS/{print $2, $3}' /proc/$p/status)"; done
