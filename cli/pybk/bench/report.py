@@ -68,9 +68,10 @@ class BenchResult:
 class Progress:
     """Prints a one-line progress counter about once a second, only on a terminal."""
 
-    def __init__(self, total: int | None, out: TextIO = sys.stderr) -> None:
+    def __init__(self, total: int | None, out: TextIO | None = None) -> None:
         self._total = total
-        self._out = out
+        # sys.stderr looked up now, not at import: it may have been replaced since (pytest does)
+        self._out = out = sys.stderr if out is None else out
         self._enabled = out.isatty()
         self._start = time.monotonic()
         self._last = self._start
