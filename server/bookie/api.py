@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class AddOp:
+class AddOp(NamedTuple):
+    """One add as the core sees it. A NamedTuple rather than a frozen dataclass: one is built per
+    entry on the bookie's hottest path, and a frozen dataclass's ``__init__`` (``object.__setattr__``
+    per field) cost ~2 us against ~0.7 us, about 8 % of the bookie's event-loop time at
+    14,000 adds/s."""
+
     ledger_id: int
     entry_id: int
     master_key: bytes

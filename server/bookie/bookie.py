@@ -179,10 +179,11 @@ class Bookie:
                 return [AddResult(bookie_pb2.EREADONLY, "bookie is read-only")] * len(ops)
             await self.storage.make_room(sum(len(op.body) for op in ops))
             parts: list[bytes] = []
-            nbytes = self._stage(ops, results, accepted, parts)
+            lacs: dict[int, int] = {}
+            nbytes = self._stage(ops, results, accepted, parts, lacs)
             if not parts:
                 return results
-            self._publish_lacs(ops, accepted)
+            self._publish_lacs(lacs)
             await self.storage.journal.submit(parts, nbytes, len(accepted))
         except BookieError as exc:
             failed = AddResult(exc.status, exc.message)
@@ -196,29 +197,30 @@ class Bookie:
             return [failed if r is _OK else r for r in results]
         return results
 
-    def _publish_lacs(self, ops: Sequence[AddOp], accepted: list[int]) -> None:
-        """Make the piggybacked LACs of staged entries visible to readers and long polls.
+    def _publish_lacs(self, lacs: dict[int, int]) -> None:
+        """Make the piggybacked LACs of staged entries (highest per ledger, gathered by
+        :meth:`_stage`) visible to readers and long polls.
 
         Done as soon as the entries are in the write cache, before their journal fsync (as
         BookKeeper does): the LAC carried by entry N names entries the writer already saw
         acknowledged by an ack quorum, so it is true whether or not N itself becomes durable, and
         tailing readers save a full fsync of latency."""
-        lacs: dict[int, int] = {}
-        for i in accepted:
-            op = ops[i]
-            lac = HEADER.unpack_from(op.body)[2]
-            if lac > lacs.get(op.ledger_id, -2):
-                lacs[op.ledger_id] = lac
         for ledger_id, lac in lacs.items():
             state = self._ledgers.get(ledger_id) or self._state(ledger_id)
             if state is not None:
                 self._advance_lac(ledger_id, state, lac)
 
     def _stage(
-        self, ops: Sequence[AddOp], results: list[AddResult], accepted: list[int], parts: list[bytes]
+        self,
+        ops: Sequence[AddOp],
+        results: list[AddResult],
+        accepted: list[int],
+        parts: list[bytes],
+        lacs: dict[int, int],
     ) -> int:
-        """Validate each op, put accepted entries in the write cache and encode their journal
-        records (all synchronous: no other coroutine runs in between). Returns journal bytes."""
+        """Validate each op, put accepted entries in the write cache, encode their journal
+        records and note the highest piggybacked LAC per ledger in ``lacs`` (all synchronous: no
+        other coroutine runs in between). Returns journal bytes."""
         half = self.storage.write_cache.active
         unpack = HEADER.unpack_from
         record_header = entry_record_header
@@ -231,7 +233,7 @@ class Bookie:
             if len(body) < HEADER_SIZE or ledger_id < 0 or entry_id < 0 or len(op.master_key) != KEY_SIZE:
                 results[i] = AddResult(bookie_pb2.EBADREQ, _bad_add(op))
                 continue
-            h_ledger, h_entry = unpack(body)[:2]
+            h_ledger, h_entry, lac, _ = unpack(body)
             if h_ledger != ledger_id or h_entry != entry_id:
                 results[i] = AddResult(
                     bookie_pb2.EBADREQ,
@@ -253,6 +255,8 @@ class Bookie:
             parts.append(body)
             nbytes += len(body) + 9
             accepted.append(i)
+            if lac > lacs.get(ledger_id, -2):
+                lacs[ledger_id] = lac
         self.storage.after_put()
         return nbytes
 

@@ -38,6 +38,7 @@ class RecordType(IntEnum):
 # CRC state after the type byte, so the per-record CRC is one call over the payload.
 _TYPE_SEED = {t: crc32c.crc32c(bytes([t])) for t in RecordType}
 _ENTRY_SEED = _TYPE_SEED[RecordType.ENTRY]
+_ENTRY_TYPE = int(RecordType.ENTRY)  # packing a plain int skips the enum's __index__ per entry
 _pack_header = RECORD_HEADER.pack
 _crc = crc32c.crc32c
 
@@ -61,7 +62,7 @@ def file_header(journal_id: int) -> bytes:
 
 def entry_record_header(body: bytes) -> bytes:
     """Header of an ENTRY record; the body itself follows unchanged (no copy)."""
-    return _pack_header(len(body), _crc(body, _ENTRY_SEED), RecordType.ENTRY)
+    return _pack_header(len(body), _crc(body, _ENTRY_SEED), _ENTRY_TYPE)
 
 
 def record(record_type: RecordType, payload: bytes) -> bytes:
