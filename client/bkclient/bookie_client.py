@@ -114,16 +114,22 @@ class AddRequestEncoder:
 
     def encode(self, entry_id: int, body: bytes, recovery: bool = False) -> bytes:
         """``adds`` field 1 framing (tag, length) + the AddRequest message."""
-        message = b"".join(
-            (
-                self._ledger,
-                b"\x10" + _varint(entry_id) if entry_id else b"",
-                self._key,
-                b"\x22" + _varint(len(body)) + body if body else b"",
-                b"\x28\x01" if recovery else b"",  # flags = RECOVERY_ADD
-            )
-        )
-        return b"\x0a" + _varint(len(message)) + message
+        return self.encode_split(entry_id, b"", b"", body, recovery)
+
+    def encode_split(
+        self, entry_id: int, header: bytes, digest: bytes, payload: bytes, recovery: bool = False
+    ) -> bytes:
+        """:meth:`encode` of the body ``header || digest || payload``, given in its parts so the
+        payload is copied once, into the result (joining the body first, then the message, then
+        its framing copied every entry three times)."""
+        size = len(header) + len(digest) + len(payload)
+        fields = self._ledger + b"\x10" + _varint(entry_id) if entry_id else self._ledger
+        fields += self._key
+        if size:
+            fields += b"\x22" + _varint(size)
+        flags = b"\x28\x01" if recovery else b""  # flags = RECOVERY_ADD
+        length = _varint(len(fields) + size + len(flags))
+        return b"".join((b"\x0a", length, fields, header, digest, payload, flags))
 
 
 class AddListener(Protocol):

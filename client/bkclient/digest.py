@@ -113,8 +113,14 @@ class DigestManager:
     def encode_entry(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
         """The wire body of an entry: header || digest || payload. ``length`` is the cumulative
         ledger length including this entry; ``lac`` the writer's LAC when it sends the entry."""
+        header, digest = self.entry_parts(entry_id, lac, length, payload)
+        return header + digest + payload
+
+    def entry_parts(self, entry_id: int, lac: int, length: int, payload: bytes) -> tuple[bytes, bytes]:
+        """The header and digest that precede ``payload`` in :meth:`encode_entry`'s body, for a
+        caller that frames the three parts itself (the add path: one copy of the payload)."""
         header = HEADER.pack(self.ledger_id, entry_id, lac, length)
-        return header + self._digest(header, payload) + payload
+        return header, self._digest(header, payload)
 
     def verify_entry(self, entry_id: int, body: bytes) -> VerifiedEntry:
         """Check ``body``'s digest and that it is entry ``entry_id`` of this ledger.

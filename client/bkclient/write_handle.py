@@ -182,8 +182,8 @@ class WriteHandle(ReadHandle):
         self._outstanding_bytes += op.size
         lac = self.last_add_confirmed
         self._piggybacked_lac = lac
-        body = self.digest.encode_entry(op.entry_id, lac, op.length, op.payload)
-        encoded = self._encoder.encode(op.entry_id, body)
+        header, digest = self.digest.entry_parts(op.entry_id, lac, op.length, op.payload)
+        encoded = self._encoder.encode_split(op.entry_id, header, digest, op.payload)
         op.send(encoded, self._clients, self._coarse_now)
 
     def _release_room(self) -> None:

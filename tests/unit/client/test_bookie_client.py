@@ -419,6 +419,23 @@ def test_encoder_bytes_equal_protobuf_serialization(
     assert list(two.adds) == [add, add]
 
 
+@given(
+    entry_id=st.integers(min_value=0, max_value=2**40),
+    header=st.binary(max_size=40),
+    digest=st.binary(max_size=20),
+    payload=st.binary(max_size=300),
+    recovery=st.booleans(),
+)
+def test_encoder_split_body_equals_joined_body(
+    entry_id: int, header: bytes, digest: bytes, payload: bytes, recovery: bool
+) -> None:
+    encoder = AddRequestEncoder(7, bytes(20))
+    split = encoder.encode_split(entry_id, header, digest, payload, recovery)
+    assert split == encoder.encode(entry_id, header + digest + payload, recovery)
+    add = bookie_pb2.AddEntriesRequest.FromString(split).adds[0]
+    assert add.body == header + digest + payload
+
+
 @given(value=st.one_of(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.integers(0, 1 << 22)))
 def test_varint_matches_protobuf(value: int) -> None:
     from bkclient.bookie_client import _varint
