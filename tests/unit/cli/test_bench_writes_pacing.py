@@ -1,0 +1,48 @@
+"""The write benchmark's pacing and throttle: bursts sized by the rate and by free throttle slots."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from pybk.bench.writes import _Pacer, _Tally
+
+
+async def test_unlimited_rate_allows_everything_asked() -> None:
+    loop = asyncio.get_running_loop()
+    pacer = _Pacer(loop, loop.time(), 0)
+    assert await pacer.allowance(0, 500) == 500
+
+
+async def test_allowance_follows_the_rate() -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    pacer = _Pacer(loop, started, 1000.0)  # one entry per ms
+    assert await pacer.allowance(0, 100) == 1  # the first entry is due at once
+    # Ten entries ahead of schedule: it sleeps until the next is due, then allows one.
+    assert await pacer.allowance(10, 100) == 1
+    assert loop.time() - started >= 0.009
+    # Behind schedule: everything due so far leaves in one burst, capped by ``most``.
+    await asyncio.sleep(0.05)
+    due = int((loop.time() - started) * 1000) + 1 - 11
+    burst = await pacer.allowance(11, 1000)
+    assert due <= burst <= due + 5
+    assert await pacer.allowance(11, 3) == 3
+
+
+async def test_reserve_waits_for_room_under_the_throttle() -> None:
+    loop = asyncio.get_running_loop()
+    tally = _Tally(loop, throttle=3)
+    sent_at: deque[float] = deque()
+    done = tally.callback_for(sent_at)
+    assert await tally.reserve(5) == 3  # only three slots exist
+    sent_at.extend([loop.time()] * 3)
+    waiter = asyncio.ensure_future(tally.reserve(5))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # all slots taken
+    done(0, None)  # one add completes: one slot frees
+    assert await waiter == 1
+    done(1, None)
+    done(2, None)
+    assert tally.outstanding == 1
+    assert len(tally.latencies_ms) == 3
