@@ -120,10 +120,10 @@ class AddRequestEncoder:
         self, entry_id: int, header: bytes, digest: bytes, payload: bytes, recovery: bool = False
     ) -> bytes:
         """:meth:`encode` of the body ``header || digest || payload``, given in its parts so the
-        payload is copied once, into the result (joining the body first, then the message, then
-        its framing copied every entry three times)."""
+        payload is copied once, straight into the result (building the body, then the message,
+        then its framing, copied it three times per entry)."""
         size = len(header) + len(digest) + len(payload)
-        fields = self._ledger + b"\x10" + _varint(entry_id) if entry_id else self._ledger
+        fields = (self._ledger + b"\x10" + _varint(entry_id)) if entry_id else self._ledger
         fields += self._key
         if size:
             fields += b"\x22" + _varint(size)
