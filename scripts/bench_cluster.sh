@@ -7,16 +7,8 @@
 set -u
 cd "$(dirname "$0")/.."
 PYBK=.venv/bin/pybk
-D=$(mktemp -d /tmp/pybk-bench.XXXX)
-$PYBK localcluster --bookies 3 --zk-port 22181 --base-port 23181 --data-dir "$D" > "$D/localcluster.log" 2>&1 &
-LC=$!
-trap 'kill -TERM $LC 2>/dev/null; wait $LC; rm -rf "$D"' EXIT
-for _ in $(seq 1 120); do grep -q "pybk shell" "$D/localcluster.log" 2>/dev/null && break; sleep 1; done
-# A cluster already on these ports would make localcluster exit, and the benchmarks would then
-# measure that other cluster: refuse instead.
-if ! kill -0 $LC 2>/dev/null || ! grep -q "pybk shell" "$D/localcluster.log"; then
-  echo "local cluster did not start (ports 22181/23181-23183 busy?):" >&2; tail -5 "$D/localcluster.log" >&2; exit 1
-fi
+. scripts/local_cluster.sh
+start_local_cluster pybk-bench
 # The host's CPU speed, before and after: on a shared VM it has been seen to vary by 2x within an
 # hour, and every figure below moves with it.
 speed() {

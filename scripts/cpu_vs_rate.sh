@@ -12,19 +12,11 @@ set -u
 cd "$(dirname "$0")/.."
 PYBK=.venv/bin/pybk
 [ $# -gt 0 ] || { echo "usage: $0 RATE..." >&2; exit 2; }
+. scripts/local_cluster.sh
 box_ticks() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6}' /proc/stat; }
 proc_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 for RATE in "$@"; do
-  D=$(mktemp -d /tmp/pybk-cpu.XXXX)
-  $PYBK localcluster --bookies 3 --zk-port 22181 --base-port 23181 --data-dir "$D" > "$D/localcluster.log" 2>&1 &
-  LC=$!
-  trap 'kill -TERM $LC 2>/dev/null; wait $LC; rm -rf "$D"' EXIT
-  for _ in $(seq 1 120); do grep -q "pybk shell" "$D/localcluster.log" 2>/dev/null && break; sleep 1; done
-  # A cluster already on these ports would make localcluster exit, and the benchmarks would then
-  # measure that other cluster: refuse instead.
-  if ! kill -0 $LC 2>/dev/null || ! grep -q "pybk shell" "$D/localcluster.log"; then
-    echo "local cluster did not start (ports 22181/23181-23183 busy?):" >&2; tail -5 "$D/localcluster.log" >&2; exit 1
-  fi
+  start_local_cluster pybk-cpu
   RATE_ARGS=(); [ "$RATE" = 0 ] || RATE_ARGS=(--rate "$RATE")
   $PYBK bench writes --zk 127.0.0.1:22181 --time 14 --warmup 2000 "${RATE_ARGS[@]}" --json > "$D/bench.json" &
   BENCH=$!
@@ -48,5 +40,5 @@ print(f"{d['throughput_eps']:.0f} entries/s, p50 {lat['p50']} ms, p99 {lat['p99'
 PY
 )
   echo "rate $RATE: bookies+client CPU$line, box $(( 100 - (idle1 - idle0) * 100 / (total1 - total0) ))% busy, $(( (switches1 - switches0) / 6 )) context switches/s; $figures"
-  kill -TERM $LC 2>/dev/null; wait $LC; rm -rf "$D"
+  stop_local_cluster
 done
