@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple, Protocol
 
 
@@ -49,6 +50,14 @@ class DiskInfo:
 class LogMark:
     journal_id: int
     offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalMark:
+    """A journal dir and its persisted LastLogMark."""
+
+    journal_dir: Path
+    mark: LogMark
 
 
 class BookieCore(Protocol):
@@ -114,4 +123,6 @@ class BookieCore(Protocol):
         """Inclusive runs (first, last) of stored entry ids, sorted."""
         ...
 
-    def last_log_mark(self) -> LogMark: ...
+    def last_log_marks(self) -> list[JournalMark]:
+        """The persisted LastLogMark of each journal dir, in configuration order."""
+        ...

@@ -4,28 +4,32 @@ Implements :class:`bookie.api.BookieCore`. Per-op problems become that op's stat
 exception in the storage path becomes EIO for the ops it touched (logged), never a crash.
 
 The add path is batched end to end: one write-cache admission, one journal submission and one
-future per batch; the per-entry work is a header unpack, a few compares, a dict insert and a CRC.
+future per batch (per journal the batch touches, when there are several journal dirs); the
+per-entry work is a header unpack, a few compares, a dict insert and a CRC.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 from prometheus_client import CollectorRegistry
 
 from bkproto.entry_format import HEADER, HEADER_SIZE, LAC_HEADER, MASTER_KEY_SIZE
 from bkproto.v1 import bookie_pb2
-from bookie.api import AddOp, AddResult, DiskInfo, LacInfo, LogMark
+from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo
 from bookie.errors import BookieError, bad_request, no_entry, no_ledger
 from bookie.lac_waiters import LacWaiters
 from bookie.storage.config import StorageConfig
 from bookie.storage.db_ledger_storage import DbLedgerStorage
 from bookie.storage.indexes import LedgerRecord
+from bookie.storage.journal import Journal
 from bookie.storage.journal_format import (
     entry_record_header,
     explicit_lac_record,
@@ -172,6 +176,25 @@ class Bookie:
     # ---- adds -------------------------------------------------------------------------------
 
     async def add_entries(self, ops: Sequence[AddOp]) -> list[AddResult]:
+        journals = self.storage.journals
+        if len(journals) == 1:
+            return await self._add_through(journals[0], ops)
+        # Several journals: the adds of each journal's ledgers form a group of their own, and the
+        # groups go through their journals side by side.
+        groups: dict[int, list[int]] = {}
+        for i, op in enumerate(ops):
+            groups.setdefault(self.storage.journal_index(op.ledger_id), []).append(i)
+        outcomes = await asyncio.gather(
+            *(self._add_through(journals[j], [ops[i] for i in members]) for j, members in groups.items())
+        )
+        results: list[AddResult] = [_OK] * len(ops)
+        for members, group_results in zip(groups.values(), outcomes, strict=True):
+            for i, result in zip(members, group_results, strict=True):
+                results[i] = result
+        return results
+
+    async def _add_through(self, journal: Journal, ops: Sequence[AddOp]) -> list[AddResult]:
+        """Stage ``ops`` (all of ledgers of ``journal``) and wait until ``journal`` synced them."""
         results: list[AddResult] = [_OK] * len(ops)
         accepted: list[int] = []
         try:
@@ -184,7 +207,7 @@ class Bookie:
             if not parts:
                 return results
             self._publish_lacs(lacs)
-            await self.storage.journal.submit(parts, nbytes, len(accepted))
+            await journal.submit(parts, nbytes, len(accepted))
         except BookieError as exc:
             failed = AddResult(exc.status, exc.message)
             for i in accepted or range(len(ops)):
@@ -362,7 +385,7 @@ class Bookie:
         state.fenced = True
         self._save(ledger_id, state)
         parts.append(fence_record(ledger_id))
-        await self._journal(parts)
+        await self._journal(ledger_id, parts)
 
     async def write_lac(self, ledger_id: int, lac: int, master_key: bytes, body: bytes) -> None:
         _check_ids(ledger_id)
@@ -377,18 +400,19 @@ class Bookie:
         state.explicit_lac_body = body
         self._save(ledger_id, state)
         parts.append(explicit_lac_record(ledger_id, lac, body))
-        await self._journal(parts)
+        await self._journal(ledger_id, parts)
         self._advance_lac(ledger_id, state, lac)
 
     async def force_ledger(self, ledger_id: int) -> None:
         _check_ids(ledger_id)
         if self._state(ledger_id) is None:
             raise no_ledger(ledger_id)
-        await self._journal([])  # a barrier: completes after everything queued before it is synced
+        # a barrier: completes after everything queued before it in the ledger's journal is synced
+        await self._journal(ledger_id, [])
 
-    async def _journal(self, parts: list[bytes]) -> None:
+    async def _journal(self, ledger_id: int, parts: list[bytes]) -> None:
         try:
-            await self.storage.journal.submit(parts, sum(map(len, parts)), len(parts))
+            await self.storage.journal_for(ledger_id).submit(parts, sum(map(len, parts)), len(parts))
         except BookieError:
             raise
         except Exception as exc:
@@ -409,8 +433,9 @@ class Bookie:
             free += st.f_bavail * st.f_frsize
         return DiskInfo(total_bytes=total, free_bytes=free)
 
-    def last_log_mark(self) -> LogMark:
-        return self.storage.mark
+    def last_log_marks(self) -> list[JournalMark]:
+        dirs = self.storage.config.journal_dirs
+        return [JournalMark(Path(d), mark) for d, mark in zip(dirs, self.storage.marks, strict=True)]
 
 
 def _bad_add(op: AddOp) -> str:

@@ -280,8 +280,7 @@ def _check_dirs(config: BookieConfig) -> None:
     for d in all_dirs:
         if d.exists() and not d.is_dir():
             raise ConfigError(f"{d} is configured as a bookie directory but is not a directory")
-    resolved = [d.resolve() for d in config.ledger_dirs]
-    if len(set(resolved)) != len(resolved):
-        raise ConfigError(
-            f"ledgerDirectories lists a directory twice: {', '.join(map(str, config.ledger_dirs))}"
-        )
+    for key, dirs in (("journalDirectories", config.journal_dirs), ("ledgerDirectories", config.ledger_dirs)):
+        resolved = [d.resolve() for d in dirs]
+        if len(set(resolved)) != len(resolved):
+            raise ConfigError(f"{key} lists a directory twice: {', '.join(map(str, dirs))}")

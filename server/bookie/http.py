@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from bookie.api import LogMark
+from bookie.api import JournalMark
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 class _AdminServer(ThreadingHTTPServer):
     daemon_threads = True
     registry: CollectorRegistry
-    # ``pybk shell lastmark``: reads one immutable LogMark reference, safe from this thread.
-    last_log_mark: Callable[[], LogMark] | None = None
+    # ``pybk shell lastmark``: reads immutable LogMarks (the flush replaces them whole), safe
+    # from this thread.
+    last_log_marks: Callable[[], Sequence[JournalMark]] | None = None
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
@@ -36,10 +37,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._reply(200, b"OK\n", "text/plain; charset=utf-8")
         elif path == "/metrics":
             self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
-        elif path == "/api/v1/bookie/last_log_mark" and self.server.last_log_mark is not None:
-            mark = self.server.last_log_mark()
-            body = json.dumps({"journal_id": mark.journal_id, "offset": mark.offset}).encode()
-            self._reply(200, body, "application/json")
+        elif path == "/api/v1/bookie/last_log_mark" and self.server.last_log_marks is not None:
+            self._reply(200, _marks_json(self.server.last_log_marks()), "application/json")
         else:
             self._reply(404, f"no such endpoint: {path}\n".encode(), "text/plain; charset=utf-8")
 
@@ -54,12 +53,24 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
         log.debug("http %s: " + format, self.address_string(), *args)
 
 
+def _marks_json(marks: Sequence[JournalMark]) -> bytes:
+    """Each journal's mark under ``journals`` (BookKeeper's endpoint also answers one per journal);
+    ``journal_id`` and ``offset`` at the top are the first journal's, the whole answer of a bookie
+    with one journal dir."""
+    first = marks[0].mark
+    journals = [
+        {"journal_dir": str(m.journal_dir), "journal_id": m.mark.journal_id, "offset": m.mark.offset}
+        for m in marks
+    ]
+    return json.dumps({"journal_id": first.journal_id, "offset": first.offset, "journals": journals}).encode()
+
+
 class BookieHttpServer:
     def __init__(
         self, registry: CollectorRegistry, bind_address: str = "127.0.0.1", port: int = 0,
-        last_log_mark: Callable[[], LogMark] | None = None,
+        last_log_marks: Callable[[], Sequence[JournalMark]] | None = None,
     ) -> None:
-        self._last_log_mark = last_log_mark
+        self._last_log_marks = last_log_marks
         self._registry = registry
         self._bind_address = bind_address
         self._requested_port = port
@@ -71,7 +82,7 @@ class BookieHttpServer:
         """Bind and serve in a daemon thread; returns the bound port."""
         server = _AdminServer((self._bind_address, self._requested_port), _AdminRequestHandler)
         server.registry = self._registry
-        server.last_log_mark = self._last_log_mark
+        server.last_log_marks = self._last_log_marks
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)

@@ -109,7 +109,7 @@ class BookieDaemon:
         http_port: int | None = None
         if config.http_enabled:
             self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
-                                         last_log_mark=self.core.last_log_mark)
+                                         last_log_marks=self.core.last_log_marks)
             http_port = await asyncio.to_thread(self.http.start)
         if self._registration is not None:
             await self._registration.register(http_port)

@@ -14,7 +14,9 @@ import grpc.aio
 import pytest
 from tests.support.bookies import BookieFactory, BookieProcess, entry_body
 
+from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from bookie.storage.journal_format import FILE_HEADER_SIZE, RecordType, scan_records
 
 pytestmark = pytest.mark.integration
 
@@ -31,12 +33,15 @@ def read(stub: bookie_pb2_grpc.BookieStub, ledger_id: int, entry_id: int) -> boo
     return stub.ReadEntry(S.ReadRequest(ledger_id=ledger_id, entry_id=entry_id), timeout=30)
 
 
-@pytest.mark.parametrize("stop", ["kill9", "sigterm"])
-async def test_stop_mid_stream_loses_no_acknowledged_entry(bookie_factory: BookieFactory, stop: str) -> None:
+@pytest.mark.parametrize(("stop", "journals"), [("kill9", 1), ("sigterm", 1), ("kill9", 2)])
+async def test_stop_mid_stream_loses_no_acknowledged_entry(
+    bookie_factory: BookieFactory, stop: str, journals: int
+) -> None:
     # A short flush interval: at a kill some entries are only in the journal, others also
     # in entry logs and indexes, so both recovery paths are exercised. SIGTERM drains instead:
-    # the stream is answered up to the batches already started, then ends.
-    bookie = bookie_factory(conf={"flushInterval": "200"})
+    # the stream is answered up to the batches already started, then ends. With two journal dirs,
+    # ledger 10 journals in the first and ledger 11 in the second, each with its own mark.
+    bookie = bookie_factory(conf={"flushInterval": "200"}, journal_dirs=journals)
     acked: dict[tuple[int, int], bytes] = {}
     enough_acked = asyncio.Event()
     async with grpc.aio.insecure_channel(bookie.address) as channel:
@@ -94,6 +99,8 @@ async def test_stop_mid_stream_loses_no_acknowledged_entry(bookie_factory: Booki
         await asyncio.gather(sender, return_exceptions=True)
     if stop == "kill9":
         assert in_flight, "the kill should have hit batches that were never acknowledged"
+    if journals == 2:  # each journal dir holds the records of its own ledger, and only those
+        assert [journaled_ledgers(d) for d in bookie.journal_dirs] == [{10}, {11}]
     await asyncio.to_thread(bookie.start)
     for stub in reading_stub(bookie):
         for ledger_id in (10, 11):
@@ -108,6 +115,16 @@ async def test_stop_mid_stream_loses_no_acknowledged_entry(bookie_factory: Booki
                 assert r.status == S.EOK, (ledger_id, len(got), r.message)
                 got.extend(r.bodies)
             assert got[: len(expected)] == [acked[(ledger_id, e)] for e in expected]
+
+
+def journaled_ledgers(journal_dir: Path) -> set[int]:
+    """Ledger ids of the entry records in the journal files of ``journal_dir``."""
+    found: set[int] = set()
+    for path in journal_dir.rglob("*.txn"):
+        for rtype, payload, _ in scan_records(path.read_bytes(), FILE_HEADER_SIZE):
+            if rtype is RecordType.ENTRY:
+                found.add(HEADER.unpack_from(payload)[0])
+    return found
 
 
 def journal_files(bookie: BookieProcess) -> list[Path]:

@@ -1,5 +1,6 @@
 """``lastmark``: every registered bookie's journal LastLogMark (journal id, offset): how far the
-journal has been checkpointed into ledger storage; a restart replays only what follows it.
+journal has been checkpointed into ledger storage; a restart replays only what follows it. A bookie
+with several journal dirs has one mark per journal, each printed with its dir.
 
 BookKeeper's command reads the local bookie's files; here each bookie is asked over its HTTP admin
 endpoint (``GET /api/v1/bookie/last_log_mark``), found through its registration in ZooKeeper.
@@ -46,21 +47,36 @@ async def _mark(info: BookieServiceInfo) -> dict[str, Any]:
     try:
         data = await asyncio.to_thread(_fetch, url)
         result.update(journal_id=int(data["journal_id"]), offset=int(data["offset"]))
-    except (OSError, ValueError, KeyError) as exc:  # URLError and HTTPError are OSErrors
+        journals = data.get("journals")
+        if journals is not None:
+            result["journals"] = [
+                {
+                    "journal_dir": str(j["journal_dir"]),
+                    "journal_id": int(j["journal_id"]),
+                    "offset": int(j["offset"]),
+                }
+                for j in journals
+            ]
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError and HTTPError are OSErrors
         result["error"] = f"{url}: {exc}"
     return result
+
+
+def _describe(mark: dict[str, Any]) -> str:
+    if "error" in mark:
+        return f"unavailable ({mark['error']})"
+    journals = mark.get("journals") or []
+    if len(journals) <= 1:
+        return f"LastLogMark: journal {mark['journal_id']}, offset {mark['offset']}"
+    return "LastLogMark: " + "; ".join(
+        f"journal {j['journal_id']}, offset {j['offset']} in {j['journal_dir']}" for j in journals
+    )
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     meta = await ctx.metadata()
     bookies = sorted(meta.bookie_watcher.all_bookies().values(), key=lambda b: b.bookie_id)
     marks = list(await asyncio.gather(*(_mark(b) for b in bookies)))
-    lines = [
-        f"{m['bookie_id']}: " + (
-            f"LastLogMark: journal {m['journal_id']}, offset {m['offset']}" if "error" not in m
-            else f"unavailable ({m['error']})"
-        )
-        for m in marks
-    ] or ["no bookie is registered"]
+    lines = [f"{m['bookie_id']}: {_describe(m)}" for m in marks] or ["no bookie is registered"]
     ctx.emit({"bookies": marks}, "\n".join(lines))
     return EXIT_FAILED if any("error" in m for m in marks) else 0

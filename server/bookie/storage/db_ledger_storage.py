@@ -29,7 +29,7 @@ from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, FlushPacer
 from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
 from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
-from .last_mark import mark_order, read_mark, write_mark
+from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import KvFactory, LedgerDirectory, rocks_kv
 from .read_cache import ReadCache
 from .stats import StorageStats
@@ -44,25 +44,34 @@ class DbLedgerStorage:
         self.stats = stats
         self._kv_factory = kv_factory
         self.dirs: list[LedgerDirectory] = []
-        if len(config.journal_dirs) > 1:
-            log.warning("only the first journal dir is used: %s", config.journal_dirs[0])
-        self.journal = Journal(
-            JournalSettings(
-                directory=Path(config.journal_dirs[0]) / "current",
-                pre_alloc_bytes=config.journal_pre_alloc_size_mb * 1024 * 1024,
-                max_file_bytes=config.journal_max_size_mb * 1024 * 1024,
-                max_backups=config.journal_max_backups,
-                queue_size=config.journal_queue_size,
-                group_wait_s=config.journal_max_group_wait_ms / 1000.0,
-                buffered_writes_threshold=config.journal_buffered_writes_threshold,
-                flush_when_queue_empty=config.journal_flush_when_queue_empty,
-                sync_data=config.journal_sync_data,
-            ),
-            stats,
-        )
+        # One journal per journal dir, each with its own writer thread and LastLogMark; a ledger's
+        # records all go to journal ``ledger_id % len(journals)`` (BookKeeper's rule), so each
+        # ledger's records stay in order within one journal.
+        count = len(config.journal_dirs)
+        self.journals = [
+            Journal(
+                JournalSettings(
+                    directory=Path(journal_dir) / "current",
+                    pre_alloc_bytes=config.journal_pre_alloc_size_mb * 1024 * 1024,
+                    max_file_bytes=config.journal_max_size_mb * 1024 * 1024,
+                    max_backups=config.journal_max_backups,
+                    queue_size=config.journal_queue_size,
+                    group_wait_s=config.journal_max_group_wait_ms / 1000.0,
+                    buffered_writes_threshold=config.journal_buffered_writes_threshold,
+                    flush_when_queue_empty=config.journal_flush_when_queue_empty,
+                    sync_data=config.journal_sync_data,
+                    thread_name="bookie-journal" if count == 1 else f"bookie-journal-{index}",
+                ),
+                stats,
+            )
+            for index, journal_dir in enumerate(config.journal_dirs)
+        ]
+        self._mark_files = [mark_file_name(index, count) for index in range(count)]
+        # read at scrape time: no gauge update on the add path
+        stats.journal_queue_size.set_function(lambda: sum(j.outstanding for j in self.journals))
         self.write_cache = WriteCache(config.write_cache_bytes)
         self.read_cache = ReadCache(config.read_cache_bytes)
-        self.mark = LogMark(0, 0)  # last persisted LastLogMark
+        self.marks = [LogMark(0, 0)] * count  # last persisted LastLogMark of each journal
         self.replayed_records = 0
         self._flush_task: asyncio.Task[None] | None = None
         self._pacer = FlushPacer(0, 0.0)  # the running (or last) flush's
@@ -77,7 +86,8 @@ class DbLedgerStorage:
         loop = asyncio.get_running_loop()
         self._flush_done = asyncio.Event()
         await asyncio.to_thread(self._open_and_replay)
-        self.journal.start(loop)
+        for journal in self.journals:
+            journal.start(loop)
         # checkpoint what replay put back, so the next start does not replay it again
         await self._run_flush()
         self._timer = asyncio.create_task(self._flush_timer(), name="bookie-flush-timer")
@@ -85,17 +95,23 @@ class DbLedgerStorage:
     def _open_and_replay(self) -> None:
         roots = [Path(d) for d in self.config.ledger_dirs]
         self.dirs = [LedgerDirectory(r, self.config.entry_log_size_limit, self._kv_factory) for r in roots]
-        self.mark = read_mark(roots)
+        self.marks = [read_mark(roots, name) for name in self._mark_files]
         started = time.perf_counter()
-        for rtype, payload, position in self.journal.replay(self.mark):
-            self._apply(rtype, payload)
-            self.replayed_records += 1
-            if self.write_cache.active.size >= self.write_cache.half_capacity:
-                half = self.write_cache.swap()
-                self._flush_sync(half, position, FlushPacer(0, 0.0))
-                self.write_cache.flush_done()
-        log.info("replayed %d journal records from %s in %.1f s", self.replayed_records, self.mark,
-                 time.perf_counter() - started)
+        for index, journal in enumerate(self.journals):
+            # A flush during replay checkpoints this journal up to the record just applied; the
+            # journals replayed before it are wholly in the cache or flushed, the later ones not
+            # touched yet, so their marks stay.
+            marks = list(self.marks)
+            for rtype, payload, position in journal.replay(self.marks[index]):
+                self._apply(rtype, payload)
+                self.replayed_records += 1
+                if self.write_cache.active.size >= self.write_cache.half_capacity:
+                    marks[index] = position
+                    half = self.write_cache.swap()
+                    self._flush_sync(half, marks, FlushPacer(0, 0.0))
+                    self.write_cache.flush_done()
+        log.info("replayed %d journal records from %s in %.1f s", self.replayed_records,
+                 ", ".join(map(str, self.marks)), time.perf_counter() - started)
 
     def _apply(self, rtype: RecordType, payload: memoryview) -> None:
         if rtype is RecordType.ENTRY:
@@ -128,7 +144,8 @@ class DbLedgerStorage:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
-        await self.journal.close()
+        for journal in self.journals:
+            await journal.close()
         with contextlib.suppress(Exception):
             await self._wait_flush()
         await self._run_flush()
@@ -144,7 +161,8 @@ class DbLedgerStorage:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        self.journal.abandon()
+        for journal in self.journals:
+            journal.abandon()
         for d in self.dirs:
             d.close_indexes()
 
@@ -152,6 +170,12 @@ class DbLedgerStorage:
 
     def dir_for(self, ledger_id: int) -> LedgerDirectory:
         return self.dirs[ledger_id % len(self.dirs)]
+
+    def journal_index(self, ledger_id: int) -> int:
+        return ledger_id % len(self.journals)
+
+    def journal_for(self, ledger_id: int) -> Journal:
+        return self.journals[self.journal_index(ledger_id)]
 
     async def make_room(self, nbytes: int) -> None:
         """Backpressure: wait (bounded by dbStorage_maxThrottleTimeMs) for write-cache room."""
@@ -191,17 +215,17 @@ class DbLedgerStorage:
         """Flush the active half; ``paced`` spreads it over half the time the half took to fill
         (see ``flush_pacer``)."""
         half = self.write_cache.swap()
-        mark = self.journal.written_mark
+        marks = [journal.written_mark for journal in self.journals]
         now = time.monotonic()
         budget = (now - self._filling_since) * BUDGET_SHARE_OF_FILL_TIME if paced else 0.0
         self._filling_since = now
         self._pacer = FlushPacer(half.size, budget)
-        self._flush_task = asyncio.create_task(self._flush(half, mark), name="bookie-flush")
+        self._flush_task = asyncio.create_task(self._flush(half, marks), name="bookie-flush")
 
-    async def _flush(self, half: WriteCacheHalf, mark: LogMark) -> None:
+    async def _flush(self, half: WriteCacheHalf, marks: list[LogMark]) -> None:
         started = time.perf_counter()
         try:
-            await asyncio.to_thread(self._flush_sync, half, mark, self._pacer)
+            await asyncio.to_thread(self._flush_sync, half, marks, self._pacer)
         except Exception:
             # the half stays readable and its journal records stay (mark not advanced); retry later
             log.exception("write-cache flush failed")
@@ -213,7 +237,9 @@ class DbLedgerStorage:
         self.stats.flush.observe((time.perf_counter() - started) * 1000.0)
         self.stats.write_cache_size.set(self.write_cache.size)
 
-    def _flush_sync(self, half: WriteCacheHalf, mark: LogMark, pacer: FlushPacer) -> None:
+    def _flush_sync(self, half: WriteCacheHalf, marks: list[LogMark], pacer: FlushPacer) -> None:
+        """Write ``half`` to the entry logs and indexes, then checkpoint each journal at its
+        mark of the swap (``marks``, one per journal)."""
         per_dir: list[list[tuple[int, dict[int, bytes]]]] = [[] for _ in self.dirs]
         n = len(self.dirs)
         for ledger in half.sorted_ledgers():
@@ -221,12 +247,14 @@ class DbLedgerStorage:
         done_bytes = 0
         for directory, ledgers in zip(self.dirs, per_dir, strict=True):
             done_bytes = directory.flush_ledgers(ledgers, pacer, done_bytes)
-        if mark_order(mark) > mark_order(self.mark):
-            write_mark([d.root for d in self.dirs], mark)
-            self.mark = mark
-            removed = self.journal.remove_before(mark)
-            if removed:
-                log.info("removed journal files %s (before %s)", removed, mark)
+        roots = [d.root for d in self.dirs]
+        for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
+            if mark_order(mark) > mark_order(self.marks[index]):
+                write_mark(roots, mark, self._mark_files[index])
+                self.marks[index] = mark
+                removed = journal.remove_before(mark)
+                if removed:
+                    log.info("removed journal files %s of %s (before %s)", removed, journal.directory, mark)
 
     async def _wait_flush(self) -> None:
         task = self._flush_task
@@ -247,7 +275,10 @@ class DbLedgerStorage:
         interval = self.config.flush_interval_ms / 1000.0
         while True:
             await asyncio.sleep(interval)
-            behind = mark_order(self.journal.written_mark) > mark_order(self.mark)
+            behind = any(
+                mark_order(journal.written_mark) > mark_order(mark)
+                for journal, mark in zip(self.journals, self.marks, strict=True)
+            )
             dirty = self.write_cache.active.size > 0 or behind
             if dirty and self.write_cache.flushing is None:
                 self._start_flush()

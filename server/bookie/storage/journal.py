@@ -69,6 +69,7 @@ class JournalSettings:
     buffered_writes_threshold: int
     flush_when_queue_empty: bool
     sync_data: bool
+    thread_name: str = "bookie-journal"
 
 
 class Journal:
@@ -92,6 +93,10 @@ class Journal:
         # records submitted but not completed: the bound of journalQueueSize (loop only)
         self._outstanding = 0
         self._room = asyncio.Event()
+
+    @property
+    def directory(self) -> Path:
+        return self._s.directory
 
     # ---- start-up -------------------------------------------------------------------------
 
@@ -130,7 +135,7 @@ class Journal:
         self._room = asyncio.Event()
         ids = self.file_ids()
         self._open_file((ids[-1] + 1) if ids else 1)
-        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self._s.thread_name, daemon=True)
         self._thread.start()
 
     # ---- loop side ------------------------------------------------------------------------
@@ -147,7 +152,6 @@ class Journal:
         assert self._loop is not None
         future: asyncio.Future[LogMark] = self._loop.create_future()
         self._outstanding += records
-        self._stats.journal_queue_size.set(self._outstanding)
         self._queue.put(_Batch(parts, nbytes, records, future, time.perf_counter()))
         return await future
 
@@ -162,8 +166,12 @@ class Journal:
             else:
                 batch.future.set_exception(BookieError(bookie_pb2.EIO, f"journal write failed: {error}"))
             self._stats.journal_add_entry.observe((now - batch.enqueued_at) * 1000.0)
-        self._stats.journal_queue_size.set(self._outstanding)
         self._room.set()
+
+    @property
+    def outstanding(self) -> int:
+        """Records submitted and not yet completed (the journal queue size gauge)."""
+        return self._outstanding
 
     async def close(self) -> None:
         """Write out what is queued, stop the thread, close the file."""

@@ -1,8 +1,10 @@
 """LastLogMark: the journal position before which everything is in entry logs and indexes.
 
-Persisted in every ledger dir as ``lastMark`` (journal id and offset, 16 bytes, like BookKeeper),
-atomically: write a temp file, fsync, rename, fsync the directory. Start-up takes the smallest mark
-found (a crash between two dirs leaves the older one, which only means replaying a bit more).
+Persisted in every ledger dir, one file per journal (journal id and offset, 16 bytes, like
+BookKeeper): ``lastMark`` when the bookie has one journal dir, ``lastMark.<index>`` for journal
+``index`` when it has several (BookKeeper's names). Written atomically: temp file, fsync, rename,
+fsync the directory. Start-up takes the smallest mark found (a crash between two dirs leaves the
+older one, which only means replaying a bit more).
 """
 
 from __future__ import annotations
@@ -24,24 +26,29 @@ def mark_order(mark: LogMark) -> tuple[int, int]:
     return (mark.journal_id, mark.offset)
 
 
-def write_mark(dirs: Sequence[Path], mark: LogMark) -> None:
+def mark_file_name(journal_index: int, journal_count: int) -> str:
+    """The mark file of journal ``journal_index`` of ``journal_count``."""
+    return MARK_FILE if journal_count == 1 else f"{MARK_FILE}.{journal_index}"
+
+
+def write_mark(dirs: Sequence[Path], mark: LogMark, name: str = MARK_FILE) -> None:
     data = MARK.pack(mark.journal_id, mark.offset)
     for directory in dirs:
-        tmp = directory / (MARK_FILE + ".tmp")
+        tmp = directory / (name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, directory / MARK_FILE)
+        os.replace(tmp, directory / name)
         fsync_dir(directory)
 
 
-def read_mark(dirs: Sequence[Path]) -> LogMark:
+def read_mark(dirs: Sequence[Path], name: str = MARK_FILE) -> LogMark:
     marks = []
     for directory in dirs:
-        path = directory / MARK_FILE
+        path = directory / name
         if path.exists():
             raw = path.read_bytes()
             if len(raw) == MARK.size:

@@ -11,10 +11,11 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bkproto.entry_format import HEADER, LAC_HEADER
 from bkproto.v1 import bookie_pb2
-from bookie.api import AddOp, AddResult, DiskInfo, LacInfo, LogMark
+from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo, LogMark
 from bookie.errors import BookieError, no_entry, no_ledger
 
 
@@ -169,5 +170,5 @@ class FakeBookieCore:
                 runs.append((entry_id, entry_id))
         return runs
 
-    def last_log_mark(self) -> LogMark:
-        return LogMark(0, 0)
+    def last_log_marks(self) -> list[JournalMark]:
+        return [JournalMark(Path("journal"), LogMark(0, 0))]

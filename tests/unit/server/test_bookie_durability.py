@@ -82,7 +82,7 @@ async def test_torn_journal_tail_is_cut_and_not_served(tmp_path: Path) -> None:
     await bookie.start()
     await add_all(bookie, [add_op(3, e) for e in range(10)])
     await add_all(bookie, [add_op(3, 10)])
-    journal = bookie.storage.journal.written_mark
+    journal = bookie.storage.journals[0].written_mark
     bookie.abandon()
     # tear the last record (entry 10) in the middle
     path = tmp_path / "journal" / "current" / file_name(journal.journal_id)
@@ -101,7 +101,7 @@ async def test_flipped_byte_in_journal_record_is_not_served(tmp_path: Path) -> N
     bookie = make_bookie(config)
     await bookie.start()
     await add_all(bookie, [add_op(4, 0)])
-    first_end = bookie.storage.journal.written_mark
+    first_end = bookie.storage.journals[0].written_mark
     await add_all(bookie, [add_op(4, 1)])
     bookie.abandon()
     path = tmp_path / "journal" / "current" / file_name(first_end.journal_id)
@@ -124,8 +124,8 @@ async def test_checkpoint_advances_mark_and_removes_old_journals(tmp_path: Path)
             await add_all(bookie, [add_op(6, e, payload=payload) for e in range(start, start + 40)])
         assert len(_journal_files(tmp_path)) >= 4
         await bookie.storage.checkpoint()
-        mark = bookie.last_log_mark()
-        assert mark == bookie.storage.journal.written_mark
+        mark = bookie.last_log_marks()[0].mark
+        assert mark == bookie.storage.journals[0].written_mark
         ids = [int(p.stem, 16) for p in _journal_files(tmp_path)]
         assert len([i for i in ids if i < mark.journal_id]) == 1  # one backup kept
         assert (tmp_path / "ledgers" / "lastMark").exists()
