@@ -31,7 +31,7 @@ def mark_file_name(journal_index: int, journal_count: int) -> str:
     return MARK_FILE if journal_count == 1 else f"{MARK_FILE}.{journal_index}"
 
 
-def write_mark(dirs: Sequence[Path], mark: LogMark, name: str = MARK_FILE) -> None:
+def write_mark(dirs: Sequence[Path], mark: LogMark, name: str) -> None:
     data = MARK.pack(mark.journal_id, mark.offset)
     for directory in dirs:
         tmp = directory / (name + ".tmp")
@@ -45,7 +45,7 @@ def write_mark(dirs: Sequence[Path], mark: LogMark, name: str = MARK_FILE) -> No
         fsync_dir(directory)
 
 
-def read_mark(dirs: Sequence[Path], name: str = MARK_FILE) -> LogMark:
+def read_mark(dirs: Sequence[Path], name: str) -> LogMark:
     marks = []
     for directory in dirs:
         path = directory / name
