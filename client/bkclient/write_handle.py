@@ -272,6 +272,7 @@ class WriteHandle(ReadHandle):
         finally:
             self._changing_ensemble = False
         self._release_completed()
+        self._progress.set()  # close() and force() wait for the change to end
 
     async def _replace_in_metadata(self, failed: dict[int, str]) -> Versioned[LedgerMetadata]:
         """CAS a new last segment starting at LAC+1 with the failed bookies replaced."""
@@ -394,8 +395,12 @@ class WriteHandle(ReadHandle):
         return self.last_add_confirmed
 
     async def _wait_pending(self) -> None:
-        """Until every add appended so far reached its ack quorum (or the handle failed)."""
-        while self._error is None and any(not op.completed for op in self._pending.values()):
+        """Until every add appended so far reached its ack quorum and no ensemble change is
+        running (adds that reached it during a change are released only once the change is in
+        the metadata), or the handle failed."""
+        while self._error is None and (
+            self._changing_ensemble or any(not op.completed for op in self._pending.values())
+        ):
             self._progress.clear()
             await self._progress.wait()
 

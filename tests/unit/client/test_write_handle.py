@@ -120,6 +120,36 @@ async def test_no_entry_completes_while_the_ensemble_changes() -> None:
     assert world.lm.ledgers[wh.ledger_id].value.segments[1].first_entry_id == 1
 
 
+@pytest.mark.parametrize("finish", ["close", "force"])
+async def test_close_or_force_during_an_ensemble_change_waits_for_it(finish: str) -> None:
+    # E3 Qw3 Qa2: with b2 down every add still reaches its ack quorum, but none may be released
+    # until the new ensemble is in the metadata. Closing then must not fail acknowledged adds.
+    world = make_world(bookies=4)
+    wh = handle(world, qw=3)
+    gate = asyncio.Event()
+    original_write = world.lm.write_ledger_metadata
+
+    async def slow_write(*args: object) -> object:
+        await gate.wait()
+        return await original_write(*args)  # type: ignore[arg-type]
+
+    world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
+    world.bookie("b2").mode = "error"
+    world.bookie("b2").error = BookieUnavailableError("down")
+    futures = [wh.append_async(b"%d" % i) for i in range(3)]
+    finishing = asyncio.ensure_future(wh.close() if finish == "close" else wh.force())
+    await asyncio.sleep(0.01)
+    assert not finishing.done()  # waits for the ensemble change
+    gate.set()
+    await finishing
+    assert [await f for f in futures] == [0, 1, 2]
+    assert wh.last_add_confirmed == 2
+    md = world.lm.ledgers[wh.ledger_id].value
+    assert md.segments[1].first_entry_id == 1  # entry 0 completed before b2 answered
+    if finish == "close":
+        assert (md.state, md.last_entry_id) == (LedgerState.CLOSED, 2)
+
+
 async def test_slow_bookie_is_replaced_after_the_add_timeout() -> None:
     world = make_world(bookies=4, add_entry_timeout_s=0.2)
     world.bookie("b0").mode = "hold"  # never answers
