@@ -14,6 +14,7 @@ from bkproto.errors import IncorrectParameterError
 MiB = 1024 * 1024
 
 PLACEMENT_POLICIES = ("random", "rackaware")
+MAX_ENTRY_SIZE_BYTES = 15 * MiB  # the bookies' nettyMaxFrameSizeBytes is capped the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,9 @@ class ClientConfig:
     max_waiting_adds: int = 100_000
     explicit_lac_interval_s: float = 0.0  # explicitLacInterval; 0 = off
     max_ensemble_changes: int = 1_000_000  # maxNumEnsembleChanges (BookKeeper: unbounded)
+    # Largest entry body (32-byte header + digest + payload) a bookie accepts: the bookies'
+    # nettyMaxFrameSizeBytes. A bigger payload is refused by append() before anything is sent.
+    max_entry_size_bytes: int = 5 * MiB
     # Reads.
     read_entry_timeout_s: float = 5.0  # readEntryTimeoutSec
     speculative_read_timeout_s: float = 2.0  # speculativeReadTimeout; 0 = no speculative reads
@@ -63,6 +67,7 @@ class ClientConfig:
             "max_outstanding_bytes": self.max_outstanding_bytes,
             "max_waiting_adds": self.max_waiting_adds,
             "max_ensemble_changes": self.max_ensemble_changes,
+            "max_entry_size_bytes": self.max_entry_size_bytes,
             "read_entry_timeout_s": self.read_entry_timeout_s,
             "read_batch_max_entries": self.read_batch_max_entries,
             "read_batch_max_bytes": self.read_batch_max_bytes,
@@ -75,6 +80,11 @@ class ClientConfig:
         for name, value in positive.items():
             if value <= 0:
                 raise IncorrectParameterError(f"ClientConfig.{name} must be > 0, got {value!r}")
+        if self.max_entry_size_bytes > MAX_ENTRY_SIZE_BYTES:
+            raise IncorrectParameterError(
+                f"ClientConfig.max_entry_size_bytes must be <= {MAX_ENTRY_SIZE_BYTES} (an entry must fit"
+                f" in one 16 MiB add-stream message), got {self.max_entry_size_bytes}"
+            )
         for name, value in {
             "explicit_lac_interval_s": self.explicit_lac_interval_s,
             "speculative_read_timeout_s": self.speculative_read_timeout_s,

@@ -27,10 +27,13 @@ from types import TracebackType
 from typing import Any
 
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
+from bkproto.entry_format import HEADER_SIZE
 from bkproto.errors import (
+    BadRequestError,
     BKError,
     ClientClosedError,
     DuplicateEntryIdError,
+    IncorrectParameterError,
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
@@ -56,7 +59,9 @@ log = logging.getLogger(__name__)
 _QUARANTINE_S = 60.0
 
 # Errors after which the handle can never write again (BookKeeper's handleUnrecoverableErrorDuringAdd).
-_FATAL_ADD_ERRORS = (LedgerFencedError, UnauthorizedAccessError)
+# A bad request (say, an entry over a bookie's nettyMaxFrameSizeBytes) would be refused by any
+# replacement bookie too: changing the ensemble for it would only loop.
+_FATAL_ADD_ERRORS = (LedgerFencedError, UnauthorizedAccessError, BadRequestError)
 
 
 class WriteHandle(ReadHandle):
@@ -75,6 +80,7 @@ class WriteHandle(ReadHandle):
         self._config = ctx.config
         self.master_key = digest.master_key
         self._encoder = AddRequestEncoder(ledger_id, self.master_key)
+        self._max_payload = self._config.max_entry_size_bytes - HEADER_SIZE - digest.digest_size
         self.distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
         self.ensemble: list[str] = list(md.last_ensemble)
         self._clients: list[BookieClient] = [ctx.bookie(b) for b in self.ensemble]
@@ -159,6 +165,14 @@ class WriteHandle(ReadHandle):
                 "await append() or wait_writable() to pace the writer"
             )
         payload = bytes(data)
+        if len(payload) > self._max_payload:
+            limit = self._config.max_entry_size_bytes
+            raise IncorrectParameterError(
+                f"ledger {self.ledger_id}: an entry of {len(payload)} bytes is over the"
+                f" {self._max_payload}-byte limit (ClientConfig.max_entry_size_bytes={limit}, the"
+                f" bookies' nettyMaxFrameSizeBytes, less {limit - self._max_payload} bytes of header"
+                " and digest)"
+            )
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
         self._pushed_length += len(payload)
         op = PendingAddOp(self, entry_id, payload, self._pushed_length, future, callback)

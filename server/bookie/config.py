@@ -103,7 +103,8 @@ KEYS: dict[str, Key] = {
     "metadataServiceUri": Key(_text, help="zk+hierarchical://host:port[;host:port]/ledgers"),
     "zkServers": Key(_text, help="ZooKeeper connect string, or 'none' to run unregistered"),
     "zkTimeout": Key(_int(1), help="ZooKeeper session timeout (ms)"),
-    "nettyMaxFrameSizeBytes": Key(_int(1024), help="largest entry body accepted (bytes)"),
+    # At most 15 MiB: one entry must fit in a 16 MiB gRPC message with its framing.
+    "nettyMaxFrameSizeBytes": Key(_int(1024, 15 * 1024 * 1024), help="largest entry body accepted (bytes)"),
     "shutdownGracePeriodMs": Key(_int(0), help="how long in-flight requests may finish on SIGTERM"),
     # storage: directories
     "journalDirectories": Key(_dirs, "journal_dirs"),

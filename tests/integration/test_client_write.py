@@ -11,9 +11,11 @@ import pytest
 from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
 
 from bkclient import (
+    BadRequestError,
     BKError,
     BookKeeper,
     DigestType,
+    IncorrectParameterError,
     LedgerClosedError,
     LedgerFencedError,
     LedgerState,
@@ -159,6 +161,25 @@ async def test_wrong_password_is_unauthorized(client_cluster: ClientCluster) -> 
     # The writer was not disturbed.
     assert await wh.append(b"still writing") == 1
     await wh.close()
+
+
+async def test_an_oversized_entry_gets_a_clear_error_and_never_costs_an_ensemble_change(
+    client_cluster: ClientCluster,
+) -> None:
+    bk = await client_cluster.client()
+    wh = await bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
+    with pytest.raises(IncorrectParameterError, match=r"6000000 bytes is over the \d+-byte limit"):
+        await wh.append(b"x" * 6_000_000)  # over the bookies' 5 MiB nettyMaxFrameSizeBytes
+    assert await wh.append(b"fine") == 0
+    await wh.close()
+    # A client told the bookies take more than they do: the bookie's EBADREQ ends the handle with
+    # that error, rather than replacing bookies that would all refuse the same entry.
+    careless = await client_cluster.client(max_entry_size_bytes=8 * 1024 * 1024)
+    wh = await careless.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
+    with pytest.raises(BadRequestError, match="limit"):
+        await wh.append(b"x" * 6_000_000)
+    md = await bk.ledger_metadata(wh.ledger_id)
+    assert len(md.segments) == 1  # no ensemble change
 
 
 @pytest.mark.parametrize("recovery_delay_s", [0.0, 0.05])

@@ -6,6 +6,7 @@ import pytest
 from test_write_handle_fakes import make_world
 
 from bkclient import BookKeeper, DigestType, WriteAdvHandle, WriteHandle
+from bkclient.config import ClientConfig
 from bkproto.errors import (
     ClientClosedError,
     IncorrectParameterError,
@@ -88,3 +89,18 @@ async def test_closing_the_client_fails_pending_adds_and_stops_handles() -> None
         await pending
     with pytest.raises(ClientClosedError):
         await wh.append(b"more")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("max_entry_size_bytes", 16 * 1024 * 1024, "must be <= 15728640"),
+        ("max_entry_size_bytes", 0, "must be > 0"),
+        ("add_entry_timeout_s", -1.0, "must be > 0"),
+        ("speculative_read_timeout_s", -0.5, "must be >= 0"),
+        ("placement_policy", "nearest", "must be one of"),
+    ],
+)
+def test_client_config_names_the_bad_field(field: str, value: object, why: str) -> None:
+    with pytest.raises(IncorrectParameterError, match=f"ClientConfig.{field} {why}"):
+        ClientConfig(**{field: value})  # type: ignore[arg-type]

@@ -12,8 +12,10 @@ from bkclient.write_handle import WriteAdvHandle, WriteHandle
 from bkmeta.model import LedgerState
 from bkproto.entry_format import parse_header
 from bkproto.errors import (
+    BadRequestError,
     BookieUnavailableError,
     DuplicateEntryIdError,
+    IncorrectParameterError,
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
@@ -206,6 +208,33 @@ async def test_fencing_and_wrong_password_fail_every_pending_add(fatal: type) ->
     with pytest.raises(fatal):
         await wh.append(b"more")
     assert world.lm.writes == 0  # no ensemble change attempted
+
+
+async def test_an_entry_over_the_size_limit_is_refused_before_anything_is_sent() -> None:
+    world = make_world(max_entry_size_bytes=2048)
+    wh = handle(world)
+    limit = 2048 - 32 - 4  # header and CRC32C digest
+    with pytest.raises(IncorrectParameterError, match=f"2100 bytes is over the {limit}-byte limit"):
+        wh.append_async(b"x" * 2100)
+    with pytest.raises(IncorrectParameterError):
+        await wh.append(b"x" * (limit + 1))
+    assert world.bookie("b0").adds == [] and world.bookie("b1").adds == []
+    assert await wh.append(b"x" * limit) == 0  # the handle is unharmed; ids are not used up
+    assert world.lm.writes == 0
+
+
+async def test_a_bad_request_fails_the_handle_instead_of_changing_the_ensemble() -> None:
+    # Any replacement bookie would refuse the same request (e.g. an entry over its
+    # nettyMaxFrameSizeBytes): changing the ensemble would only loop.
+    world = make_world(bookies=6)
+    wh = handle(world)
+    world.bookie("b0").mode = "error"
+    world.bookie("b0").error = BadRequestError("entry too large")
+    with pytest.raises(BadRequestError):
+        await wh.append(b"a")
+    with pytest.raises(BadRequestError):
+        wh.append_async(b"b")
+    assert world.lm.writes == 0
 
 
 async def test_not_enough_bookies_for_replacement_fails_adds() -> None:
