@@ -227,7 +227,7 @@ class WriteHandle(ReadHandle):
         while op is not None and op.completed:
             del pending[next_id]
             self.last_add_confirmed = next_id
-            self.length = op.length
+            self.length += op.size  # not op.length: a ledger-adv writer may send ids out of order
             self._outstanding_adds -= 1
             self._outstanding_bytes -= op.size
             op.succeed()

@@ -361,7 +361,8 @@ async def test_adv_handle_completes_in_id_order_whatever_the_write_order() -> No
     with pytest.raises(DuplicateEntryIdError):
         wh.append_async(b"no ids")
     await wh.close()
-    assert world.lm.ledgers[wh.ledger_id].value.last_entry_id == 2
+    md = world.lm.ledgers[wh.ledger_id].value
+    assert (md.last_entry_id, md.length) == (2, len(b"zero" + b"one" + b"two"))
 
 
 async def test_a_recently_failed_bookie_is_not_picked_again_while_others_exist() -> None:
