@@ -171,8 +171,12 @@ class RackAwarePlacement:
         if preferred:
             return self._rng.choice(preferred)
         # Next: any bookie that keeps every quorum able to span the wanted number of racks.
-        all_racks = {self._rack(bookies, b) for b in bookies}
-        wanted = min(self._min_racks, len(all_racks), write_quorum)
+        # Enforced, that is min(minNumRacksPerWriteQuorum, Qw) whatever racks exist (BookKeeper
+        # then refuses the ensemble); otherwise at most the racks the usable bookies are on.
+        wanted = min(self._min_racks, write_quorum)
+        if not self._enforce:
+            usable = {self._rack(bookies, b) for b in [*candidates, *slots] if b is not None}
+            wanted = min(wanted, len(usable))
         acceptable = [
             b for b in candidates if self._quorums_satisfied(slots, index, b, write_quorum, wanted, bookies)
         ]

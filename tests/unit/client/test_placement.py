@@ -69,6 +69,19 @@ def test_rack_aware_falls_back_when_not_enforced() -> None:
     assert len(set(policy.new_ensemble(3, 2, 2, racks))) == 3
 
 
+@pytest.mark.parametrize("racks", [{"a1": "/r1", "a2": "/r1", "a3": "/r1"}, FLAT])
+def test_enforced_racks_are_not_lowered_to_the_racks_that_exist(racks: dict[str, str | None]) -> None:
+    # One rack (or none registered: all on the default rack) cannot give 2 per write quorum.
+    policy = RackAwarePlacement(2, enforce=True)
+    with pytest.raises(NotEnoughBookiesError, match="min 2 racks per write quorum is enforced"):
+        policy.new_ensemble(3, 2, 2, racks)
+    ensemble = sorted(racks)[:3]
+    with pytest.raises(NotEnoughBookiesError):
+        policy.replace_bookie(ensemble, 0, 2, racks, exclude={ensemble[0]})
+    # A write quorum of 1 never needs more than one rack.
+    assert len(policy.new_ensemble(3, 1, 1, racks)) == 3
+
+
 def test_make_placement_by_name() -> None:
     assert isinstance(make_placement("random"), RandomPlacement)
     assert isinstance(make_placement("rackaware"), RackAwarePlacement)
