@@ -48,7 +48,7 @@ class BookKeeper:
     async def connect(cls, zk_hosts: str, config: ClientConfig | None = None) -> BookKeeper:
         """Connect to the cluster whose metadata lives in ZooKeeper at ``zk_hosts``."""
         config = config or ClientConfig()
-        metadata = await MetadataClient.connect(zk_hosts)
+        metadata = await MetadataClient.connect(zk_hosts, session_timeout_s=config.metadata_timeout_s)
         return cls(ClientContext.create(metadata, config))
 
     async def close(self) -> None:

@@ -58,7 +58,7 @@ class ClientConfig:
     # with 3 ms, p99 45/41/33 ms and the box 69-77 % busy; without, 86/70/55 ms and 86-87 %.
     bookie_min_batch_interval_s: float = 0.003
     bookie_max_batch_bytes: int = 4 * MiB  # entry bytes per add-stream message
-    metadata_timeout_s: float = 30.0  # ZooKeeper session/operation timeout
+    metadata_timeout_s: float = 10.0  # zkTimeout: the ZooKeeper session timeout
 
     def __post_init__(self) -> None:
         positive = {

@@ -163,6 +163,14 @@ async def test_wrong_password_is_unauthorized(client_cluster: ClientCluster) -> 
     await wh.close()
 
 
+async def test_the_metadata_timeout_is_the_zookeeper_session_timeout(client_cluster: ClientCluster) -> None:
+    bk = await client_cluster.client(metadata_timeout_s=6.0)
+    assert bk.ctx.metadata.zk.config.session_timeout_s == 6.0
+    wh = await bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)  # the session works
+    assert wh.ledger_id in await bk.list_ledgers()
+    await wh.close()
+
+
 async def test_an_oversized_entry_gets_a_clear_error_and_never_costs_an_ensemble_change(
     client_cluster: ClientCluster,
 ) -> None:
