@@ -213,8 +213,9 @@ class ReadChunkOp:
     """Read ``count`` consecutive entries from bookies that each hold all of them (E == Qw),
     with ReadEntries calls. Starts at replica ``first_replica``; a short answer (byte limit)
     continues on the same replica, a failure or a corrupt body moves to the next replica from the
-    first entry not yet served. Entries no replica serves in bulk go through :class:`ReadEntryOp`
-    so the caller gets that entry's precise error."""
+    first entry not yet served, and a replica silent past the speculative read timeout gets the
+    next one asked too (first answer wins). Entries no replica serves in bulk go through
+    :class:`ReadEntryOp` so the caller gets that entry's precise error."""
 
     def __init__(
         self,
@@ -234,44 +235,86 @@ class ReadChunkOp:
         self._replicas = tuple(replicas[first_replica:]) + tuple(replicas[:first_replica])
 
     async def run(self) -> list[LedgerEntry]:
-        config = self._ctx.config
-        ledger_id = self._ledger_id
-        verify = self._digest.verify_entry
         out: list[LedgerEntry] = []
-        end = self._first + self._count  # exclusive
         replica = 0
         while len(out) < self._count and replica < len(self._replicas):
-            bookie_id = self._replicas[replica]
-            next_id = self._first + len(out)
-            try:
-                bodies = await self._ctx.bookie(bookie_id).read_entries(
-                    ledger_id,
-                    next_id,
-                    min(end - next_id, config.read_batch_max_entries),
-                    config.read_batch_max_bytes,
-                    timeout=config.read_entry_timeout_s,
-                )
-            except BKError as exc:
-                log.debug(
-                    "batched read of ledger %d from %d on %s failed: %s", ledger_id, next_id, bookie_id, exc
-                )
-                replica += 1
-                continue
-            if not bodies:
-                replica += 1
-                continue
-            try:
-                for body in bodies[: end - next_id]:
-                    out.append(LedgerEntry(ledger_id, next_id, verify(next_id, body).payload))
-                    next_id += 1
-            except DigestMismatchError as exc:
-                log.warning("bookie %s returned a corrupt copy: %s", bookie_id, exc)
-                replica += 1
+            entries, replica = await self._read_from(self._first + len(out), replica)
+            out += entries
         while len(out) < self._count:  # per entry, with every replica and speculative reads
             entry_id = self._first + len(out)
-            read = await ReadEntryOp(self._ctx, self._digest, ledger_id, entry_id, self._replicas).run()
+            read = await ReadEntryOp(self._ctx, self._digest, self._ledger_id, entry_id, self._replicas).run()
             out.append(read.entry)
         return out
+
+    async def _read_from(self, first_id: int, replica: int) -> tuple[list[LedgerEntry], int]:
+        """Entries from ``first_id`` in one ReadEntries call to replica ``replica``, or to the
+        next ones: after a failure, or alongside it once the speculative timeout passes without an
+        answer. Returns the first verified entries served and the replica to continue with (the
+        one that served them, unless its answer was cut short by a corrupt body); nothing once
+        every replica failed."""
+        speculative = self._ctx.config.speculative_read_timeout_s
+        replicas = self._replicas
+        pending: dict[asyncio.Task[tuple[list[LedgerEntry], bool]], int] = {}
+
+        def launch() -> None:
+            nonlocal replica
+            pending[asyncio.ensure_future(self._fetch(replicas[replica], first_id))] = replica
+            replica += 1
+
+        launch()
+        try:
+            while pending:
+                more = replica < len(replicas)
+                done, _ = await asyncio.wait(
+                    pending,
+                    timeout=speculative if more and speculative > 0 else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if not done:  # the replicas asked so far are slow: ask one more
+                    launch()
+                    continue
+                for task in done:
+                    served_by = pending.pop(task)
+                    error = task.exception()
+                    if error is not None:
+                        if not isinstance(error, BKError):
+                            raise error
+                        log.debug("batched read of ledger %d from %d on %s failed: %s",
+                                  self._ledger_id, first_id, replicas[served_by], error)
+                        continue
+                    entries, clean = task.result()
+                    if entries:
+                        return entries, served_by if clean else served_by + 1
+                if not pending and replica < len(replicas):
+                    launch()
+            return [], replica
+        finally:
+            discard_tasks(pending)
+
+    async def _fetch(self, bookie_id: str, first_id: int) -> tuple[list[LedgerEntry], bool]:
+        """One ReadEntries call: the verified entries and whether every body returned verified
+        (a corrupt one ends the list there)."""
+        config = self._ctx.config
+        ledger_id = self._ledger_id
+        end = self._first + self._count  # exclusive
+        bodies = await self._ctx.bookie(bookie_id).read_entries(
+            ledger_id,
+            first_id,
+            min(end - first_id, config.read_batch_max_entries),
+            config.read_batch_max_bytes,
+            timeout=config.read_entry_timeout_s,
+        )
+        verify = self._digest.verify_entry
+        entries: list[LedgerEntry] = []
+        entry_id = first_id
+        try:
+            for body in bodies[: end - first_id]:
+                entries.append(LedgerEntry(ledger_id, entry_id, verify(entry_id, body).payload))
+                entry_id += 1
+        except DigestMismatchError as exc:
+            log.warning("bookie %s returned a corrupt copy: %s", bookie_id, exc)
+            return entries, False
+        return entries, True
 
 
 class ReadRangeOp:

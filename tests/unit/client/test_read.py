@@ -87,6 +87,20 @@ async def test_batched_read_falls_back_on_corrupt_and_down_replicas() -> None:
     assert [e.data for e in entries] == [payload(i) for i in range(300)]
 
 
+async def test_a_slow_replica_gets_its_chunks_read_speculatively_elsewhere() -> None:
+    ctx = make_cluster(3, read_batch_max_entries=100, speculative_read_timeout_s=0.01)
+    ids = list(ctx.bookies)
+    writer = Writer(ctx, make_metadata(ids, 3, 2))
+    writer.write(450)
+    ctx.bookies[ids[1]].gate.clear()  # hung: never answers until released
+    rh = handle(ctx, closed(writer))
+    entries = await asyncio.wait_for(collect(rh.read(0, 449)), 10)
+    assert [e.data for e in entries] == [payload(i) for i in range(450)]
+    assert ctx.bookies[ids[1]].batch_reads == []  # everything it was asked, others served
+    assert ctx.bookies[ids[0]].batch_reads and ctx.bookies[ids[2]].batch_reads
+    ctx.bookies[ids[1]].gate.set()
+
+
 async def test_batches_do_not_cross_segments() -> None:
     ctx = make_cluster(4)
     ids = list(ctx.bookies)
