@@ -1,9 +1,12 @@
 """The same client without async/await, for scripts and Spark executors.
 
 A private event loop runs in a background thread; every call is submitted to it and the calling
-thread waits for the result. Appends keep their call order. ``append_async`` returns a
-``concurrent.futures.Future`` and blocks the calling thread while ``max_outstanding_adds`` adds are
-already outstanding (BookKeeper's throttle), so a fast producer cannot grow memory without bound.
+thread waits for the result. The calls and their arguments are those of :mod:`bkclient`; async
+iterators become iterators (``read`` fetches a batch of entries per round trip to the loop, never
+the whole range at once). Appends keep their call order. ``append_async`` returns a
+``concurrent.futures.Future`` and, like ``append_with_callback``, blocks the calling thread while
+``max_outstanding_adds`` adds are already outstanding (BookKeeper's throttle), so a fast producer
+cannot grow memory without bound. Callbacks run on the client's loop thread: keep them short.
 
     with bkclient.sync.BookKeeper("127.0.0.1:2181") as bk:
         wh = bk.create_ledger(ensemble=3, write_quorum=2, password=b"pw")
@@ -17,19 +20,24 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from bkmeta.model import DigestType, LedgerMetadata
+from bkmeta.model import DigestType, LedgerMetadata, Versioned
+from bkproto.errors import BKError
 
 from . import bookkeeper as aio
 from . import read_handle as aio_read
 from . import write_handle as aio_write
 from .config import ClientConfig
 from .entry import LastConfirmedAndEntry, LedgerEntry
+from .ops.add import AddCompletion
 
 T = TypeVar("T")
+
+# Entries fetched per round trip to the loop thread by the iterators of ``read``.
+_READ_BATCH = 1000
 
 
 class _LoopThread:
@@ -49,6 +57,36 @@ class _LoopThread:
             raise RuntimeError("bkclient.sync called from its own event loop thread: use bkclient (async)")
         return self.submit(coro).result()
 
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the loop thread (for the client's synchronous calls), its result here."""
+
+        async def on_loop() -> T:
+            return fn()
+
+        return self.run(on_loop())
+
+    def iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
+        """The items of an async iterator living on the loop, fetched in batches."""
+
+        async def batch() -> list[T]:
+            items: list[T] = []
+            async for item in iterator:
+                items.append(item)
+                if len(items) >= _READ_BATCH:
+                    break
+            return items
+
+        try:
+            while items := self.run(batch()):
+                yield from items
+        finally:  # also when the caller stops early: the read's requests in flight are cancelled
+            self._discard(iterator)
+
+    def _discard(self, iterator: AsyncIterator[Any]) -> None:
+        if self.loop.is_closed() or not self.loop.is_running() or threading.current_thread() is self._thread:
+            return  # the client is closed (nothing left to cancel), or garbage collection on the loop
+        self.submit(_close(iterator)).result()
+
     def stop(self) -> None:
         if self.loop.is_closed():
             return
@@ -57,8 +95,10 @@ class _LoopThread:
         self.loop.close()
 
 
-async def _collect(iterator: AsyncIterator[LedgerEntry]) -> list[LedgerEntry]:
-    return [entry async for entry in iterator]
+async def _close(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
 
 
 class ReadHandle:
@@ -86,11 +126,17 @@ class ReadHandle:
     def metadata(self) -> LedgerMetadata:
         return self._handle.metadata
 
-    def read(self, first: int, last: int) -> list[LedgerEntry]:
-        return self._runner.run(_collect(self._handle.read(first, last)))
+    def read(self, first: int, last: int) -> Iterator[LedgerEntry]:
+        return self._runner.iterate(self._handle.read(first, last))
 
-    def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
-        return self._runner.run(_collect(self._handle.read_unconfirmed(first, last)))
+    def read_unconfirmed(self, first: int, last: int) -> Iterator[LedgerEntry]:
+        return self._runner.iterate(self._handle.read_unconfirmed(first, last))
+
+    def read_entry(self, entry_id: int) -> LedgerEntry:
+        return self._runner.run(self._handle.read_entry(entry_id))
+
+    def refresh_metadata(self) -> Versioned[LedgerMetadata]:
+        return self._runner.run(self._handle.refresh_metadata())
 
     def read_last_add_confirmed(self) -> int:
         return self._runner.run(self._handle.read_last_add_confirmed())
@@ -113,6 +159,17 @@ class ReadHandle:
 
         while (entry := self._runner.run(step())) is not None:
             yield entry
+
+    def close(self) -> None:
+        self._runner.run(self._handle.close())
+
+    def __enter__(self) -> ReadHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 class WriteHandle(ReadHandle):
@@ -137,17 +194,48 @@ class WriteHandle(ReadHandle):
 
         return self._throttled(add())
 
+    def append_with_callback(self, data: bytes, callback: AddCompletion) -> int:
+        """Append without waiting; returns the entry id. ``callback(entry_id, error or None)``
+        runs on the client's loop thread, in entry-id order."""
+        done = self._release_then(callback)
+        return self._throttled_call(lambda: self._writer.append_with_callback(data, done))
+
     def _throttled(self, coro: Coroutine[Any, Any, int]) -> concurrent.futures.Future[int]:
         self._throttle.acquire()
         future = self._runner.submit(coro)
         future.add_done_callback(lambda _: self._throttle.release())
         return future
 
+    def _throttled_call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the loop under one throttle slot, which the completion it sets up releases."""
+        self._throttle.acquire()
+        try:
+            return self._runner.call(fn)
+        except BaseException:
+            self._throttle.release()  # refused: no completion will come
+            raise
+
+    def _release_then(self, callback: AddCompletion) -> AddCompletion:
+        def done(entry_id: int, error: BKError | None) -> None:
+            self._throttle.release()
+            callback(entry_id, error)
+
+        return done
+
+    def wait_writable(self) -> None:
+        self._runner.run(self._writer.wait_writable())
+
+    def write_explicit_lac(self, lac: int | None = None) -> None:
+        self._runner.run(self._writer.write_explicit_lac(lac))
+
     def force(self) -> int:
         return self._runner.run(self._writer.force())
 
     def close(self) -> None:
         self._runner.run(self._writer.close())
+
+    def abort(self) -> None:
+        self._runner.run(self._writer.abort())
 
     def __enter__(self) -> WriteHandle:
         return self
@@ -171,6 +259,10 @@ class WriteAdvHandle(WriteHandle):
             return await self._adv.write_async(entry_id, data)
 
         return self._throttled(add())
+
+    def write_with_callback(self, entry_id: int, data: bytes, callback: AddCompletion) -> None:
+        done = self._release_then(callback)
+        self._throttled_call(lambda: self._adv.write_with_callback(entry_id, data, done))
 
 
 class BookKeeper:

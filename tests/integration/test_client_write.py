@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 
 import pytest
 from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
@@ -24,6 +25,7 @@ from bkclient import (
 )
 from bkclient import sync as bksync
 from bkclient.bookie_client import BookieClient
+from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager, master_key
 
 __all__ = ["client_cluster"]  # the shared cluster fixture, re-exported for pytest
@@ -229,21 +231,48 @@ async def test_ensemble_change_racing_a_recovery_opener(
 async def test_blocking_facade(client_cluster: ClientCluster) -> None:
     await client_cluster.client()  # waits until the bookies are registered
 
-    def scenario() -> tuple[int, list[bytes], list[int]]:
-        with bksync.BookKeeper(client_cluster.zk_hosts) as bk:
+    def scenario() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        with bksync.BookKeeper(client_cluster.zk_hosts, ClientConfig(max_outstanding_adds=8)) as bk:
             wh = bk.create_ledger(3, 2, 2, password=PASSWORD)
-            first = wh.append(b"first")
+            seen["first"] = wh.append(b"first")
             futures = [wh.append_async(b"entry %d" % i) for i in range(1, 50)]
-            ids = [f.result(timeout=30) for f in futures]
-            wh.close()
-            rh = bk.open_ledger(wh.ledger_id, password=PASSWORD)
-            entries = rh.read(0, rh.last_add_confirmed)
-            return first, [e.data for e in entries], ids
+            seen["ids"] = [f.result(timeout=30) for f in futures]
+            called: list[tuple[int, object]] = []
+            done = threading.Event()
 
-    first, data, ids = await asyncio.to_thread(scenario)
-    assert first == 0
-    assert ids == list(range(1, 50))
-    assert data == [b"first"] + [b"entry %d" % i for i in range(1, 50)]
+            def callback(entry_id: int, error: object) -> None:
+                called.append((entry_id, error))
+                if len(called) == 30:
+                    done.set()
+
+            # 30 callbacks with a throttle of 8: the caller blocks for room, never fails
+            seen["returned"] = [wh.append_with_callback(b"cb %d" % i, callback) for i in range(30)]
+            assert done.wait(30)
+            seen["called"] = called
+            wh.wait_writable()
+            wh.write_explicit_lac()
+            wh.close()
+            with bk.open_ledger(wh.ledger_id, password=PASSWORD) as rh:
+                seen["data"] = [e.data for e in rh.read(0, rh.last_add_confirmed)]
+                seen["one"] = rh.read_entry(57).data
+                seen["state"] = rh.refresh_metadata().value.state
+                reader = rh.read(0, rh.last_add_confirmed)  # stopped early: no leak, no hang
+                seen["head"] = [next(reader).entry_id, next(reader).entry_id]
+                reader.close()
+        return seen
+
+    seen = await asyncio.to_thread(scenario)
+    assert seen["first"] == 0
+    assert seen["ids"] == list(range(1, 50))
+    assert seen["returned"] == list(range(50, 80))
+    assert seen["called"] == [(i, None) for i in range(50, 80)]  # entry-id order, no error
+    assert seen["data"] == (
+        [b"first"] + [b"entry %d" % i for i in range(1, 50)] + [b"cb %d" % i for i in range(30)]
+    )
+    assert seen["one"] == b"cb 7"
+    assert seen["state"] == LedgerState.CLOSED
+    assert seen["head"] == [0, 1]
 
 
 async def test_a_hung_bookie_is_replaced_after_the_add_timeout(client_cluster: ClientCluster) -> None:
