@@ -22,7 +22,7 @@ import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from bkmeta.model import DigestType, LedgerMetadata, Versioned
 from bkproto.errors import BKError
@@ -163,7 +163,7 @@ class ReadHandle:
     def close(self) -> None:
         self._runner.run(self._handle.close())
 
-    def __enter__(self) -> ReadHandle:
+    def __enter__(self) -> Self:  # a write handle's exit closes it as a writer (its close())
         return self
 
     def __exit__(
@@ -236,14 +236,6 @@ class WriteHandle(ReadHandle):
 
     def abort(self) -> None:
         self._runner.run(self._writer.abort())
-
-    def __enter__(self) -> WriteHandle:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 class WriteAdvHandle(WriteHandle):
