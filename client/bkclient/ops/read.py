@@ -14,11 +14,12 @@ Memory stays bounded: at most ``_CHUNKS_IN_FLIGHT`` chunks or ``_READS_IN_FLIGHT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Coroutine, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from bkclient.bookie_client import ReadResult, StrideResult
 from bkclient.config import ClientConfig
@@ -34,6 +35,8 @@ from bkproto.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _READS_IN_FLIGHT = 32  # single-entry reads in flight per range read
 # ReadEntries calls in flight per range read: about one per replica, each of up to
@@ -169,44 +172,15 @@ class ReadEntryOp:
         return EntryRead(entry, max(verified.last_add_confirmed, result.max_lac))
 
     async def run(self) -> EntryRead:
-        speculative = self._ctx.config.speculative_read_timeout_s
         replicas = self._replicas
-        pending: set[asyncio.Task[EntryRead]] = set()
-        next_replica = 0
-
-        def launch() -> None:
-            nonlocal next_replica
-            pending.add(asyncio.ensure_future(self._attempt(replicas[next_replica])))
-            next_replica += 1
-
-        if not replicas:
-            raise pick_failure(self._ledger_id, self._entry_id, self.errors)
-        launch()
-        try:
-            while pending:
-                more = next_replica < len(replicas)
-                done, _ = await asyncio.wait(
-                    pending,
-                    timeout=speculative if more and speculative > 0 else None,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if not done:  # the replicas asked so far are slow: ask one more
-                    launch()
-                    continue
-                for task in done:
-                    pending.discard(task)
-                    error = task.exception()
-                    if error is None:
-                        return task.result()
-                    if not isinstance(error, BKError):
-                        raise error
-                    self.errors.append(error)
-                if next_replica < len(replicas):
-                    launch()
-            raise pick_failure(self._ledger_id, self._entry_id, self.errors)
-        finally:
-            for task in pending:
-                task.cancel()
+        speculative = self._ctx.config.speculative_read_timeout_s
+        attempts = race_replicas(lambda i: self._attempt(replicas[i]), 0, len(replicas), speculative)
+        async with contextlib.aclosing(attempts):
+            async for _, outcome in attempts:
+                if not isinstance(outcome, BKError):
+                    return outcome
+                self.errors.append(outcome)
+        raise pick_failure(self._ledger_id, self._entry_id, self.errors)
 
 
 class ReadChunkOp:
@@ -252,44 +226,21 @@ class ReadChunkOp:
         answer. Returns the first verified entries served and the replica to continue with (the
         one that served them, unless its answer was cut short by a corrupt body); nothing once
         every replica failed."""
-        speculative = self._ctx.config.speculative_read_timeout_s
         replicas = self._replicas
-        pending: dict[asyncio.Task[tuple[list[LedgerEntry], bool]], int] = {}
-
-        def launch() -> None:
-            nonlocal replica
-            pending[asyncio.ensure_future(self._fetch(replicas[replica], first_id))] = replica
-            replica += 1
-
-        launch()
-        try:
-            while pending:
-                more = replica < len(replicas)
-                done, _ = await asyncio.wait(
-                    pending,
-                    timeout=speculative if more and speculative > 0 else None,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if not done:  # the replicas asked so far are slow: ask one more
-                    launch()
+        speculative = self._ctx.config.speculative_read_timeout_s
+        attempts = race_replicas(
+            lambda i: self._fetch(replicas[i], first_id), replica, len(replicas), speculative
+        )
+        async with contextlib.aclosing(attempts):
+            async for served_by, outcome in attempts:
+                if isinstance(outcome, BKError):
+                    log.debug("batched read of ledger %d from %d on %s failed: %s",
+                              self._ledger_id, first_id, replicas[served_by], outcome)
                     continue
-                for task in done:
-                    served_by = pending.pop(task)
-                    error = task.exception()
-                    if error is not None:
-                        if not isinstance(error, BKError):
-                            raise error
-                        log.debug("batched read of ledger %d from %d on %s failed: %s",
-                                  self._ledger_id, first_id, replicas[served_by], error)
-                        continue
-                    entries, clean = task.result()
-                    if entries:
-                        return entries, served_by if clean else served_by + 1
-                if not pending and replica < len(replicas):
-                    launch()
-            return [], replica
-        finally:
-            discard_tasks(pending)
+                entries, clean = outcome
+                if entries:
+                    return entries, served_by if clean else served_by + 1
+        return [], len(replicas)
 
     async def _fetch(self, bookie_id: str, first_id: int) -> tuple[list[LedgerEntry], bool]:
         """One ReadEntries call: the verified entries and whether every body returned verified
@@ -382,6 +333,50 @@ class ReadRangeOp:
             self._ctx, self._digest, self._ledger_id, entry_id, write_set_bookies(md, entry_id)
         )
         return entry_id + 1, _single(single)
+
+
+async def race_replicas(
+    attempt: Callable[[int], Coroutine[Any, Any, T]], first: int, count: int, speculative_s: float
+) -> AsyncGenerator[tuple[int, T | BKError], None]:
+    """BookKeeper's speculative reads over replicas ``first .. count - 1``: ``attempt(first)``,
+    then the next replica whenever ``speculative_s`` passes with no answer (0: never) or an answer
+    was not taken (a failure, or one the caller skips). Yields ``(replica, result or BKError)`` as
+    answers come; the caller stops iterating when one will do (close the generator: the attempts
+    still running are cancelled). Other exceptions propagate."""
+    pending: dict[asyncio.Task[T], int] = {}
+    following = first
+
+    def launch() -> None:
+        nonlocal following
+        pending[asyncio.ensure_future(attempt(following))] = following
+        following += 1
+
+    if following < count:
+        launch()
+    try:
+        while pending:
+            more = following < count
+            done, _ = await asyncio.wait(
+                pending,
+                timeout=speculative_s if more and speculative_s > 0 else None,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not done:  # the replicas asked so far are slow: ask one more
+                launch()
+                continue
+            for task in done:
+                replica = pending.pop(task)
+                error = task.exception()
+                if error is None:
+                    yield replica, task.result()
+                elif isinstance(error, BKError):
+                    yield replica, error
+                else:
+                    raise error
+            if following < count:  # no answer was taken: move on at once
+                launch()
+    finally:
+        discard_tasks(pending)
 
 
 def discard_tasks(tasks: Iterable[asyncio.Task[Any]]) -> None:
