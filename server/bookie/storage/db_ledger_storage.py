@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from bkproto.entry_format import HEADER
@@ -30,7 +31,7 @@ from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
 from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
-from .ledger_directory import KvFactory, LedgerDirectory, rocks_kv
+from .ledger_directory import KvFactory, LedgerDirectory, LogUsage, rocks_kv
 from .read_cache import ReadCache
 from .stats import StorageStats
 from .write_cache import WriteCache, WriteCacheHalf
@@ -284,6 +285,37 @@ class DbLedgerStorage:
                 self._start_flush()
                 with contextlib.suppress(Exception):
                     await self._wait_flush()
+
+    # ---- garbage collection ------------------------------------------------------------------
+
+    async def local_ledger_ids(self) -> set[int]:
+        """Every ledger this bookie stores (the ledger indexes of all directories)."""
+        ids = await asyncio.gather(*(asyncio.to_thread(d.ledgers.ids) for d in self.dirs))
+        return set().union(*ids)
+
+    async def delete_ledgers(self, ledger_ids: Collection[int]) -> None:
+        """BookKeeper's ``deleteLedger`` for each: cached entries dropped now, the records and
+        entry locations durably (a flush already running skips them: see ``LedgerDirectory``)."""
+        for ledger_id in ledger_ids:
+            self.write_cache.drop_ledger(ledger_id)
+            self.read_cache.drop_ledger(ledger_id)
+        self.stats.write_cache_size.set(self.write_cache.size)
+        by_dir: dict[int, list[int]] = {}
+        for ledger_id in ledger_ids:
+            by_dir.setdefault(ledger_id % len(self.dirs), []).append(ledger_id)
+        await asyncio.gather(
+            *(asyncio.to_thread(self.dirs[index].delete_ledgers, ids) for index, ids in by_dir.items())
+        )
+
+    async def reclaim_entry_logs(self) -> LogUsage:
+        """Delete the entry logs left with no live ledger; totals over all directories."""
+        found = await asyncio.gather(*(asyncio.to_thread(d.reclaim_entry_logs) for d in self.dirs))
+        return LogUsage(
+            sum(u.deleted_logs for u in found),
+            sum(u.reclaimed_bytes for u in found),
+            sum(u.active_logs for u in found),
+            sum(u.active_bytes for u in found),
+        )
 
     # ---- read path --------------------------------------------------------------------------
 

@@ -4,9 +4,11 @@ Layout: a 1024-byte header ``[magic:4][version:4][logId:8][ledgerMapOffset:8][le
 then records ``[size:4][ledgerId:8][entryId:8][crc32c:4][body]`` (size counts everything after the
 size field; the CRC32C covers the body so a damaged entry is refused, not served). A log rolls past
 ``logSizeLimit``; on roll/close its ledger -> bytes map is appended and the header points at it, which
-is what garbage collection will read. Logs are never appended to after a restart: a new one starts.
+is what garbage collection reads (a log a crash left without one is scanned instead). Logs are never
+appended to after a restart: a new one starts.
 
-Appends happen on the flush thread; reads (``os.pread``) on worker threads.
+Appends happen on the flush thread; reads (``os.pread``) on worker threads; garbage collection
+lists and deletes finished logs under the ledger directory's lock, which the flush holds too.
 """
 
 from __future__ import annotations
@@ -183,6 +185,50 @@ class EntryLogger:
         if crc32c.crc32c(body) != crc:
             raise CorruptEntryError(f"entry {ledger_id}/{entry_id}: checksum mismatch")
         return body
+
+    # ---- garbage collection (under the ledger directory's lock) ----------------------------
+
+    def finished_log_ids(self) -> list[int]:
+        """Every log on disk but the one being appended to, ascending: none of them changes again."""
+        ids = (parse_log_name(p.name) for p in self.directory.iterdir())
+        return sorted(i for i in ids if i is not None and i != self.current_id)
+
+    def ledger_map(self, log_id: int) -> dict[int, int]:
+        """Bytes per ledger in a finished log: its persisted map, or a scan of its records when
+        a crash kept the map from being written (BookKeeper's extractEntryLogMetadataByScanning)."""
+        persisted = self.read_ledger_map(log_id)
+        return persisted if persisted is not None else self.scan_ledger_map(log_id)
+
+    def scan_ledger_map(self, log_id: int) -> dict[int, int]:
+        """Walk the records from the header on; a torn or zeroed tail ends the walk."""
+        path = self.directory / log_name(log_id)
+        usage: dict[int, int] = {}
+        with open(path, "rb") as f:
+            end = os.fstat(f.fileno()).st_size
+            offset = LOG_HEADER_SIZE
+            while offset + RECORD_HEADER_SIZE <= end:
+                f.seek(offset)
+                size, ledger_id, _entry_id, _crc = RECORD_HEADER.unpack(f.read(RECORD_HEADER_SIZE))
+                record = 4 + size
+                if size < RECORD_HEADER_SIZE - 4 or ledger_id < 0 or offset + record > end:
+                    break
+                usage[ledger_id] = usage.get(ledger_id, 0) + record
+                offset += record
+        return usage
+
+    def log_size(self, log_id: int) -> int:
+        return (self.directory / log_name(log_id)).stat().st_size
+
+    def delete_log(self, log_id: int) -> None:
+        """Remove a finished log whose entries are all garbage, durably (directory fsynced)."""
+        if log_id == self.current_id:
+            raise ValueError(f"entry log {log_id} is still being written")
+        with self._readers_lock:
+            fd = self._readers.pop(log_id, None)
+            if fd is not None:
+                os.close(fd)
+        (self.directory / log_name(log_id)).unlink()
+        fsync_dir(self.directory)
 
     def read_ledger_map(self, log_id: int) -> dict[int, int] | None:
         """The persisted ledger -> bytes map of a finished log (None if still open / crashed)."""

@@ -21,6 +21,13 @@ from .kv import KeyValueStorage
 LEDGER_KEY = struct.Struct(">q")
 ENTRY_KEY = struct.Struct(">qq")
 _MAX_ID = (1 << 63) - 1
+_END_OF_LEDGERS = b"\x80"  # above every non-negative big-endian ledger id
+
+
+def _ledger_span(ledger_id: int) -> tuple[bytes, bytes]:
+    """[start, end) of the ledger's keys in the entry-location index."""
+    end = LEDGER_KEY.pack(ledger_id + 1) if ledger_id < _MAX_ID else _END_OF_LEDGERS
+    return LEDGER_KEY.pack(ledger_id), end
 
 
 @dataclass
@@ -58,6 +65,19 @@ class LedgerIndex:
         self._kv.put(LEDGER_KEY.pack(ledger_id), data.SerializeToString())
         self._cache[ledger_id] = record
 
+    def delete(self, ledger_id: int) -> None:
+        """Forget the ledger (garbage collection); durable at the next :meth:`sync`."""
+        self._kv.delete(LEDGER_KEY.pack(ledger_id))
+        self._cache[ledger_id] = None
+
+    def ids(self) -> list[int]:
+        """Every ledger this directory holds, ascending."""
+        return [
+            LEDGER_KEY.unpack(key)[0]
+            for key, raw in self._kv.range(LEDGER_KEY.pack(0), _END_OF_LEDGERS)
+            if storage_pb2.LedgerData.FromString(raw).exists
+        ]
+
     def sync(self) -> None:
         self._kv.sync()
 
@@ -94,8 +114,11 @@ class EntryLocationIndex:
         return out
 
     def entry_ids(self, ledger_id: int) -> list[int]:
-        end = LEDGER_KEY.pack(ledger_id + 1) if ledger_id < _MAX_ID else b"\xff" * 17
-        return [ENTRY_KEY.unpack(k)[1] for k, _ in self._kv.range(LEDGER_KEY.pack(ledger_id), end)]
+        return [ENTRY_KEY.unpack(k)[1] for k, _ in self._kv.range(*_ledger_span(ledger_id))]
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Drop every entry location of the ledger (garbage collection); durable at :meth:`sync`."""
+        self._kv.delete_range(*_ledger_span(ledger_id))
 
     def sync(self) -> None:
         self._kv.sync()

@@ -23,6 +23,14 @@ class KeyValueStorage(Protocol):
 
     def write_batch(self, items: Iterable[tuple[bytes, bytes]]) -> None: ...
 
+    def delete(self, key: bytes) -> None:
+        """Not synced, like :meth:`put`."""
+        ...
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Remove every key with start <= key < end (not synced)."""
+        ...
+
     def floor(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The greatest (key, value) with key <= ``key``."""
         ...
@@ -56,6 +64,13 @@ class RocksKeyValueStorage:
         for key, value in items:
             batch.put(key, value)
         self._db.write(batch, self._write_opt)
+
+    def delete(self, key: bytes) -> None:
+        self._db.delete(key, self._write_opt)
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        # one range tombstone, whatever the number of keys (a deleted ledger's whole index)
+        self._db.delete_range(start, end, self._write_opt)
 
     def floor(self, key: bytes) -> tuple[bytes, bytes] | None:
         it = self._db.iter()
@@ -103,6 +118,16 @@ class MemoryKeyValueStorage:
     def write_batch(self, items: Iterable[tuple[bytes, bytes]]) -> None:
         for key, value in items:
             self.put(key, value)
+
+    def delete(self, key: bytes) -> None:
+        if self._data.pop(key, None) is not None:
+            self._keys.remove(key)
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        low, high = bisect.bisect_left(self._keys, start), bisect.bisect_left(self._keys, end)
+        for key in self._keys[low:high]:
+            del self._data[key]
+        del self._keys[low:high]
 
     def floor(self, key: bytes) -> tuple[bytes, bytes] | None:
         i = bisect.bisect_right(self._keys, key)

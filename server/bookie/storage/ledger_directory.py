@@ -1,12 +1,19 @@
 """One ledger directory: its entry logs and its two RocksDB indexes (``current/`` like BookKeeper).
 
 Ledgers are spread over directories by ``ledgerId % len(dirs)``.
+
+``lock`` serialises the two writers of a directory's entry logs and location index: the flush
+thread and garbage collection. Under it a flush skips ledgers that garbage collection deleted
+while their entries waited in the write cache, so a deleted ledger never comes back into the index.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from .entry_logger import RECORD_HEADER_SIZE, EntryLogger
@@ -14,7 +21,19 @@ from .flush_pacer import FLUSH_SLICE_ENTRIES, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage
 
+log = logging.getLogger(__name__)
+
 KvFactory = Callable[[Path], KeyValueStorage]
+
+
+@dataclass(frozen=True)
+class LogUsage:
+    """What garbage collection found in one directory's finished entry logs."""
+
+    deleted_logs: int = 0
+    reclaimed_bytes: int = 0
+    active_logs: int = 0
+    active_bytes: int = 0
 
 def rocks_kv(path: Path) -> KeyValueStorage:
     return RocksKeyValueStorage(path)
@@ -30,6 +49,8 @@ class LedgerDirectory:
         self._locations_kv = kv_factory(current / "locations")
         self.ledgers = LedgerIndex(self._ledgers_kv)
         self.locations = EntryLocationIndex(self._locations_kv)
+        self.lock = threading.Lock()
+        self._log_maps: dict[int, dict[int, int]] = {}  # finished log -> bytes per ledger
 
     def flush_ledgers(
         self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int = 0
@@ -38,11 +59,19 @@ class LedgerDirectory:
         index (the index never points at bytes that are not on disk). Both steps go slice by
         slice, ``pacer`` pausing between slices. ``done_bytes`` counts what this flush already
         wrote in other directories; returns it plus what this one wrote."""
+        with self.lock:
+            return self._flush_ledgers(ledgers, pacer, done_bytes)
+
+    def _flush_ledgers(
+        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int
+    ) -> int:
         keys: list[bytes] = []
         locations: list[bytes] = []
         since_pause = 0
         began = time.perf_counter()
         for ledger_id, entries in ledgers:
+            if self.ledgers.get(ledger_id) is None:
+                continue  # deleted by garbage collection after these entries were cached
             ids = sorted(entries)
             for start in range(0, len(ids), FLUSH_SLICE_ENTRIES):
                 chunk = ids[start : start + FLUSH_SLICE_ENTRIES]
@@ -66,6 +95,43 @@ class LedgerDirectory:
         self.locations.sync()
         self.ledgers.sync()
         return done_bytes
+
+    # ---- garbage collection ------------------------------------------------------------------
+
+    def delete_ledgers(self, ledger_ids: Collection[int]) -> None:
+        """Drop the ledgers' records and entry locations, durably. Their bytes stay in the entry
+        logs until :meth:`reclaim_entry_logs` finds a log holding nothing else."""
+        with self.lock:
+            for ledger_id in ledger_ids:
+                self.ledgers.delete(ledger_id)
+                self.locations.delete_ledger(ledger_id)
+            self.locations.sync()
+            self.ledgers.sync()
+
+    def reclaim_entry_logs(self) -> LogUsage:
+        """Delete every finished entry log none of whose ledgers still exists here."""
+        deleted = reclaimed = active = active_bytes = 0
+        with self.lock:
+            logger = self.entry_logger
+            finished = logger.finished_log_ids()
+            for gone in set(self._log_maps).difference(finished):
+                del self._log_maps[gone]
+            for log_id in finished:
+                usage = self._log_maps.get(log_id)
+                if usage is None:
+                    usage = self._log_maps[log_id] = logger.ledger_map(log_id)
+                size = logger.log_size(log_id)
+                if any(self.ledgers.get(ledger_id) is not None for ledger_id in usage):
+                    active += 1
+                    active_bytes += size
+                    continue
+                logger.delete_log(log_id)
+                del self._log_maps[log_id]
+                deleted += 1
+                reclaimed += size
+                log.info("deleted entry log %x of %s: no live ledger left in it (%d bytes)",
+                         log_id, logger.directory, size)
+        return LogUsage(deleted, reclaimed, active, active_bytes)
 
     def read_run(
         self, ledger_id: int, first: int, max_entries: int, max_bytes: int

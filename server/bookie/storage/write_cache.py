@@ -41,6 +41,12 @@ class WriteCacheHalf:
     def last_entry(self, ledger_id: int) -> int:
         return self.last_entries.get(ledger_id, -1)
 
+    def drop_ledger(self, ledger_id: int) -> None:
+        entries = self.ledgers.pop(ledger_id, None)
+        if entries is not None:
+            self.size -= sum(len(body) for body in entries.values())
+            self.last_entries.pop(ledger_id, None)
+
     def sorted_ledgers(self) -> list[tuple[int, dict[int, bytes]]]:
         """(ledger id, its entries) in ledger order: what a flush writes."""
         return sorted(self.ledgers.items())
@@ -80,6 +86,11 @@ class WriteCache:
         if self.flushing is not None:
             ids.update(self.flushing.ledgers.get(ledger_id, ()))
         return sorted(ids)
+
+    def drop_ledger(self, ledger_id: int) -> None:
+        """A deleted ledger's entries: gone from the active half; a half being flushed keeps
+        them for the flush thread, which skips deleted ledgers."""
+        self.active.drop_ledger(ledger_id)
 
     def swap(self) -> WriteCacheHalf:
         """Make the active half the one being flushed; the caller flushes it then calls done."""
