@@ -18,6 +18,7 @@ from typing import Protocol
 from bkmeta.cookie import Cookie, verify_or_create_cookie
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
+from bkproto.errors import NoSuchLedgerError
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,19 @@ class BookiePresence:
         registration = meta.bookie_registration(self._info)
         await registration.register(read_only=self._read_only)
         self._registration = registration
+
+    # ---- the metadata's ledgers, for the bookie's garbage collection (bookie.gc.LedgerLister) --
+
+    async def ledger_ids(self) -> set[int]:
+        """Every ledger with metadata; raises if ZooKeeper cannot answer the whole walk."""
+        return set(await self.metadata.ledger_manager.list_ledgers())
+
+    async def ledger_exists(self, ledger_id: int) -> bool:
+        try:
+            await self.metadata.ledger_manager.read_ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return False
+        return True
 
     async def set_read_only(self, read_only: bool) -> None:
         self._read_only = read_only

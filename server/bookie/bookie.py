@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -36,7 +36,7 @@ from bookie.storage.journal_format import (
     fence_record,
     master_key_record,
 )
-from bookie.storage.ledger_directory import KvFactory, rocks_kv
+from bookie.storage.ledger_directory import KvFactory, LogUsage, rocks_kv
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
@@ -432,6 +432,21 @@ class Bookie:
             total += st.f_blocks * st.f_frsize
             free += st.f_bavail * st.f_frsize
         return DiskInfo(total_bytes=total, free_bytes=free)
+
+    # ---- garbage collection (bookie.gc.GcStorage) -------------------------------------------
+
+    async def local_ledger_ids(self) -> set[int]:
+        return await self.storage.local_ledger_ids()
+
+    async def delete_ledgers(self, ledger_ids: Collection[int]) -> None:
+        """Forget the ledgers (their metadata is gone). An add arriving later for one of them
+        starts it afresh, as in BookKeeper; the next collection deletes it again."""
+        for ledger_id in ledger_ids:
+            self._ledgers.pop(ledger_id, None)
+        await self.storage.delete_ledgers(ledger_ids)
+
+    async def reclaim_entry_logs(self) -> LogUsage:
+        return await self.storage.reclaim_entry_logs()
 
     def last_log_marks(self) -> list[JournalMark]:
         dirs = self.storage.config.journal_dirs

@@ -106,6 +106,13 @@ KEYS: dict[str, Key] = {
     # At most 15 MiB: one entry must fit in a 16 MiB gRPC message with its framing.
     "nettyMaxFrameSizeBytes": Key(_int(1024, 15 * 1024 * 1024), help="largest entry body accepted (bytes)"),
     "shutdownGracePeriodMs": Key(_int(0), help="how long in-flight requests may finish on SIGTERM"),
+    # garbage collection (needs ZooKeeper: it compares the bookie's ledgers with the metadata's)
+    "gcWaitTime": Key(_int(1000), help="ms between garbage collections (default 600000)"),
+    "verifyMetadataOnGC": Key(
+        _bool,
+        help="read a ledger's metadata once more before deleting it (default true; BookKeeper's is"
+        " false: one ZooKeeper read per deleted ledger buys safety against a wrong listing)",
+    ),
     # storage: directories
     "journalDirectories": Key(_dirs, "journal_dirs"),
     "journalDirectory": Key(_dirs, "journal_dirs", help="single journal directory (older key)"),
@@ -143,6 +150,8 @@ class BookieConfig:
     zk_timeout_ms: int = 10_000
     max_entry_bytes: int = 5 * 1024 * 1024
     shutdown_grace_s: float = 5.0
+    gc_wait_time_ms: int = 600_000
+    verify_metadata_on_gc: bool = True
     journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
@@ -244,6 +253,8 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         zk_timeout_ms=values.get("zkTimeout", 10_000),
         max_entry_bytes=values.get("nettyMaxFrameSizeBytes", 5 * 1024 * 1024),
         shutdown_grace_s=values.get("shutdownGracePeriodMs", 5000) / 1000.0,
+        gc_wait_time_ms=values.get("gcWaitTime", 600_000),
+        verify_metadata_on_gc=values.get("verifyMetadataOnGC", True),
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,

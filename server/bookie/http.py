@@ -1,5 +1,8 @@
 """The bookie's HTTP admin endpoint: ``GET /heartbeat`` -> ``OK`` and ``GET /metrics`` -> Prometheus
-text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``).
+text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``), plus BookKeeper's
+``/api/v1/bookie/last_log_mark`` and, on a bookie that collects garbage, ``/api/v1/bookie/gc``
+(``PUT`` runs a collection now, ``GET`` tells whether one it asked for is running) and
+``/api/v1/bookie/gc_details``.
 
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
@@ -12,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -20,12 +24,23 @@ from bookie.api import JournalMark
 log = logging.getLogger(__name__)
 
 
+class GcControl(Protocol):
+    """What the admin endpoint needs of ``bookie.gc.GarbageCollector``; called from HTTP threads."""
+
+    forced_running: bool
+
+    def trigger_threadsafe(self) -> None: ...
+
+    def details(self) -> dict[str, Any]: ...
+
+
 class _AdminServer(ThreadingHTTPServer):
     daemon_threads = True
     registry: CollectorRegistry
     # ``pybk shell lastmark``: reads immutable LogMarks (the flush replaces them whole), safe
     # from this thread.
     last_log_marks: Callable[[], Sequence[JournalMark]] | None = None
+    gc: GcControl | None = None
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
@@ -39,8 +54,36 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         elif path == "/api/v1/bookie/last_log_mark" and self.server.last_log_marks is not None:
             self._reply(200, _marks_json(self.server.last_log_marks()), "application/json")
+        elif path == "/api/v1/bookie/gc" and self.server.gc is not None:
+            # BookKeeper's answer, a string "true"/"false"
+            self._json(200, {"is_in_force_gc": str(self.server.gc.forced_running).lower()})
+        elif path == "/api/v1/bookie/gc_details" and self.server.gc is not None:
+            self._json(200, [self.server.gc.details()])
         else:
-            self._reply(404, f"no such endpoint: {path}\n".encode(), "text/plain; charset=utf-8")
+            self._not_found(path)
+
+    def do_PUT(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/api/v1/bookie/gc" and self.server.gc is not None:
+            self._discard_body()
+            self.server.gc.trigger_threadsafe()
+            self._json(200, {"message": "garbage collection triggered"})
+        else:
+            self._not_found(path)
+
+    def _discard_body(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            return  # HTTP/1.0: the connection closes after the reply anyway
+        if 0 < length <= 65536:
+            self.rfile.read(length)
+
+    def _not_found(self, path: str) -> None:
+        self._reply(404, f"no such endpoint: {path}\n".encode(), "text/plain; charset=utf-8")
+
+    def _json(self, code: int, value: object) -> None:
+        self._reply(code, json.dumps(value).encode(), "application/json")
 
     def _reply(self, code: int, body: bytes, content_type: str) -> None:
         self.send_response(code)
@@ -69,8 +112,10 @@ class BookieHttpServer:
     def __init__(
         self, registry: CollectorRegistry, bind_address: str = "127.0.0.1", port: int = 0,
         last_log_marks: Callable[[], Sequence[JournalMark]] | None = None,
+        gc: GcControl | None = None,
     ) -> None:
         self._last_log_marks = last_log_marks
+        self._gc = gc
         self._registry = registry
         self._bind_address = bind_address
         self._requested_port = port
@@ -83,6 +128,7 @@ class BookieHttpServer:
         server = _AdminServer((self._bind_address, self._requested_port), _AdminRequestHandler)
         server.registry = self._registry
         server.last_log_marks = self._last_log_marks
+        server.gc = self._gc
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)

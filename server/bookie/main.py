@@ -24,6 +24,7 @@ from bkproto.errors import BKError
 from bookie.api import BookieCore
 from bookie.bookie import Bookie
 from bookie.config import BookieConfig, ConfigError
+from bookie.gc import GarbageCollector, GcSettings, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
 from bookie.http import BookieHttpServer
 from bookie.service import BookieService
@@ -84,6 +85,7 @@ class BookieDaemon:
         self.service: BookieService | None = None
         self.http: BookieHttpServer | None = None
         self._registration: Registration | None = None
+        self.gc: GarbageCollector | None = None
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
@@ -106,10 +108,13 @@ class BookieDaemon:
             await self._registration.start()  # connects and verifies the cookie
         await self.core.start()  # replays the journal from the last log mark
         await self.service.start()
+        self.gc = self._garbage_collector()
+        if self.gc is not None:
+            await self.gc.start()
         http_port: int | None = None
         if config.http_enabled:
             self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
-                                         last_log_marks=self.core.last_log_marks)
+                                         last_log_marks=self.core.last_log_marks, gc=self.gc)
             http_port = await asyncio.to_thread(self.http.start)
         if self._registration is not None:
             await self._registration.register(http_port)
@@ -121,6 +126,15 @@ class BookieDaemon:
             http_port if http_port is not None else "off",
         )
 
+    def _garbage_collector(self) -> GarbageCollector | None:
+        """Collection compares local ledgers with the metadata store's: it needs both."""
+        core, lister = self.core, self._registration
+        if not isinstance(core, GcStorage) or not isinstance(lister, LedgerLister):
+            log.info("garbage collection off: it needs the storage core and ZooKeeper")
+            return None
+        settings = GcSettings(self.config.gc_wait_time_ms / 1000.0, self.config.verify_metadata_on_gc)
+        return GarbageCollector(core, lister, settings, GcStats(self.registry))
+
     def request_stop(self) -> None:
         self._stopping.set()
 
@@ -128,7 +142,11 @@ class BookieDaemon:
         await self._stopping.wait()
 
     async def close(self) -> None:
-        """Unregister, drain requests, flush and checkpoint storage, stop HTTP. Idempotent."""
+        """Stop collecting, unregister, drain requests, flush and checkpoint storage, stop HTTP.
+        Idempotent."""
+        if self.gc is not None:
+            gc, self.gc = self.gc, None
+            await _logged(gc.close(), "stop garbage collection")
         if self._registration is not None:
             registration, self._registration = self._registration, None
             await _logged(registration.close(), "unregister")

@@ -59,6 +59,15 @@ def test_env_overrides_file_and_flags_override_env(tmp_path: Path) -> None:
     assert config.storage_overrides["journal_queue_size"] == 7
 
 
+def test_garbage_collection_keys(tmp_path: Path) -> None:
+    defaults = load_config(None, {}, {})
+    assert defaults.gc_wait_time_ms == 600_000 and defaults.verify_metadata_on_gc
+    config = load_config(write_conf(tmp_path, "gcWaitTime=5000\nverifyMetadataOnGC=false\n"))
+    assert config.gc_wait_time_ms == 5000 and not config.verify_metadata_on_gc
+    with pytest.raises(ConfigError, match="bad value '0' for gcWaitTime: must be >= 1000"):
+        load_config(None, {"BK_gcWaitTime": "0"})
+
+
 def test_single_journal_directory_key(tmp_path: Path) -> None:
     config = load_config(write_conf(tmp_path, "journalDirectory=/only\n"))
     assert [str(d) for d in config.journal_dirs] == ["/only"]

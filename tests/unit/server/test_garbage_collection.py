@@ -1,0 +1,186 @@
+"""Garbage collection of deleted ledgers on a real bookie core (real files, RocksDB): what the
+metadata store no longer lists is deleted locally, entry logs left with no live ledger are
+removed, and everything else stays readable, before and after a restart. The metadata store is
+a fake behind the collector's own ``LedgerLister`` interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from tests.unit.server.storage_helpers import add_all, add_op, body, make_bookie, make_config
+
+from bkproto.v1 import bookie_pb2
+from bookie.bookie import Bookie
+from bookie.errors import BookieError
+from bookie.gc import GarbageCollector, GcSettings, GcStats
+from bookie.storage.config import StorageConfig
+from bookie.storage.entry_logger import parse_log_name
+from bookie.storage.flush_pacer import FlushPacer
+
+PAYLOAD = b"x" * 2000  # ~2 KiB entries: a 64 KiB log holds about 30
+
+
+class FakeMetadata:
+    """The metadata store's ledgers, as the collector sees them."""
+
+    def __init__(self, ledgers: set[int]) -> None:
+        self.ledgers = set(ledgers)
+        self.listing_fails = False
+        self.hidden_from_listing: set[int] = set()  # a listing that misses these (a bad walk)
+        self.exists_checks: list[int] = []
+
+    async def ledger_ids(self) -> set[int]:
+        if self.listing_fails:
+            raise ConnectionError("ZooKeeper connection lost")
+        return self.ledgers - self.hidden_from_listing
+
+    async def ledger_exists(self, ledger_id: int) -> bool:
+        self.exists_checks.append(ledger_id)
+        return ledger_id in self.ledgers
+
+
+def _config(tmp_path: Path, **overrides: Any) -> StorageConfig:
+    settings: dict[str, Any] = {"entry_log_size_limit": 64 * 1024, "ledger_dirs": [tmp_path / "ledgers"]}
+    settings.update(overrides)
+    return make_config(tmp_path, **settings)
+
+
+def _collector(bookie: Bookie, metadata: FakeMetadata, verify: bool = True) -> GarbageCollector:
+    return GarbageCollector(bookie, metadata, GcSettings(600.0, verify), GcStats(CollectorRegistry()))
+
+
+async def _write(bookie: Bookie, ledger_id: int, count: int) -> None:
+    await add_all(bookie, [add_op(ledger_id, e, e - 1, payload=PAYLOAD) for e in range(count)])
+    await bookie.storage.checkpoint()  # into the entry logs, one flush per ledger
+
+
+def _log_files(config: StorageConfig) -> dict[int, int]:
+    """Entry log id -> size, over every ledger dir."""
+    found = {}
+    for root in config.ledger_dirs:
+        for path in (Path(root) / "current").iterdir():
+            log_id = parse_log_name(path.name)
+            if log_id is not None:
+                found[log_id] = path.stat().st_size
+    return found
+
+
+async def _assert_readable(bookie: Bookie, ledger_id: int, count: int) -> None:
+    for e in range(count):
+        assert await bookie.read_entry(ledger_id, e) == body(ledger_id, e, e - 1, PAYLOAD)
+
+
+async def _assert_gone(bookie: Bookie, ledger_id: int) -> None:
+    with pytest.raises(BookieError) as info:
+        await bookie.read_entry(ledger_id, 0)
+    assert info.value.status == bookie_pb2.ENOLEDGER
+    assert await bookie.storage.entry_ids(ledger_id) == []
+
+
+async def test_deleted_ledger_goes_its_logs_are_reclaimed_and_live_ledgers_stay(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    metadata = FakeMetadata({1, 2})
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 1, 150)  # ~300 KiB: several logs holding ledger 1 only
+        await _write(bookie, 2, 100)
+        before = _log_files(config)
+        metadata.ledgers.discard(1)  # a client deleted ledger 1
+
+        run = await _collector(bookie, metadata).collect()
+
+        assert run is not None and run.deleted_ledgers == 1 and run.active_ledgers == 1
+        assert metadata.exists_checks == [1]  # verified before deleting
+        after = _log_files(config)
+        assert run.usage.deleted_logs == len(before) - len(after) >= 3
+        assert run.usage.reclaimed_bytes == sum(before.values()) - sum(after.values()) > 250_000
+        await _assert_gone(bookie, 1)
+        await _assert_readable(bookie, 2, 100)
+        assert await bookie.local_ledger_ids() == {2}
+        again = await _collector(bookie, metadata).collect()  # nothing left to do
+        assert again is not None and again.deleted_ledgers == 0 and again.usage.deleted_logs == 0
+
+    async with make_bookie(config) as reopened:  # the deletion was durable
+        assert await reopened.local_ledger_ids() == {2}
+        await _assert_gone(reopened, 1)
+        await _assert_readable(reopened, 2, 100)
+
+
+async def test_nothing_is_deleted_when_the_listing_fails(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    metadata = FakeMetadata(set())  # every ledger deleted, but the store cannot be listed
+    metadata.listing_fails = True
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 1, 50)
+        before = _log_files(config)
+        collector = _collector(bookie, metadata)
+        assert await collector.collect() is None
+        assert "cannot list ledgers" in (collector.details()["lastError"] or "")
+        assert _log_files(config) == before
+        await _assert_readable(bookie, 1, 50)
+
+
+async def test_a_ledger_the_listing_missed_is_kept_when_its_metadata_still_exists(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    metadata = FakeMetadata({1})
+    metadata.hidden_from_listing = {1}
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 1, 50)
+        run = await _collector(bookie, metadata, verify=True).collect()
+        assert run is not None and run.deleted_ledgers == 0
+        await _assert_readable(bookie, 1, 50)
+        # without verifyMetadataOnGC the listing is trusted, as in BookKeeper
+        run = await _collector(bookie, metadata, verify=False).collect()
+        assert run is not None and run.deleted_ledgers == 1
+        await _assert_gone(bookie, 1)
+
+
+async def test_cached_entries_of_a_deleted_ledger_never_reach_the_index(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 2, 10)
+        await add_all(bookie, [add_op(1, e, e - 1, payload=PAYLOAD) for e in range(20)])  # cached only
+        run = await _collector(bookie, FakeMetadata({2})).collect()
+        assert run is not None and run.deleted_ledgers == 1
+        await bookie.storage.checkpoint()
+        await _assert_gone(bookie, 1)
+        directory = bookie.storage.dir_for(1)
+        assert directory.locations.entry_ids(1) == []
+
+        # a flush that swapped the entries out before the deletion skips them too
+        await add_all(bookie, [add_op(3, e, e - 1, payload=PAYLOAD) for e in range(5)])
+        half = bookie.storage.write_cache.swap()
+        await bookie.delete_ledgers([3])
+        bookie.storage.dir_for(3).flush_ledgers(half.sorted_ledgers(), FlushPacer(0, 0.0))
+        bookie.storage.write_cache.flush_done()
+        assert bookie.storage.dir_for(3).locations.entry_ids(3) == []
+        await _assert_readable(bookie, 2, 10)
+
+
+async def test_an_add_after_the_deletion_starts_the_ledger_afresh(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 1, 10)
+        await bookie.delete_ledgers([1])
+        await _write(bookie, 1, 3)  # a writer that had not heard of the deletion (BookKeeper too)
+        assert await bookie.local_ledger_ids() == {1}
+        await _assert_readable(bookie, 1, 3)
+
+
+async def test_a_log_a_crash_left_without_its_ledger_map_is_scanned(tmp_path: Path) -> None:
+    config = _config(tmp_path, entry_log_size_limit=1024 * 1024)
+    bookie = make_bookie(config)
+    await bookie.start()
+    await _write(bookie, 1, 40)  # in the current log, whose ledger map is written only at its end
+    bookie.abandon()
+    (log_id,) = _log_files(config)
+    assert bookie.storage.dirs[0].entry_logger.read_ledger_map(log_id) is None
+
+    async with make_bookie(config) as reopened:
+        logger = reopened.storage.dirs[0].entry_logger
+        assert logger.scan_ledger_map(log_id) == {1: 40 * (24 + len(body(1, 0, -1, PAYLOAD)))}
+        run = await _collector(reopened, FakeMetadata(set())).collect()
+        assert run is not None and run.deleted_ledgers == 1 and run.usage.deleted_logs == 1
+        assert log_id not in _log_files(config)
