@@ -17,8 +17,9 @@ import logging
 import os
 import struct
 import threading
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import crc32c
@@ -37,6 +38,8 @@ RECORD_HEADER_SIZE = RECORD_HEADER.size  # 24
 LOCATION = struct.Struct(">QQI")  # log id, record offset, body length
 MAP_ITEM = struct.Struct(">qQ")
 _MAX_OPEN_READERS = 64
+_RETIRED_FD_GRACE_S = 10.0
+_MAX_RETIRED_FDS = 256
 
 
 class CorruptEntryError(Exception):
@@ -69,6 +72,7 @@ class EntryLogger:
         self._ledger_bytes: dict[int, int] = {}
         self._readers: OrderedDict[int, int] = OrderedDict()
         self._readers_lock = threading.Lock()
+        self._retired: deque[tuple[float, int]] = deque()  # (when, fd) of readers dropped from the cache
 
     # ---- writing (flush thread) -------------------------------------------------------------
 
@@ -154,6 +158,9 @@ class EntryLogger:
             for fd in self._readers.values():
                 os.close(fd)
             self._readers.clear()
+            for _, fd in self._retired:
+                os.close(fd)
+            self._retired.clear()
 
     # ---- reading (worker threads) -----------------------------------------------------------
 
@@ -166,9 +173,18 @@ class EntryLogger:
             fd = os.open(self.directory / log_name(log_id), os.O_RDONLY)
             self._readers[log_id] = fd
             if len(self._readers) > _MAX_OPEN_READERS:
-                _, old = self._readers.popitem(last=False)
-                os.close(old)
+                self._retire(self._readers.popitem(last=False)[1])
             return fd
+
+    def _retire(self, fd: int) -> None:
+        """Close a reader fd only once no ``pread`` can still be using it: another thread may
+        have just taken it from the cache, and closing at once could let ``open`` hand the
+        same number to another file. Under ``_readers_lock``."""
+        now = time.monotonic()
+        retired = self._retired
+        retired.append((now, fd))
+        while retired and (now - retired[0][0] > _RETIRED_FD_GRACE_S or len(retired) > _MAX_RETIRED_FDS):
+            os.close(retired.popleft()[1])
 
     def read_span(self, log_id: int, offset: int, length: int) -> bytes:
         return os.pread(self._reader(log_id), length, offset)
@@ -200,21 +216,30 @@ class EntryLogger:
         return persisted if persisted is not None else self.scan_ledger_map(log_id)
 
     def scan_ledger_map(self, log_id: int) -> dict[int, int]:
-        """Walk the records from the header on; a torn or zeroed tail ends the walk."""
-        path = self.directory / log_name(log_id)
         usage: dict[int, int] = {}
+        for _offset, ledger_id, _entry_id, body_len in self.iter_records(log_id):
+            usage[ledger_id] = usage.get(ledger_id, 0) + RECORD_HEADER_SIZE + body_len
+        return usage
+
+    def iter_records(self, log_id: int) -> Iterator[tuple[int, int, int, int]]:
+        """(offset, ledger id, entry id, body length) of each record of a finished log, walking
+        from the header on; a torn or zeroed tail, or the ledger map, ends the walk."""
+        path = self.directory / log_name(log_id)
         with open(path, "rb") as f:
+            header = f.read(LOG_HEADER_SIZE)
+            magic, _version, _lid, map_offset, _count = LOG_HEADER.unpack_from(header)
             end = os.fstat(f.fileno()).st_size
+            if magic == LOG_MAGIC and map_offset:
+                end = min(end, map_offset)
             offset = LOG_HEADER_SIZE
             while offset + RECORD_HEADER_SIZE <= end:
                 f.seek(offset)
-                size, ledger_id, _entry_id, _crc = RECORD_HEADER.unpack(f.read(RECORD_HEADER_SIZE))
+                size, ledger_id, entry_id, _crc = RECORD_HEADER.unpack(f.read(RECORD_HEADER_SIZE))
                 record = 4 + size
                 if size < RECORD_HEADER_SIZE - 4 or ledger_id < 0 or offset + record > end:
-                    break
-                usage[ledger_id] = usage.get(ledger_id, 0) + record
+                    return
+                yield offset, ledger_id, entry_id, record - RECORD_HEADER_SIZE
                 offset += record
-        return usage
 
     def log_size(self, log_id: int) -> int:
         return (self.directory / log_name(log_id)).stat().st_size
@@ -226,7 +251,7 @@ class EntryLogger:
         with self._readers_lock:
             fd = self._readers.pop(log_id, None)
             if fd is not None:
-                os.close(fd)
+                self._retire(fd)
         (self.directory / log_name(log_id)).unlink()
         fsync_dir(self.directory)
 
