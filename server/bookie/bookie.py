@@ -26,6 +26,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo
 from bookie.errors import BookieError, bad_request, no_entry, no_ledger
 from bookie.lac_waiters import LacWaiters
+from bookie.storage.compaction import Compacted
 from bookie.storage.config import StorageConfig
 from bookie.storage.db_ledger_storage import DbLedgerStorage
 from bookie.storage.indexes import LedgerRecord
@@ -447,6 +448,9 @@ class Bookie:
 
     async def reclaim_entry_logs(self) -> LogUsage:
         return await self.storage.reclaim_entry_logs()
+
+    async def compact_entry_logs(self, threshold: float, rate_bytes: int) -> Compacted:
+        return await self.storage.compact_entry_logs(threshold, rate_bytes)
 
     def last_log_marks(self) -> list[JournalMark]:
         dirs = self.storage.config.journal_dirs

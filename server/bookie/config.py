@@ -61,6 +61,13 @@ def _float(minimum: float) -> Callable[[str], float]:
     return parse
 
 
+def _fraction(text: str) -> float:
+    value = _float(0.0)(text)
+    if value > 1.0:
+        raise ConfigError("must be between 0 and 1")
+    return value
+
+
 def _bool(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "false"):
@@ -113,6 +120,15 @@ KEYS: dict[str, Key] = {
         help="read a ledger's metadata once more before deleting it (default true; BookKeeper's is"
         " false: one ZooKeeper read per deleted ledger buys safety against a wrong listing)",
     ),
+    "minorCompactionThreshold": Key(
+        _fraction, help="compact entry logs with less live data than this share (default 0.2; 0: off)"
+    ),
+    "minorCompactionInterval": Key(_int(0), help="seconds between minor compactions (default 3600; 0: off)"),
+    "majorCompactionThreshold": Key(
+        _fraction, help="compact entry logs with less live data than this share (default 0.8; 0: off)"
+    ),
+    "majorCompactionInterval": Key(_int(0), help="seconds between major compactions (default 86400; 0: off)"),
+    "compactionRateByBytes": Key(_int(0), help="bytes/s compaction may copy (default 1000000; 0: no limit)"),
     # storage: directories
     "journalDirectories": Key(_dirs, "journal_dirs"),
     "journalDirectory": Key(_dirs, "journal_dirs", help="single journal directory (older key)"),
@@ -152,6 +168,11 @@ class BookieConfig:
     shutdown_grace_s: float = 5.0
     gc_wait_time_ms: int = 600_000
     verify_metadata_on_gc: bool = True
+    minor_compaction_threshold: float = 0.2
+    minor_compaction_interval_s: int = 3600
+    major_compaction_threshold: float = 0.8
+    major_compaction_interval_s: int = 86400
+    compaction_rate_bytes: int = 1_000_000
     journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
@@ -255,12 +276,32 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         shutdown_grace_s=values.get("shutdownGracePeriodMs", 5000) / 1000.0,
         gc_wait_time_ms=values.get("gcWaitTime", 600_000),
         verify_metadata_on_gc=values.get("verifyMetadataOnGC", True),
+        minor_compaction_threshold=values.get("minorCompactionThreshold", 0.2),
+        minor_compaction_interval_s=values.get("minorCompactionInterval", 3600),
+        major_compaction_threshold=values.get("majorCompactionThreshold", 0.8),
+        major_compaction_interval_s=values.get("majorCompactionInterval", 86400),
+        compaction_rate_bytes=values.get("compactionRateByBytes", 1_000_000),
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,
     )
     _check_dirs(config)
+    _check_compaction(config)
     return config
+
+
+def _check_compaction(config: BookieConfig) -> None:
+    """BookKeeper refuses a minor threshold above the major one (GarbageCollectorThread)."""
+    both_on = all(
+        (config.minor_compaction_threshold, config.minor_compaction_interval_s,
+         config.major_compaction_threshold, config.major_compaction_interval_s)
+    )
+    if both_on and config.minor_compaction_threshold > config.major_compaction_threshold:
+        raise ConfigError(
+            f"minorCompactionThreshold={config.minor_compaction_threshold} is above"
+            f" majorCompactionThreshold={config.major_compaction_threshold}; the minor pass must"
+            " take fewer logs than the major one"
+        )
 
 
 def _zk_servers(values: Mapping[str, Any]) -> str | None:

@@ -29,7 +29,7 @@ class GcControl(Protocol):
 
     forced_running: bool
 
-    def trigger_threadsafe(self) -> None: ...
+    def trigger_threadsafe(self, force_major: bool = True, force_minor: bool = True) -> None: ...
 
     def details(self) -> dict[str, Any]: ...
 
@@ -65,19 +65,24 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/api/v1/bookie/gc" and self.server.gc is not None:
-            self._discard_body()
-            self.server.gc.trigger_threadsafe()
+            try:
+                flags = _gc_flags(self._body())
+            except ValueError as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            self.server.gc.trigger_threadsafe(*flags)
             self._json(200, {"message": "garbage collection triggered"})
         else:
             self._not_found(path)
 
-    def _discard_body(self) -> None:
+    def _body(self) -> bytes:
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
-            return  # HTTP/1.0: the connection closes after the reply anyway
-        if 0 < length <= 65536:
-            self.rfile.read(length)
+            raise ValueError("bad Content-Length") from None
+        if length > 65536:
+            raise ValueError(f"body of {length} bytes is too large")
+        return self.rfile.read(length) if length > 0 else b""
 
     def _not_found(self, path: str) -> None:
         self._reply(404, f"no such endpoint: {path}\n".encode(), "text/plain; charset=utf-8")
@@ -94,6 +99,25 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("http %s: " + format, self.address_string(), *args)
+
+
+def _gc_flags(body: bytes) -> tuple[bool, bool]:
+    """``(forceMajor, forceMinor)`` from BookKeeper's optional JSON body; both default to true."""
+    if not body.strip():
+        return True, True
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise ValueError("body is not JSON") from None
+    if not isinstance(value, dict):
+        raise ValueError('expected a JSON object like {"forceMajor": true, "forceMinor": false}')
+    flags = []
+    for name in ("forceMajor", "forceMinor"):
+        flag = value.get(name, True)
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be true or false, got {flag!r}")
+        flags.append(flag)
+    return flags[0], flags[1]
 
 
 def _marks_json(marks: Sequence[JournalMark]) -> bytes:

@@ -132,7 +132,16 @@ class BookieDaemon:
         if not isinstance(core, GcStorage) or not isinstance(lister, LedgerLister):
             log.info("garbage collection off: it needs the storage core and ZooKeeper")
             return None
-        settings = GcSettings(self.config.gc_wait_time_ms / 1000.0, self.config.verify_metadata_on_gc)
+        c = self.config
+        settings = GcSettings(
+            wait_time_s=c.gc_wait_time_ms / 1000.0,
+            verify_metadata=c.verify_metadata_on_gc,
+            minor_threshold=c.minor_compaction_threshold,
+            minor_interval_s=c.minor_compaction_interval_s,
+            major_threshold=c.major_compaction_threshold,
+            major_interval_s=c.major_compaction_interval_s,
+            rate_bytes=c.compaction_rate_bytes,
+        )
         return GarbageCollector(core, lister, settings, GcStats(self.registry))
 
     def request_stop(self) -> None:

@@ -1,7 +1,8 @@
-"""Garbage collection on real bookie processes with a real ZooKeeper: a ledger deleted through
-the client loses its data on every bookie once an operator triggers a collection
-(``PUT /api/v1/bookie/gc``), its entry logs are removed from disk, and the ledger kept beside it
-reads back byte-identical, also from a restarted bookie on its own."""
+"""Garbage collection on real bookie processes with a real ZooKeeper: ledgers deleted through
+the client lose their data on every bookie once an operator triggers a collection
+(``PUT /api/v1/bookie/gc``): entry logs holding only deleted ledgers are removed, a forced major
+compaction rewrites the logs they share with a live ledger, and the live ledger reads back
+byte-identical, also from a restarted bookie on its own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ ENTRY = 16 * 1024
 ENTRIES = 200  # 3.2 MiB per ledger: several 1 MiB entry logs of its own
 # Small logs and frequent flushes, so each ledger's entries land in logs of their own quickly;
 # collections run only when asked (the default gcWaitTime is 10 minutes).
-CONF = {"logSizeLimit": "1048576", "flushInterval": "100"}
+CONF = {"logSizeLimit": "1048576", "flushInterval": "100", "compactionRateByBytes": "0"}
 
 
 def _fetch(bookie: BookieProcess, method: str, path: str) -> bytes:
@@ -50,17 +52,28 @@ def _entry_log_bytes(bookie: BookieProcess) -> int:
     )
 
 
-async def _write_ledger(bk: BookKeeper) -> tuple[int, list[bytes]]:
-    handle = await bk.create_ledger(3, 3, 3, DigestType.CRC32C, PASSWORD)
-    data = [os.urandom(ENTRY) for _ in range(ENTRIES)]
-    await asyncio.gather(*(handle.append_async(d) for d in data))
-    await handle.close()
-    return handle.ledger_id, data
+async def _write_ledgers(bk: BookKeeper, count: int, entries: int) -> list[tuple[int, list[bytes]]]:
+    """``count`` ledgers written side by side (their entries share entry logs)."""
+    handles = [await bk.create_ledger(3, 3, 3, DigestType.CRC32C, PASSWORD) for _ in range(count)]
+    data = [[os.urandom(ENTRY) for _ in range(entries)] for _ in handles]
+    for i in range(entries):
+        await asyncio.gather(*(h.append_async(d[i]) for h, d in zip(handles, data, strict=True)))
+    for handle in handles:
+        await handle.close()
+    return [(h.ledger_id, d) for h, d in zip(handles, data, strict=True)]
 
 
 async def _read_ledger(bk: BookKeeper, ledger_id: int) -> list[bytes]:
     reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
-    return [entry.data async for entry in reader.read(0, ENTRIES - 1)]
+    return [entry.data async for entry in reader.read(0, reader.last_add_confirmed)]
+
+
+def _trigger(bookie: BookieProcess, body: bytes | None) -> Any:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{bookie.http_port}/api/v1/bookie/gc", data=body, method="PUT"
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
 
 
 async def _collected(bookie: BookieProcess, runs: int) -> dict[str, Any]:
@@ -73,39 +86,56 @@ async def _collected(bookie: BookieProcess, runs: int) -> dict[str, Any]:
     raise AssertionError(f"{bookie}: no finished garbage collection within 30 s: {details}")
 
 
-async def test_a_deleted_ledger_is_collected_and_the_other_survives(
+async def test_deleted_ledgers_are_collected_and_compacted_and_the_live_one_survives(
     zk_hosts: str, bookie_factory: BookieFactory
 ) -> None:
     async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
         await meta.init_new_cluster()
-    bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=CONF) for _ in range(3)]
+    # one ledger dir: two ledgers written together then share entry logs (with several dirs,
+    # consecutive ledger ids land in different dirs)
+    bookies = [
+        await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=CONF, ledger_dirs=1) for _ in range(3)
+    ]
     async with await BookKeeper.connect(zk_hosts) as bk:
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
-        doomed, _ = await _write_ledger(bk)
-        await asyncio.sleep(0.5)  # flushed: the next ledger's entries go to later logs
-        kept, kept_data = await _write_ledger(bk)
+        ((alone, _),) = await _write_ledgers(bk, 1, ENTRIES)  # logs of its own
+        await asyncio.sleep(0.5)  # flushed: the next entries go to later logs
+        (shared, _), (kept, kept_data) = await _write_ledgers(bk, 2, ENTRIES // 2)  # logs half each
         await asyncio.sleep(0.5)
-        await bk.delete_ledger(doomed)
+        for ledger_id in (alone, shared):
+            await bk.delete_ledger(ledger_id)
         with pytest.raises(NoSuchLedgerError):
-            await bk.open_ledger(doomed, PASSWORD, recovery=False)
+            await bk.open_ledger(alone, PASSWORD, recovery=False)
 
+        # 1. collection only: the logs of the first ledger alone go
         before = [_entry_log_bytes(b) for b in bookies]
         for bookie in bookies:
             assert await asyncio.to_thread(_http, bookie, "GET", "/api/v1/bookie/gc") == {
                 "is_in_force_gc": "false"
             }
-            reply = await asyncio.to_thread(_http, bookie, "PUT", "/api/v1/bookie/gc")
+            no_compaction = b'{"forceMajor": false, "forceMinor": false}'
+            reply = await asyncio.to_thread(_trigger, bookie, no_compaction)
             assert reply == {"message": "garbage collection triggered"}
         for bookie, size_before in zip(bookies, before, strict=True):
             details = await _collected(bookie, 1)
-            assert details["deletedLedgerCounter"] == 1 and details["lastError"] is None
+            assert details["deletedLedgerCounter"] == 2 and details["lastError"] is None
+            assert details["majorCompactionCounter"] == details["minorCompactionCounter"] == 0
             reclaimed = size_before - _entry_log_bytes(bookie)
-            # at least two logs of the deleted ledger alone were removed; the log it shares with
-            # the kept ledger stays until compaction
             assert reclaimed == details["reclaimedDeletionSpaceBytes"] >= 2 * 1024 * 1024
             metrics = (await asyncio.to_thread(_fetch, bookie, "GET", "/metrics")).decode()
-            assert "bookie_DELETED_LEDGER_COUNT_total 1.0" in metrics
+            assert "bookie_DELETED_LEDGER_COUNT_total 2.0" in metrics
             assert "bookie_ACTIVE_LEDGER_COUNT 1.0" in metrics
+
+        # 2. forced (major) compaction: the logs the deleted ledger shared with the kept one
+        before = [_entry_log_bytes(b) for b in bookies]
+        for bookie in bookies:
+            await asyncio.to_thread(_trigger, bookie, None)
+        for bookie, size_before in zip(bookies, before, strict=True):
+            details = await _collected(bookie, 2)
+            assert details["majorCompactionCounter"] == 1 and details["lastError"] is None
+            assert size_before - _entry_log_bytes(bookie) >= 1024 * 1024  # ~half of 3.2 MiB
+            metrics = (await asyncio.to_thread(_fetch, bookie, "GET", "/metrics")).decode()
+            assert "bookie_MAJOR_COMPACTION_COUNT_total 1.0" in metrics
 
         assert await _read_ledger(bk, kept) == kept_data
 
@@ -116,3 +146,22 @@ async def test_a_deleted_ledger_is_collected_and_the_other_survives(
     async with await BookKeeper.connect(zk_hosts) as bk:
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 1, 30.0)
         assert await _read_ledger(bk, kept) == kept_data
+
+
+async def test_a_bad_gc_request_is_refused_and_the_bookie_carries_on(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    bookie = await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=CONF)
+    for body, why in (
+        (b"not json", "body is not JSON"),
+        (b"[1]", "expected a JSON object"),
+        (b'{"forceMajor": "yes"}', "forceMajor must be true or false"),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            await asyncio.to_thread(_trigger, bookie, body)
+        assert info.value.code == 400 and why in info.value.read().decode()
+    assert await asyncio.to_thread(_trigger, bookie, b"{}") == {"message": "garbage collection triggered"}
+    details = await _collected(bookie, 1)
+    assert details["gcCounter"] == 1 and details["lastError"] is None

@@ -7,13 +7,15 @@ One run:
 2. list every ledger in the metadata store;
 3. delete locally the snapshot's ledgers the listing lacks (with ``verifyMetadataOnGC``, only
    those whose metadata a direct read also finds absent);
-4. delete the entry logs left holding no live ledger.
+4. delete the entry logs left holding no live ledger;
+5. when ``majorCompactionInterval`` (or ``minorCompactionInterval``) has passed since the last one,
+   or an operator forces it, compact the logs whose live share is below the major (or minor)
+   threshold (see ``bookie.storage.compaction``).
 
 Why the order of 1 and 2 makes the run safe: a client creates a ledger's metadata before any
 bookie sees an entry of it, so a ledger in the snapshot had metadata before the listing began,
 and the listing misses it only if it was deleted. Any metadata error ends the run with nothing
-deleted. Entry logs still holding some live data keep their garbage until compaction, which this
-module does not do yet.
+deleted.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from bookie.storage.compaction import Compacted
 from bookie.storage.ledger_directory import LogUsage
 from bookie.storage.stats import LATENCY_BUCKETS_MS
 
@@ -43,6 +46,8 @@ class GcStorage(Protocol):
     async def delete_ledgers(self, ledger_ids: Collection[int]) -> None: ...
 
     async def reclaim_entry_logs(self) -> LogUsage: ...
+
+    async def compact_entry_logs(self, threshold: float, rate_bytes: int) -> Compacted: ...
 
 
 @runtime_checkable
@@ -61,6 +66,29 @@ class LedgerLister(Protocol):
 class GcSettings:
     wait_time_s: float = 600.0  # gcWaitTime (BookKeeper's code default, 600000 ms)
     verify_metadata: bool = True  # verifyMetadataOnGC (BookKeeper: false; see config.py)
+    # a compaction kind runs when both its threshold and its interval are > 0 (BookKeeper's rule)
+    minor_threshold: float = 0.2  # minorCompactionThreshold
+    minor_interval_s: float = 3600.0  # minorCompactionInterval
+    major_threshold: float = 0.8  # majorCompactionThreshold
+    major_interval_s: float = 86400.0  # majorCompactionInterval
+    rate_bytes: int = 1_000_000  # compactionRateByBytes (bytes/s)
+
+    def __post_init__(self) -> None:
+        if self.wait_time_s <= 0:
+            raise ValueError(f"gc wait time must be > 0, got {self.wait_time_s}")
+        if self.minor_enabled and self.major_enabled and self.minor_threshold > self.major_threshold:
+            raise ValueError(
+                f"minorCompactionThreshold {self.minor_threshold} must not exceed"
+                f" majorCompactionThreshold {self.major_threshold}"
+            )
+
+    @property
+    def minor_enabled(self) -> bool:
+        return self.minor_threshold > 0 and self.minor_interval_s > 0
+
+    @property
+    def major_enabled(self) -> bool:
+        return self.major_threshold > 0 and self.major_interval_s > 0
 
 
 @dataclass(frozen=True)
@@ -70,6 +98,8 @@ class GcRun:
     deleted_ledgers: int
     active_ledgers: int
     usage: LogUsage
+    compaction: str | None = None  # "major", "minor" or None
+    compacted: Compacted = field(default_factory=Compacted)
 
 
 class GcStats:
@@ -95,6 +125,16 @@ class GcStats:
             "bookie_ACTIVE_ENTRY_LOG_SPACE_BYTES", "Bytes of the finished entry logs kept",
             registry=registry,
         )
+        self.reclaimed_compaction_bytes = Counter(
+            "bookie_RECLAIMED_COMPACTION_SPACE_BYTES", "Entry-log bytes freed by compaction",
+            registry=registry,
+        )
+        self.minor_compactions = Counter(
+            "bookie_MINOR_COMPACTION_COUNT", "Minor compaction passes", registry=registry
+        )
+        self.major_compactions = Counter(
+            "bookie_MAJOR_COMPACTION_COUNT", "Major compaction passes", registry=registry
+        )
         self.runtime = Histogram(
             "bookie_gc_THREAD_RUNTIME", "Duration of one garbage collection (ms)",
             buckets=LATENCY_BUCKETS_MS, registry=registry,
@@ -107,14 +147,15 @@ class GarbageCollector:
     def __init__(
         self, storage: GcStorage, lister: LedgerLister, settings: GcSettings, stats: GcStats
     ) -> None:
-        if settings.wait_time_s <= 0:
-            raise ValueError(f"gc wait time must be > 0, got {settings.wait_time_s}")
         self._storage = storage
         self._lister = lister
         self._settings = settings
         self._stats = stats
         self._wake = asyncio.Event()
         self._forced = False
+        self._force_major = self._force_minor = False
+        # BookKeeper counts the first intervals from start-up
+        self._last_major = self._last_minor = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # read by the HTTP admin threads: plain values, replaced whole
@@ -125,6 +166,9 @@ class GarbageCollector:
         self.last_error: str | None = None
         self.deleted_ledgers = 0
         self.reclaimed_bytes = 0
+        self.compacting: str | None = None
+        self.last_major_ms = self.last_minor_ms = 0
+        self.major_compactions = self.minor_compactions = 0
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -137,15 +181,18 @@ class GarbageCollector:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def trigger(self) -> None:
-        """Collect now rather than at the next ``gcWaitTime`` (``PUT /api/v1/bookie/gc``)."""
+    def trigger(self, force_major: bool = True, force_minor: bool = True) -> None:
+        """Collect now rather than at the next ``gcWaitTime``, compacting too unless told not
+        to (``PUT /api/v1/bookie/gc``, whose ``forceMajor``/``forceMinor`` these are)."""
         self._forced = True
+        self._force_major |= force_major
+        self._force_minor |= force_minor
         self._wake.set()
 
-    def trigger_threadsafe(self) -> None:
+    def trigger_threadsafe(self, force_major: bool = True, force_minor: bool = True) -> None:
         if self._loop is None:
             raise RuntimeError("garbage collector not started")
-        self._loop.call_soon_threadsafe(self.trigger)
+        self._loop.call_soon_threadsafe(self.trigger, force_major, force_minor)
 
     def details(self) -> dict[str, Any]:
         """``GET /api/v1/bookie/gc_details``."""
@@ -158,6 +205,14 @@ class GarbageCollector:
             "reclaimedDeletionSpaceBytes": self.reclaimed_bytes,
             "lastError": self.last_error,
             "gcWaitTimeMs": int(self._settings.wait_time_s * 1000),
+            # BookKeeper's fields
+            "forceCompacting": self.forced_running and self.compacting is not None,
+            "majorCompacting": self.compacting == "major",
+            "minorCompacting": self.compacting == "minor",
+            "lastMajorCompactionTime": self.last_major_ms,
+            "lastMinorCompactionTime": self.last_minor_ms,
+            "majorCompactionCounter": self.major_compactions,
+            "minorCompactionCounter": self.minor_compactions,
         }
 
     async def _run_forever(self) -> None:
@@ -166,9 +221,11 @@ class GarbageCollector:
                 await asyncio.wait_for(self._wake.wait(), self._settings.wait_time_s)
             self._wake.clear()
             forced, self._forced = self._forced, False
+            major, minor = self._force_major, self._force_minor
+            self._force_major = self._force_minor = False
             self.running, self.forced_running = True, forced
             try:
-                await self.collect()
+                await self.collect(force_major=major, force_minor=minor)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failed run is retried at the next one
@@ -177,9 +234,9 @@ class GarbageCollector:
             finally:
                 self.running = self.forced_running = False
 
-    async def collect(self) -> GcRun | None:
+    async def collect(self, force_major: bool = False, force_minor: bool = False) -> GcRun | None:
         """One collection; ``None`` when the metadata store could not be listed (nothing
-        deleted). Storage errors propagate."""
+        deleted, nothing compacted). Storage errors propagate."""
         started = time.perf_counter()
         local = await self._storage.local_ledger_ids()
         try:
@@ -196,9 +253,43 @@ class GarbageCollector:
             log.info("garbage collection deleted %d ledgers without metadata: %s%s", len(gone),
                      ", ".join(map(str, gone[:20])), " …" if len(gone) > 20 else "")
         usage = await self._storage.reclaim_entry_logs()
-        run = GcRun(len(gone), len(local) - len(gone), usage)
+        kind, compacted = await self._compact(force_major, force_minor)
+        run = GcRun(len(gone), len(local) - len(gone), usage, kind, compacted)
         self._record(run, started)
         return run
+
+    async def _compact(self, force_major: bool, force_minor: bool) -> tuple[str | None, Compacted]:
+        """The major pass if it is due (or forced), else the minor one if due; none if neither."""
+        s = self._settings
+        now = time.monotonic()
+        if s.major_enabled and (force_major or now - self._last_major >= s.major_interval_s):
+            kind, threshold = "major", s.major_threshold
+        elif s.minor_enabled and (force_minor or now - self._last_minor >= s.minor_interval_s):
+            kind, threshold = "minor", s.minor_threshold
+        else:
+            return None, Compacted()
+        self.compacting = kind
+        try:
+            compacted = await self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes)
+        finally:
+            self.compacting = None
+        now_ms = int(time.time() * 1000)
+        # a major pass covers a minor one (BookKeeper resets both clocks too)
+        self._last_minor = time.monotonic()
+        self.last_minor_ms = now_ms
+        if kind == "major":
+            self._last_major = self._last_minor
+            self.last_major_ms = now_ms
+            self.major_compactions += 1
+            self._stats.major_compactions.inc()
+        else:
+            self.minor_compactions += 1
+            self._stats.minor_compactions.inc()
+        self._stats.reclaimed_compaction_bytes.inc(compacted.reclaimed_bytes)
+        if compacted.logs:
+            log.info("%s compaction rewrote %d entry logs, freeing %d bytes", kind, compacted.logs,
+                     compacted.reclaimed_bytes)
+        return kind, compacted
 
     async def _confirmed_absent(self, candidates: list[int]) -> list[int]:
         absent = []

@@ -25,6 +25,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import LogMark
 from bookie.errors import BookieError
 
+from .compaction import ByteThrottle, Compacted
 from .config import StorageConfig
 from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, FlushPacer
 from .indexes import LedgerRecord
@@ -316,6 +317,17 @@ class DbLedgerStorage:
             sum(u.active_logs for u in found),
             sum(u.active_bytes for u in found),
         )
+
+    async def compact_entry_logs(self, threshold: float, rate_bytes: int) -> Compacted:
+        """Compact, one directory after the other, the logs whose live share is below
+        ``threshold``, at most ``rate_bytes`` per second overall (0: no limit)."""
+        throttle = ByteThrottle(rate_bytes)
+
+        def compact_all() -> Compacted:
+            done = [d.compact_entry_logs(threshold, throttle) for d in self.dirs]
+            return Compacted(sum(c.logs for c in done), sum(c.reclaimed_bytes for c in done))
+
+        return await asyncio.to_thread(compact_all)
 
     # ---- read path --------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from .entry_logger import RECORD_HEADER_SIZE, EntryLogger
+from .compaction import ByteThrottle, Compacted, compact_entry_log
+from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
 from .flush_pacer import FLUSH_SLICE_ENTRIES, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage
@@ -51,6 +52,7 @@ class LedgerDirectory:
         self.locations = EntryLocationIndex(self._locations_kv)
         self.lock = threading.Lock()
         self._log_maps: dict[int, dict[int, int]] = {}  # finished log -> bytes per ledger
+        self._log_usage: dict[int, float] = {}  # finished log -> live share, as of the last reclaim
 
     def flush_ledgers(
         self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int = 0
@@ -109,29 +111,60 @@ class LedgerDirectory:
             self.ledgers.sync()
 
     def reclaim_entry_logs(self) -> LogUsage:
-        """Delete every finished entry log none of whose ledgers still exists here."""
+        """Delete every finished entry log none of whose ledgers still exists here, and note
+        the live share of the others for :meth:`compact_entry_logs`."""
         deleted = reclaimed = active = active_bytes = 0
         with self.lock:
             logger = self.entry_logger
             finished = logger.finished_log_ids()
             for gone in set(self._log_maps).difference(finished):
-                del self._log_maps[gone]
+                self._forget_log(gone)
+            self._log_usage = {}
             for log_id in finished:
                 usage = self._log_maps.get(log_id)
                 if usage is None:
                     usage = self._log_maps[log_id] = logger.ledger_map(log_id)
                 size = logger.log_size(log_id)
-                if any(self.ledgers.get(ledger_id) is not None for ledger_id in usage):
+                live = sum(n for ledger_id, n in usage.items() if self.ledgers.get(ledger_id) is not None)
+                if live:
                     active += 1
                     active_bytes += size
+                    self._log_usage[log_id] = live / max(1, sum(usage.values()))
                     continue
                 logger.delete_log(log_id)
-                del self._log_maps[log_id]
+                self._forget_log(log_id)
                 deleted += 1
                 reclaimed += size
                 log.info("deleted entry log %x of %s: no live ledger left in it (%d bytes)",
                          log_id, logger.directory, size)
         return LogUsage(deleted, reclaimed, active, active_bytes)
+
+    def compact_entry_logs(self, threshold: float, throttle: ByteThrottle) -> Compacted:
+        """Rewrite the finished logs whose live share (by their ledger maps, as BookKeeper
+        measures it) is below ``threshold``; see :mod:`compaction`."""
+        with self.lock:
+            candidates = sorted(log_id for log_id, share in self._log_usage.items() if share < threshold)
+        logs = reclaimed = 0
+        for log_id in candidates:
+            try:
+                moved = compact_entry_log(self, log_id, throttle)
+            except (OSError, CorruptEntryError) as exc:
+                log.error("compaction of entry log %x of %s failed, the log stays: %s",
+                          log_id, self.entry_logger.directory, exc)
+                continue
+            with self.lock:
+                size = self.entry_logger.log_size(log_id)
+                self.entry_logger.delete_log(log_id)
+                self._forget_log(log_id)
+            logs += 1
+            reclaimed += size - moved
+            log.info("compacted entry log %x of %s: %d live bytes moved, %d freed",
+                     log_id, self.entry_logger.directory, moved, size - moved)
+        return Compacted(logs, reclaimed)
+
+    def _forget_log(self, log_id: int) -> None:
+        self._log_maps.pop(log_id, None)
+        self._log_usage.pop(log_id, None)
 
     def read_run(
         self, ledger_id: int, first: int, max_entries: int, max_bytes: int

@@ -68,6 +68,27 @@ def test_garbage_collection_keys(tmp_path: Path) -> None:
         load_config(None, {"BK_gcWaitTime": "0"})
 
 
+def test_compaction_keys(tmp_path: Path) -> None:
+    defaults = load_config(None, {}, {})
+    assert (defaults.minor_compaction_threshold, defaults.minor_compaction_interval_s) == (0.2, 3600)
+    assert (defaults.major_compaction_threshold, defaults.major_compaction_interval_s) == (0.8, 86400)
+    text = (
+        "minorCompactionThreshold=0.1\nminorCompactionInterval=60\nmajorCompactionThreshold=0.5\n"
+        "majorCompactionInterval=0\ncompactionRateByBytes=0\n"
+    )
+    config = load_config(write_conf(tmp_path, text))
+    assert config.minor_compaction_threshold == 0.1 and config.minor_compaction_interval_s == 60
+    assert config.major_compaction_threshold == 0.5 and config.major_compaction_interval_s == 0
+    assert config.compaction_rate_bytes == 0
+    with pytest.raises(ConfigError, match="minorCompactionThreshold: must be between 0 and 1"):
+        load_config(None, {"BK_minorCompactionThreshold": "1.5"})
+    above = r"minorCompactionThreshold=0\.9 is above majorCompactionThreshold=0\.8"
+    with pytest.raises(ConfigError, match=above):
+        load_config(None, {"BK_minorCompactionThreshold": "0.9"})
+    # with the major pass off, a high minor threshold is fine (BookKeeper checks enabled passes only)
+    assert load_config(None, {"BK_minorCompactionThreshold": "0.9", "BK_majorCompactionInterval": "0"})
+
+
 def test_single_journal_directory_key(tmp_path: Path) -> None:
     config = load_config(write_conf(tmp_path, "journalDirectory=/only\n"))
     assert [str(d) for d in config.journal_dirs] == ["/only"]

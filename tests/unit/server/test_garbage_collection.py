@@ -5,6 +5,7 @@ a fake behind the collector's own ``LedgerLister`` interface."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.bookie import Bookie
 from bookie.errors import BookieError
 from bookie.gc import GarbageCollector, GcSettings, GcStats
+from bookie.storage.compaction import ByteThrottle
 from bookie.storage.config import StorageConfig
 from bookie.storage.entry_logger import parse_log_name
 from bookie.storage.flush_pacer import FlushPacer
@@ -49,7 +51,8 @@ def _config(tmp_path: Path, **overrides: Any) -> StorageConfig:
 
 
 def _collector(bookie: Bookie, metadata: FakeMetadata, verify: bool = True) -> GarbageCollector:
-    return GarbageCollector(bookie, metadata, GcSettings(600.0, verify), GcStats(CollectorRegistry()))
+    settings = GcSettings(600.0, verify, rate_bytes=0)
+    return GarbageCollector(bookie, metadata, settings, GcStats(CollectorRegistry()))
 
 
 async def _write(bookie: Bookie, ledger_id: int, count: int) -> None:
@@ -184,3 +187,67 @@ async def test_a_log_a_crash_left_without_its_ledger_map_is_scanned(tmp_path: Pa
         run = await _collector(reopened, FakeMetadata(set())).collect()
         assert run is not None and run.deleted_ledgers == 1 and run.usage.deleted_logs == 1
         assert log_id not in _log_files(config)
+
+
+async def _write_interleaved(bookie: Bookie, ledgers: tuple[int, ...], count: int, per_flush: int) -> None:
+    """``count`` entries of each ledger, checkpointed every ``per_flush``: every log mixes them."""
+    for start in range(0, count, per_flush):
+        entries = range(start, start + per_flush)
+        ops = [add_op(led, e, e - 1, payload=PAYLOAD) for e in entries for led in ledgers]
+        await add_all(bookie, ops)
+        await bookie.storage.checkpoint()
+
+
+async def test_major_compaction_rewrites_half_dead_logs_and_keeps_every_live_entry(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    metadata = FakeMetadata({1, 2})
+    async with make_bookie(config) as bookie:
+        await _write_interleaved(bookie, (1, 2), 120, 20)
+        metadata.ledgers.discard(1)
+        before = _log_files(config)
+        collector = _collector(bookie, metadata)
+
+        run = await collector.collect(force_minor=True)  # ~50 % live: above the minor threshold
+        assert run is not None and run.compaction == "minor" and run.compacted.logs == 0
+        assert run.deleted_ledgers == 1 and run.usage.deleted_logs == 0  # no log was all garbage
+        assert _log_files(config) == before
+
+        run = await collector.collect(force_major=True)  # below the major threshold (0.8)
+        assert run is not None and run.compaction == "major"
+        after = _log_files(config)
+        assert run.compacted.logs >= len(before) - 2  # all but the current log and the last few
+        freed = sum(before.values()) - sum(after.values())
+        assert freed >= 0.4 * sum(before.values())
+        assert run.compacted.reclaimed_bytes >= freed  # the copies went into logs still counted
+        details = collector.details()
+        assert details["majorCompactionCounter"] == 1 and details["minorCompactionCounter"] == 1
+        await _assert_readable(bookie, 2, 120)
+        await _assert_gone(bookie, 1)
+
+    bookie = make_bookie(config)  # a crash right after: the copies and the index were synced
+    await bookie.start()
+    bookie.abandon()
+    async with make_bookie(config) as reopened:
+        await _assert_readable(reopened, 2, 120)
+
+
+async def test_compaction_leaves_logs_of_live_ledgers_alone(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write_interleaved(bookie, (1, 2), 60, 20)
+        before = _log_files(config)
+        run = await _collector(bookie, FakeMetadata({1, 2})).collect(force_major=True)
+        assert run is not None and run.compaction == "major" and run.compacted.logs == 0
+        assert _log_files(config) == before
+
+
+def test_byte_throttle_holds_the_average_rate() -> None:
+    throttle = ByteThrottle(4_000_000)
+    started = time.monotonic()
+    for _ in range(4):
+        throttle.pause(100_000)  # 400 kB at 4 MB/s: about 0.1 s
+    assert 0.09 <= time.monotonic() - started < 1.0
+    unlimited = ByteThrottle(0)
+    started = time.monotonic()
+    unlimited.pause(10**12)
+    assert time.monotonic() - started < 0.05
