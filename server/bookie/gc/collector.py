@@ -253,10 +253,13 @@ class GarbageCollector:
             log.info("garbage collection deleted %d ledgers without metadata: %s%s", len(gone),
                      ", ".join(map(str, gone[:20])), " …" if len(gone) > 20 else "")
         usage = await self._storage.reclaim_entry_logs()
+        self._record_deletions(len(gone), len(local) - len(gone), usage)  # seen before a long compaction
         kind, compacted = await self._compact(force_major, force_minor)
-        run = GcRun(len(gone), len(local) - len(gone), usage, kind, compacted)
-        self._record(run, started)
-        return run
+        self._stats.runtime.observe((time.perf_counter() - started) * 1000.0)
+        self.runs += 1
+        self.last_run_ms = int(time.time() * 1000)
+        self.last_error = None
+        return GcRun(len(gone), len(local) - len(gone), usage, kind, compacted)
 
     async def _compact(self, force_major: bool, force_minor: bool) -> tuple[str | None, Compacted]:
         """The major pass if it is due (or forced), else the minor one if due; none if neither."""
@@ -307,16 +310,12 @@ class GarbageCollector:
                 absent.append(ledger_id)
         return absent
 
-    def _record(self, run: GcRun, started: float) -> None:
+    def _record_deletions(self, deleted: int, active: int, usage: LogUsage) -> None:
         stats = self._stats
-        stats.deleted_ledgers.inc(run.deleted_ledgers)
-        stats.reclaimed_bytes.inc(run.usage.reclaimed_bytes)
-        stats.active_ledgers.set(run.active_ledgers)
-        stats.active_logs.set(run.usage.active_logs)
-        stats.active_log_bytes.set(run.usage.active_bytes)
-        stats.runtime.observe((time.perf_counter() - started) * 1000.0)
-        self.runs += 1
-        self.last_run_ms = int(time.time() * 1000)
-        self.last_error = None
-        self.deleted_ledgers += run.deleted_ledgers
-        self.reclaimed_bytes += run.usage.reclaimed_bytes
+        stats.deleted_ledgers.inc(deleted)
+        stats.reclaimed_bytes.inc(usage.reclaimed_bytes)
+        stats.active_ledgers.set(active)
+        stats.active_logs.set(usage.active_logs)
+        stats.active_log_bytes.set(usage.active_bytes)
+        self.deleted_ledgers += deleted
+        self.reclaimed_bytes += usage.reclaimed_bytes
