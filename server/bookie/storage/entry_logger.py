@@ -17,9 +17,9 @@ import logging
 import os
 import struct
 import threading
-import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
@@ -38,8 +38,6 @@ RECORD_HEADER_SIZE = RECORD_HEADER.size  # 24
 LOCATION = struct.Struct(">QQI")  # log id, record offset, body length
 MAP_ITEM = struct.Struct(">qQ")
 _MAX_OPEN_READERS = 64
-_RETIRED_FD_GRACE_S = 10.0
-_MAX_RETIRED_FDS = 256
 
 
 class CorruptEntryError(Exception):
@@ -70,9 +68,8 @@ class EntryLogger:
         self.current_id = -1
         self._offset = 0
         self._ledger_bytes: dict[int, int] = {}
-        self._readers: OrderedDict[int, int] = OrderedDict()
+        self._readers: OrderedDict[int, _Reader] = OrderedDict()
         self._readers_lock = threading.Lock()
-        self._retired: deque[tuple[float, int]] = deque()  # (when, fd) of readers dropped from the cache
 
     # ---- writing (flush thread) -------------------------------------------------------------
 
@@ -93,6 +90,7 @@ class EntryLogger:
         items = sorted(self._ledger_bytes.items())
         data = b"".join(MAP_ITEM.pack(led, n) for led, n in items)
         os.pwrite(self._fd, data, self._offset)
+        os.fdatasync(self._fd)  # the map is on disk before the header names it
         header = LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, self.current_id, self._offset, len(items))
         os.pwrite(self._fd, header, 0)
         os.fsync(self._fd)
@@ -155,39 +153,45 @@ class EntryLogger:
     def close(self) -> None:
         self._finish_current()
         with self._readers_lock:
-            for fd in self._readers.values():
-                os.close(fd)
+            for reader in self._readers.values():
+                self._retire(reader)
             self._readers.clear()
-            for _, fd in self._retired:
-                os.close(fd)
-            self._retired.clear()
 
     # ---- reading (worker threads) -----------------------------------------------------------
 
-    def _reader(self, log_id: int) -> int:
+    def _acquire(self, log_id: int) -> _Reader:
         with self._readers_lock:
-            fd = self._readers.get(log_id)
-            if fd is not None:
+            reader = self._readers.get(log_id)
+            if reader is not None:
                 self._readers.move_to_end(log_id)
-                return fd
-            fd = os.open(self.directory / log_name(log_id), os.O_RDONLY)
-            self._readers[log_id] = fd
-            if len(self._readers) > _MAX_OPEN_READERS:
-                self._retire(self._readers.popitem(last=False)[1])
-            return fd
+            else:
+                fd = os.open(self.directory / log_name(log_id), os.O_RDONLY)
+                reader = self._readers[log_id] = _Reader(fd)
+                if len(self._readers) > _MAX_OPEN_READERS:
+                    self._retire(self._readers.popitem(last=False)[1])
+            reader.users += 1
+            return reader
 
-    def _retire(self, fd: int) -> None:
-        """Close a reader fd only once no ``pread`` can still be using it: another thread may
-        have just taken it from the cache, and closing at once could let ``open`` hand the
-        same number to another file. Under ``_readers_lock``."""
-        now = time.monotonic()
-        retired = self._retired
-        retired.append((now, fd))
-        while retired and (now - retired[0][0] > _RETIRED_FD_GRACE_S or len(retired) > _MAX_RETIRED_FDS):
-            os.close(retired.popleft()[1])
+    def _release(self, reader: _Reader) -> None:
+        with self._readers_lock:
+            reader.users -= 1
+            if reader.retired and not reader.users:
+                os.close(reader.fd)
+
+    @staticmethod
+    def _retire(reader: _Reader) -> None:
+        """Drop a reader from use: its fd closes once no ``pread`` holds it (closing under a
+        running ``pread`` could let ``open`` hand the number to another file). Under the lock."""
+        reader.retired = True
+        if not reader.users:
+            os.close(reader.fd)
 
     def read_span(self, log_id: int, offset: int, length: int) -> bytes:
-        return os.pread(self._reader(log_id), length, offset)
+        reader = self._acquire(log_id)
+        try:
+            return os.pread(reader.fd, length, offset)
+        finally:
+            self._release(reader)
 
     @staticmethod
     def decode(data: bytes | memoryview, pos: int, ledger_id: int, entry_id: int, body_len: int) -> bytes:
@@ -211,7 +215,8 @@ class EntryLogger:
 
     def ledger_map(self, log_id: int) -> dict[int, int]:
         """Bytes per ledger in a finished log: its persisted map, or a scan of its records when
-        a crash kept the map from being written (BookKeeper's extractEntryLogMetadataByScanning)."""
+        a crash kept the map from being written (BookKeeper's extractEntryLogMetadataByScanning).
+        ``CorruptEntryError`` if the records do not add up."""
         persisted = self.read_ledger_map(log_id)
         return persisted if persisted is not None else self.scan_ledger_map(log_id)
 
@@ -222,24 +227,35 @@ class EntryLogger:
         return usage
 
     def iter_records(self, log_id: int) -> Iterator[tuple[int, int, int, int]]:
-        """(offset, ledger id, entry id, body length) of each record of a finished log, walking
-        from the header on; a torn or zeroed tail, or the ledger map, ends the walk."""
-        path = self.directory / log_name(log_id)
-        with open(path, "rb") as f:
+        """(offset, ledger id, entry id, body length) of each record of a finished log.
+
+        A log with a ledger map was closed cleanly: its records must fill the space up to the
+        map exactly, and a walk that stops short raises ``CorruptEntryError`` (a damaged size
+        field must never pass for the end of the log). A log without one was current when the
+        bookie crashed: its walk ends at the first torn or zeroed record, as BookKeeper's does.
+        A file too short for a header holds no record."""
+        with open(self.directory / log_name(log_id), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             header = f.read(LOG_HEADER_SIZE)
+            if len(header) < LOG_HEADER.size:
+                return
             magic, _version, _lid, map_offset, _count = LOG_HEADER.unpack_from(header)
-            end = os.fstat(f.fileno()).st_size
-            if magic == LOG_MAGIC and map_offset:
-                end = min(end, map_offset)
+            mapped = magic == LOG_MAGIC and LOG_HEADER_SIZE <= map_offset <= size
+            end = map_offset if mapped else size
             offset = LOG_HEADER_SIZE
             while offset + RECORD_HEADER_SIZE <= end:
                 f.seek(offset)
-                size, ledger_id, entry_id, _crc = RECORD_HEADER.unpack(f.read(RECORD_HEADER_SIZE))
-                record = 4 + size
-                if size < RECORD_HEADER_SIZE - 4 or ledger_id < 0 or offset + record > end:
-                    return
+                record_size, ledger_id, entry_id, _crc = RECORD_HEADER.unpack(f.read(RECORD_HEADER_SIZE))
+                record = 4 + record_size
+                if record_size < RECORD_HEADER_SIZE - 4 or ledger_id < 0 or offset + record > end:
+                    break
                 yield offset, ledger_id, entry_id, record - RECORD_HEADER_SIZE
                 offset += record
+            if mapped and offset != end:
+                raise CorruptEntryError(
+                    f"entry log {log_id:x}: unreadable record at offset {offset},"
+                    f" before its ledger map at {end}"
+                )
 
     def log_size(self, log_id: int) -> int:
         return (self.directory / log_name(log_id)).stat().st_size
@@ -249,20 +265,42 @@ class EntryLogger:
         if log_id == self.current_id:
             raise ValueError(f"entry log {log_id} is still being written")
         with self._readers_lock:
-            fd = self._readers.pop(log_id, None)
-            if fd is not None:
-                self._retire(fd)
+            reader = self._readers.pop(log_id, None)
+            if reader is not None:
+                self._retire(reader)  # the space is freed when the last pread lets go
         (self.directory / log_name(log_id)).unlink()
         fsync_dir(self.directory)
 
     def read_ledger_map(self, log_id: int) -> dict[int, int] | None:
-        """The persisted ledger -> bytes map of a finished log (None if still open / crashed)."""
-        data = self.read_span(log_id, 0, LOG_HEADER_SIZE)
-        magic, _version, _lid, map_offset, count = LOG_HEADER.unpack_from(data)
-        if magic != LOG_MAGIC or map_offset == 0:
+        """The persisted ledger -> bytes map of a finished log; None if it has none (the log was
+        current at a crash) or it does not check out: the records fill the space between the
+        header and the map exactly, so the sizes must add up to it."""
+        with open(self.directory / log_name(log_id), "rb") as f:
+            header = f.read(LOG_HEADER_SIZE)
+            if len(header) < LOG_HEADER.size:
+                return None
+            magic, _version, _lid, map_offset, count = LOG_HEADER.unpack_from(header)
+            if magic != LOG_MAGIC or map_offset < LOG_HEADER_SIZE:
+                return None
+            f.seek(map_offset)
+            raw = f.read(count * MAP_ITEM.size)
+        if len(raw) != count * MAP_ITEM.size:
             return None
-        raw = self.read_span(log_id, map_offset, count * MAP_ITEM.size)
-        return dict(MAP_ITEM.iter_unpack(raw))
+        items = list(MAP_ITEM.iter_unpack(raw))
+        if any(ledger_id < 0 or n <= 0 for ledger_id, n in items):
+            return None
+        if sum(n for _, n in items) != map_offset - LOG_HEADER_SIZE:
+            return None
+        return dict(items)
+
+
+@dataclass
+class _Reader:
+    """A cached read fd and the ``pread`` calls using it right now."""
+
+    fd: int
+    users: int = 0
+    retired: bool = False
 
 
 _KEY = struct.Struct(">qq")
