@@ -18,7 +18,7 @@ from typing import Protocol
 from bkmeta.cookie import Cookie, verify_or_create_cookie
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
-from bkproto.errors import NoSuchLedgerError
+from bkproto.errors import MetadataStoreError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +149,15 @@ class BookiePresence:
     # ---- the metadata's ledgers, for the bookie's garbage collection (bookie.gc.LedgerLister) --
 
     async def ledger_ids(self) -> set[int]:
-        """Every ledger with metadata; raises if ZooKeeper cannot answer the whole walk."""
-        return set(await self.metadata.ledger_manager.list_ledgers())
+        """Every ledger with metadata; raises if ZooKeeper cannot answer the whole walk. The
+        server is synced first: one lagging behind the client that created a ledger must not
+        make a live ledger look deleted."""
+        meta = self.metadata
+        root = meta.layout.root
+        await meta.zk.sync(root)
+        if await meta.zk.exists(root) is None:
+            raise MetadataStoreError(f"the ledgers root {root} is gone; no ledger can be listed")
+        return set(await meta.ledger_manager.list_ledgers())
 
     async def ledger_exists(self, ledger_id: int) -> bool:
         try:

@@ -316,6 +316,11 @@ class ZkClient:
         stat = await self._call("exists", path, lambda: self._kazoo.exists_async(path, watch=watch))
         return stat  # type: ignore[no-any-return]
 
+    async def sync(self, path: str) -> None:
+        """Bring the server this session talks to up to date with the leader for ``path``, so
+        that the reads after it see every write committed before it (ZooKeeper's ``sync``)."""
+        await self._call("sync", path, lambda: self._kazoo.sync_async(path))
+
     async def get_children(self, path: str, watch: Watcher | None = None) -> list[str]:
         children = await self._call(
             "get_children", path, lambda: self._kazoo.get_children_async(path, watch=watch)

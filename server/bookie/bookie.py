@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,8 @@ from bookie.storage.journal_format import (
     fence_record,
     master_key_record,
 )
-from bookie.storage.ledger_directory import KvFactory, LogUsage, rocks_kv
+from bookie.storage.ledger_directory import KvFactory, rocks_kv
+from bookie.storage.log_garbage import LogUsage
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,9 @@ class Bookie:
         self.storage = DbLedgerStorage(config, self.stats, kv_factory)
         self.waiters = LacWaiters(config.max_lac_waiters)
         self._ledgers: dict[int, LedgerState] = {}
+        # Ledgers garbage collection is deleting right now: nothing may load or re-create them
+        # until it is done, or an add accepted meanwhile would lose its record to the deletion.
+        self._deleting: set[int] = set()
         self._read_only = False
         self._started = False
 
@@ -121,6 +126,8 @@ class Bookie:
         state = self._ledgers.get(ledger_id)
         if state is not None:
             return state
+        if ledger_id in self._deleting:
+            return None
         record = self.storage.dir_for(ledger_id).ledgers.get(ledger_id)
         if record is None:
             return None
@@ -151,6 +158,8 @@ class Bookie:
         ``parts``) if the bookie has not seen the ledger, EUA if the key is not the ledger's."""
         state = self._state(ledger_id)
         if state is None:
+            if ledger_id in self._deleting:
+                raise _being_deleted(ledger_id)
             return self._new_ledger(ledger_id, master_key, parts)
         if state.master_key != master_key:
             raise BookieError(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
@@ -266,6 +275,9 @@ class Bookie:
                 continue
             state = states.get(ledger_id) or self._state(ledger_id)
             if state is None:
+                if ledger_id in self._deleting:
+                    results[i] = AddResult(bookie_pb2.EIO, _being_deleted(ledger_id).message)
+                    continue
                 state = self._new_ledger(ledger_id, op.master_key, parts)
             elif state.master_key != op.master_key:
                 results[i] = AddResult(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
@@ -440,21 +452,32 @@ class Bookie:
         return await self.storage.local_ledger_ids()
 
     async def delete_ledgers(self, ledger_ids: Collection[int]) -> None:
-        """Forget the ledgers (their metadata is gone). An add arriving later for one of them
-        starts it afresh, as in BookKeeper; the next collection deletes it again."""
-        for ledger_id in ledger_ids:
-            self._ledgers.pop(ledger_id, None)
-        await self.storage.delete_ledgers(ledger_ids)
+        """Forget the ledgers (their metadata is gone). While that runs, their adds, fences and
+        LAC writes fail with EIO; one arriving later starts the ledger afresh, as in BookKeeper
+        (a writer that missed the deletion), and the next collection deletes it again."""
+        self._deleting.update(ledger_ids)
+        try:
+            for ledger_id in ledger_ids:
+                self._ledgers.pop(ledger_id, None)
+            await self.storage.delete_ledgers(ledger_ids)
+        finally:
+            self._deleting.difference_update(ledger_ids)
 
     async def reclaim_entry_logs(self) -> LogUsage:
         return await self.storage.reclaim_entry_logs()
 
-    async def compact_entry_logs(self, threshold: float, rate_bytes: int) -> Compacted:
-        return await self.storage.compact_entry_logs(threshold, rate_bytes)
+    async def compact_entry_logs(
+        self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
+    ) -> Compacted:
+        return await self.storage.compact_entry_logs(threshold, rate_bytes, stop)
 
     def last_log_marks(self) -> list[JournalMark]:
         dirs = self.storage.config.journal_dirs
         return [JournalMark(Path(d), mark) for d, mark in zip(dirs, self.storage.marks, strict=True)]
+
+
+def _being_deleted(ledger_id: int) -> BookieError:
+    return BookieError(bookie_pb2.EIO, f"ledger {ledger_id} is being deleted by garbage collection")
 
 
 def _bad_add(op: AddOp) -> str:

@@ -45,6 +45,7 @@ class _AdminServer(ThreadingHTTPServer):
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
     server: _AdminServer
+    timeout = 10  # seconds a client may take to send its request: a stalled one frees its thread
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -107,7 +108,7 @@ def _gc_flags(body: bytes) -> tuple[bool, bool]:
         return True, True
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ValueError("body is not JSON") from None
     if not isinstance(value, dict):
         raise ValueError('expected a JSON object like {"forceMajor": true, "forceMinor": false}')

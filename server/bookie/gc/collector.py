@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from bookie.storage.compaction import Compacted
-from bookie.storage.ledger_directory import LogUsage
+from bookie.storage.log_garbage import LogUsage
 from bookie.storage.stats import LATENCY_BUCKETS_MS
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,9 @@ class GcStorage(Protocol):
 
     async def reclaim_entry_logs(self) -> LogUsage: ...
 
-    async def compact_entry_logs(self, threshold: float, rate_bytes: int) -> Compacted: ...
+    async def compact_entry_logs(
+        self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
+    ) -> Compacted: ...
 
 
 @runtime_checkable
@@ -158,6 +161,9 @@ class GarbageCollector:
         self._last_major = self._last_minor = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Set by close(): a run stops between steps, compaction between slices. A run is awaited,
+        # never cancelled: cancelling would abandon its storage thread, still running.
+        self._stop = threading.Event()
         # read by the HTTP admin threads: plain values, replaced whole
         self.running = False
         self.forced_running = False
@@ -175,11 +181,15 @@ class GarbageCollector:
         self._task = asyncio.create_task(self._run_forever(), name="bookie-gc")
 
     async def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        if not self.running:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     def trigger(self, force_major: bool = True, force_minor: bool = True) -> None:
         """Collect now rather than at the next ``gcWaitTime``, compacting too unless told not
@@ -216,10 +226,12 @@ class GarbageCollector:
         }
 
     async def _run_forever(self) -> None:
-        while True:
+        while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._settings.wait_time_s)
             self._wake.clear()
+            if self._stop.is_set():
+                return
             forced, self._forced = self._forced, False
             major, minor = self._force_major, self._force_minor
             self._force_major = self._force_minor = False
@@ -248,12 +260,16 @@ class GarbageCollector:
         gone = sorted(local - live)
         if gone and self._settings.verify_metadata:
             gone = await self._confirmed_absent(gone)
+        if self._stop.is_set():
+            return None
         if gone:
             await self._storage.delete_ledgers(gone)
             log.info("garbage collection deleted %d ledgers without metadata: %s%s", len(gone),
                      ", ".join(map(str, gone[:20])), " …" if len(gone) > 20 else "")
         usage = await self._storage.reclaim_entry_logs()
         self._record_deletions(len(gone), len(local) - len(gone), usage)  # seen before a long compaction
+        if self._stop.is_set():
+            return None
         kind, compacted = await self._compact(force_major, force_minor)
         self._stats.runtime.observe((time.perf_counter() - started) * 1000.0)
         self.runs += 1
@@ -273,7 +289,7 @@ class GarbageCollector:
             return None, Compacted()
         self.compacting = kind
         try:
-            compacted = await self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes)
+            compacted = await self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes, self._stop)
         finally:
             self.compacting = None
         now_ms = int(time.time() * 1000)

@@ -20,6 +20,7 @@ crowding out foreground I/O.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,24 +45,31 @@ class Compacted:
     reclaimed_bytes: int = 0  # size of the deleted logs less the bytes copied out of them
 
 
-class ByteThrottle:
-    """At most ``rate`` bytes per second on average since the pass began (0: no limit)."""
+class CompactionStopped(Exception):
+    """The bookie is closing: the pass ends between slices, every step so far complete."""
 
-    def __init__(self, rate: int) -> None:
+
+class ByteThrottle:
+    """At most ``rate`` bytes per second on average since the pass began (0: no limit); its
+    pauses end early, raising :class:`CompactionStopped`, once ``stop`` is set."""
+
+    def __init__(self, rate: int, stop: threading.Event | None = None) -> None:
         self._rate = rate
+        self._stop = stop or threading.Event()
         self._began = time.monotonic()
         self._done = 0
 
     def pause(self, nbytes: int) -> None:
         self._done += nbytes
-        if self._rate > 0:
-            ahead = self._began + self._done / self._rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
+        ahead = self._began + self._done / self._rate - time.monotonic() if self._rate > 0 else 0.0
+        if self._stop.wait(ahead) if ahead > 0 else self._stop.is_set():
+            raise CompactionStopped
 
 
 def compact_entry_log(directory: LedgerDirectory, log_id: int, throttle: ByteThrottle) -> int:
-    """Rewrite finished log ``log_id`` of ``directory`` and delete it; returns the bytes moved."""
+    """Copy the live entries of finished log ``log_id`` of ``directory`` to its current log;
+    returns the bytes moved. The caller deletes the log. ``CorruptEntryError`` if the log cannot
+    be read to its end (it must then stay), ``CompactionStopped`` if the bookie is closing."""
     logger = directory.entry_logger
     moved = 0
     batch: list[Record] = []
@@ -84,6 +92,8 @@ def _move_live(directory: LedgerDirectory, log_id: int, records: list[Record]) -
     and re-point the index at them; returns the bytes copied."""
     logger = directory.entry_logger
     with directory.lock:
+        if directory.closed:
+            raise CompactionStopped
         live = [
             (offset, ledger_id, entry_id, length)
             for offset, ledger_id, entry_id, length in records

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Collection
 from pathlib import Path
@@ -32,7 +33,8 @@ from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
 from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
-from .ledger_directory import KvFactory, LedgerDirectory, LogUsage, rocks_kv
+from .ledger_directory import KvFactory, LedgerDirectory, rocks_kv
+from .log_garbage import LogUsage
 from .read_cache import ReadCache
 from .stats import StorageStats
 from .write_cache import WriteCache, WriteCacheHalf
@@ -299,7 +301,7 @@ class DbLedgerStorage:
         entry locations durably (a flush already running skips them: see ``LedgerDirectory``)."""
         for ledger_id in ledger_ids:
             self.write_cache.drop_ledger(ledger_id)
-            self.read_cache.drop_ledger(ledger_id)
+        self.read_cache.drop_ledgers(ledger_ids)
         self.stats.write_cache_size.set(self.write_cache.size)
         by_dir: dict[int, list[int]] = {}
         for ledger_id in ledger_ids:
@@ -310,7 +312,7 @@ class DbLedgerStorage:
 
     async def reclaim_entry_logs(self) -> LogUsage:
         """Delete the entry logs left with no live ledger; totals over all directories."""
-        found = await asyncio.gather(*(asyncio.to_thread(d.reclaim_entry_logs) for d in self.dirs))
+        found = await asyncio.gather(*(asyncio.to_thread(d.garbage.reclaim) for d in self.dirs))
         return LogUsage(
             sum(u.deleted_logs for u in found),
             sum(u.reclaimed_bytes for u in found),
@@ -318,13 +320,16 @@ class DbLedgerStorage:
             sum(u.active_bytes for u in found),
         )
 
-    async def compact_entry_logs(self, threshold: float, rate_bytes: int) -> Compacted:
+    async def compact_entry_logs(
+        self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
+    ) -> Compacted:
         """Compact, one directory after the other, the logs whose live share is below
-        ``threshold``, at most ``rate_bytes`` per second overall (0: no limit)."""
-        throttle = ByteThrottle(rate_bytes)
+        ``threshold``, at most ``rate_bytes`` per second overall (0: no limit), until ``stop``
+        is set."""
+        throttle = ByteThrottle(rate_bytes, stop)
 
         def compact_all() -> Compacted:
-            done = [d.compact_entry_logs(threshold, throttle) for d in self.dirs]
+            done = [d.garbage.compact(threshold, throttle) for d in self.dirs]
             return Compacted(sum(c.logs for c in done), sum(c.reclaimed_bytes for c in done))
 
         return await asyncio.to_thread(compact_all)

@@ -10,6 +10,7 @@ offset and body length. The last entry of a ledger is a reverse seek (``floor``)
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,34 +42,40 @@ class LedgerIndex:
     def __init__(self, kv: KeyValueStorage) -> None:
         self._kv = kv
         self._cache: dict[int, LedgerRecord | None] = {}
+        # The event loop, the flush thread and garbage collection all read and change records:
+        # a lookup and the caching of its answer must not interleave with a put or a delete.
+        self._lock = threading.Lock()
 
     def get(self, ledger_id: int) -> LedgerRecord | None:
-        if ledger_id in self._cache:
-            return self._cache[ledger_id]
-        raw = self._kv.get(LEDGER_KEY.pack(ledger_id))
-        record = None
-        if raw is not None:
-            data = storage_pb2.LedgerData.FromString(raw)
-            if data.exists:
-                lac = data.explicitLac if data.HasField("explicitLac") else None
-                record = LedgerRecord(bytes(data.masterKey), data.fenced, lac)
-        if len(self._cache) > 100_000:
-            self._cache.clear()  # bounded: the index is the truth, the cache only saves lookups
-        self._cache[ledger_id] = record
-        return record
+        with self._lock:
+            if ledger_id in self._cache:
+                return self._cache[ledger_id]
+            raw = self._kv.get(LEDGER_KEY.pack(ledger_id))
+            record = None
+            if raw is not None:
+                data = storage_pb2.LedgerData.FromString(raw)
+                if data.exists:
+                    lac = data.explicitLac if data.HasField("explicitLac") else None
+                    record = LedgerRecord(bytes(data.masterKey), data.fenced, lac)
+            if len(self._cache) > 100_000:
+                self._cache.clear()  # bounded: the index is the truth, the cache only saves lookups
+            self._cache[ledger_id] = record
+            return record
 
     def put(self, ledger_id: int, record: LedgerRecord) -> None:
         """Not synced here: durable at the next checkpoint; the journal covers the gap."""
         data = storage_pb2.LedgerData(exists=True, fenced=record.fenced, masterKey=record.master_key)
         if record.explicit_lac is not None:
             data.explicitLac = record.explicit_lac
-        self._kv.put(LEDGER_KEY.pack(ledger_id), data.SerializeToString())
-        self._cache[ledger_id] = record
+        with self._lock:
+            self._kv.put(LEDGER_KEY.pack(ledger_id), data.SerializeToString())
+            self._cache[ledger_id] = record
 
     def delete(self, ledger_id: int) -> None:
         """Forget the ledger (garbage collection); durable at the next :meth:`sync`."""
-        self._kv.delete(LEDGER_KEY.pack(ledger_id))
-        self._cache[ledger_id] = None
+        with self._lock:
+            self._kv.delete(LEDGER_KEY.pack(ledger_id))
+            self._cache[ledger_id] = None
 
     def ids(self) -> list[int]:
         """Every ledger this directory holds, ascending."""

@@ -13,28 +13,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from pathlib import Path
 
-from .compaction import ByteThrottle, Compacted, compact_entry_log
 from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
 from .flush_pacer import FLUSH_SLICE_ENTRIES, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage
+from .log_garbage import EntryLogGarbage
 
 log = logging.getLogger(__name__)
 
 KvFactory = Callable[[Path], KeyValueStorage]
 
-
-@dataclass(frozen=True)
-class LogUsage:
-    """What garbage collection found in one directory's finished entry logs."""
-
-    deleted_logs: int = 0
-    reclaimed_bytes: int = 0
-    active_logs: int = 0
-    active_bytes: int = 0
 
 def rocks_kv(path: Path) -> KeyValueStorage:
     return RocksKeyValueStorage(path)
@@ -51,8 +41,8 @@ class LedgerDirectory:
         self.ledgers = LedgerIndex(self._ledgers_kv)
         self.locations = EntryLocationIndex(self._locations_kv)
         self.lock = threading.Lock()
-        self._log_maps: dict[int, dict[int, int]] = {}  # finished log -> bytes per ledger
-        self._log_usage: dict[int, float] = {}  # finished log -> live share, as of the last reclaim
+        self.closed = False  # set under ``lock`` by close(): garbage collection then stops
+        self.garbage = EntryLogGarbage(self)
 
     def flush_ledgers(
         self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int = 0
@@ -104,72 +94,28 @@ class LedgerDirectory:
         """Drop the ledgers' records and entry locations, durably. Their bytes stay in the entry
         logs until :meth:`reclaim_entry_logs` finds a log holding nothing else."""
         with self.lock:
+            if self.closed:
+                return
             for ledger_id in ledger_ids:
                 self.ledgers.delete(ledger_id)
                 self.locations.delete_ledger(ledger_id)
             self.locations.sync()
             self.ledgers.sync()
 
-    def reclaim_entry_logs(self) -> LogUsage:
-        """Delete every finished entry log none of whose ledgers still exists here, and note
-        the live share of the others for :meth:`compact_entry_logs`."""
-        deleted = reclaimed = active = active_bytes = 0
-        with self.lock:
-            logger = self.entry_logger
-            finished = logger.finished_log_ids()
-            for gone in set(self._log_maps).difference(finished):
-                self._forget_log(gone)
-            self._log_usage = {}
-            for log_id in finished:
-                usage = self._log_maps.get(log_id)
-                if usage is None:
-                    usage = self._log_maps[log_id] = logger.ledger_map(log_id)
-                size = logger.log_size(log_id)
-                live = sum(n for ledger_id, n in usage.items() if self.ledgers.get(ledger_id) is not None)
-                if live:
-                    active += 1
-                    active_bytes += size
-                    self._log_usage[log_id] = live / max(1, sum(usage.values()))
-                    continue
-                logger.delete_log(log_id)
-                self._forget_log(log_id)
-                deleted += 1
-                reclaimed += size
-                log.info("deleted entry log %x of %s: no live ledger left in it (%d bytes)",
-                         log_id, logger.directory, size)
-        return LogUsage(deleted, reclaimed, active, active_bytes)
-
-    def compact_entry_logs(self, threshold: float, throttle: ByteThrottle) -> Compacted:
-        """Rewrite the finished logs whose live share (by their ledger maps, as BookKeeper
-        measures it) is below ``threshold``; see :mod:`compaction`."""
-        with self.lock:
-            candidates = sorted(log_id for log_id, share in self._log_usage.items() if share < threshold)
-        logs = reclaimed = 0
-        for log_id in candidates:
-            try:
-                moved = compact_entry_log(self, log_id, throttle)
-            except (OSError, CorruptEntryError) as exc:
-                log.error("compaction of entry log %x of %s failed, the log stays: %s",
-                          log_id, self.entry_logger.directory, exc)
-                continue
-            with self.lock:
-                size = self.entry_logger.log_size(log_id)
-                self.entry_logger.delete_log(log_id)
-                self._forget_log(log_id)
-            logs += 1
-            reclaimed += size - moved
-            log.info("compacted entry log %x of %s: %d live bytes moved, %d freed",
-                     log_id, self.entry_logger.directory, moved, size - moved)
-        return Compacted(logs, reclaimed)
-
-    def _forget_log(self, log_id: int) -> None:
-        self._log_maps.pop(log_id, None)
-        self._log_usage.pop(log_id, None)
-
     def read_run(
         self, ledger_id: int, first: int, max_entries: int, max_bytes: int
     ) -> list[tuple[int, bytes]]:
         """``first`` and up to ``max_entries - 1`` following entries, one pread per contiguous run."""
+        try:
+            return self._read_run(ledger_id, first, max_entries, max_bytes)
+        except FileNotFoundError:
+            # compaction deleted a log after its locations were looked up: the index names the
+            # copies by now
+            return self._read_run(ledger_id, first, max_entries, max_bytes)
+
+    def _read_run(
+        self, ledger_id: int, first: int, max_entries: int, max_bytes: int
+    ) -> list[tuple[int, bytes]]:
         locs = self.locations.following(ledger_id, first, max_entries)
         out: list[tuple[int, bytes]] = []
         total = 0
@@ -185,14 +131,22 @@ class LedgerDirectory:
                 j += 1
             data = self.entry_logger.read_span(log_id, start, end - start)
             for entry_id, _log, offset, length in locs[i:j]:
-                out.append((entry_id, EntryLogger.decode(data, offset - start, ledger_id, entry_id, length)))
+                try:
+                    body = EntryLogger.decode(data, offset - start, ledger_id, entry_id, length)
+                except CorruptEntryError:
+                    if not out:
+                        raise  # the entry asked for is damaged
+                    return out  # read-ahead stops short of a damaged entry, never fails for it
+                out.append((entry_id, body))
                 total += length
             i = j
         return out
 
     def close(self) -> None:
-        self.entry_logger.close()
-        self.close_indexes()
+        with self.lock:  # after any flush or compaction slice; none starts after this
+            self.closed = True
+            self.entry_logger.close()
+            self.close_indexes()
 
     def close_indexes(self) -> None:
         self._ledgers_kv.close()

@@ -6,6 +6,7 @@ Filled with the entries read ahead after a miss; oldest entries drop out first. 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 
 
 class ReadCache:
@@ -33,6 +34,8 @@ class ReadCache:
             _, dropped = self._entries.popitem(last=False)
             self.size -= len(dropped)
 
-    def drop_ledger(self, ledger_id: int) -> None:
-        for key in [k for k in self._entries if k[0] == ledger_id]:
+    def drop_ledgers(self, ledger_ids: Collection[int]) -> None:
+        """One pass over the cache, however many ledgers (garbage collection deletes many)."""
+        wanted = set(ledger_ids)
+        for key in [k for k in self._entries if k[0] in wanted]:
             self.size -= len(self._entries.pop(key))

@@ -5,6 +5,7 @@ a fake behind the collector's own ``LedgerLister`` interface."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,121 @@ def test_byte_throttle_holds_the_average_rate() -> None:
     started = time.monotonic()
     unlimited.pause(10**12)
     assert time.monotonic() - started < 0.05
+
+
+# ---- damaged or half-written logs, and races (each of these once lost data or wedged GC) ----
+
+
+async def test_a_log_cut_short_before_its_header_neither_wedges_collection_nor_survives_it(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 1, 10)
+        stub = Path(config.ledger_dirs[0]) / "current" / "ff.log"  # kill -9 between open and header
+        stub.write_bytes(b"PB")
+        run = await _collector(bookie, FakeMetadata({1})).collect()
+        assert run is not None and run.usage.deleted_logs == 1 and not stub.exists()
+        await _assert_readable(bookie, 1, 10)
+
+
+async def test_a_log_whose_ledger_map_is_damaged_is_scanned_instead_and_kept(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 1, 40)  # ~80 KiB: the first log is finished, with its map
+        log_id = min(_log_files(config))
+        logger = bookie.storage.dirs[0].entry_logger
+        path = logger.directory / f"{log_id:x}.log"
+        data = bytearray(path.read_bytes())
+        map_offset = int.from_bytes(data[16:24], "big")
+        data[map_offset:] = bytes(len(data) - map_offset)  # the map's bytes lost to a power cut
+        path.write_bytes(bytes(data))
+        assert logger.read_ledger_map(log_id) is None
+        run = await _collector(bookie, FakeMetadata({1})).collect()
+        assert run is not None and run.usage.deleted_logs == 0 and log_id in _log_files(config)
+        await _assert_readable(bookie, 1, 40)
+
+
+async def test_compaction_keeps_a_log_it_cannot_read_to_the_end(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write_interleaved(bookie, (1, 2), 40, 20)
+        log_id = min(_log_files(config))
+        _rot_size_field(bookie.storage.dirs[0].entry_logger.directory / f"{log_id:x}.log", 2)
+        run = await _collector(bookie, FakeMetadata({1})).collect(force_major=True)
+        assert run is not None and run.compaction == "major"
+        assert log_id in _log_files(config)  # its later records are still the only copies
+        with pytest.raises(BookieError):
+            await bookie.read_entry(1, 2)  # the damaged entry itself (its replicas have it)
+        for e in (*range(2), *range(3, 40)):
+            assert await bookie.read_entry(1, e) == body(1, e, e - 1, PAYLOAD)
+
+
+def _rot_size_field(path: Path, index: int) -> None:
+    """Damage the size field of record ``index`` of an entry log, as bit rot would."""
+    with open(path, "r+b") as f:
+        offset = 1024
+        for _ in range(index):
+            f.seek(offset)
+            offset += 4 + int.from_bytes(f.read(4), "big")
+        f.seek(offset)
+        f.write((0xFFFFFFF0).to_bytes(4, "big"))
+
+
+def _deleted_files_open(under: Path) -> list[str]:
+    targets = (str(p.readlink()) for p in Path("/proc/self/fd").iterdir() if p.is_symlink())
+    return [t for t in targets if t.endswith("(deleted)") and t.startswith(str(under))]
+
+
+async def test_a_deleted_log_does_not_stay_open(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 1, 60)
+        bookie.storage.read_cache.drop_ledgers([1])
+        await _assert_readable(bookie, 1, 60)  # readers opened on ledger 1's logs
+        run = await _collector(bookie, FakeMetadata(set())).collect()
+        assert run is not None and run.usage.deleted_logs >= 1
+        assert _deleted_files_open(tmp_path) == []  # the space is really free
+
+
+async def test_adds_to_a_ledger_being_deleted_are_refused_then_start_it_afresh(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await _write(bookie, 7, 5)
+        directory = bookie.storage.dir_for(7)
+        directory.lock.acquire()  # a paced flush holds the directory while the deletion waits
+        deleting = asyncio.create_task(bookie.delete_ledgers([7]))
+        await asyncio.sleep(0.05)
+        during = await bookie.add_entries([add_op(7, 100, -1, payload=PAYLOAD)])
+        assert during[0].status == bookie_pb2.EIO and "being deleted" in during[0].message
+        directory.lock.release()
+        await deleting
+        await add_all(bookie, [add_op(7, 0, -1, payload=PAYLOAD)])  # the id used again
+        await bookie.storage.checkpoint()
+        assert await bookie.storage.entry_ids(7) == [0]
+    async with make_bookie(config) as reopened:
+        await _assert_readable(reopened, 7, 1)
+
+
+async def test_closing_stops_a_compaction_and_nothing_touches_the_logs_after(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    bookie = make_bookie(config)
+    await bookie.start()
+    await _write_interleaved(bookie, (1, 2), 60, 5)
+    settings = GcSettings(600.0, True, rate_bytes=20_000)  # slow: still compacting at close
+    collector = GarbageCollector(bookie, FakeMetadata({1}), settings, GcStats(CollectorRegistry()))
+    await collector.start()
+    collector.trigger()
+    for _ in range(1000):
+        if collector.compacting is not None:
+            break
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    await collector.close()  # waits for the run, which stops at its next slice
+    assert time.monotonic() - started < 5 and not collector.running
+    await bookie.close()
+    files = _log_files(config)
+    await asyncio.sleep(0.5)
+    assert _log_files(config) == files
+    async with make_bookie(config) as reopened:
+        await _assert_readable(reopened, 1, 60)

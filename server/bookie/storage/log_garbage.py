@@ -1,0 +1,119 @@
+"""The garbage in one ledger directory's entry logs: logs left holding no live ledger are deleted,
+and logs holding little live data are compacted (see :mod:`compaction`).
+
+Only finished logs are looked at, and a finished log never changes. So their ledger maps are read
+and weighed without the directory's lock: a flush is never held up by a log being read. The lock is
+taken for each deletion, and liveness is checked again under it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .compaction import ByteThrottle, Compacted, CompactionStopped, compact_entry_log
+from .entry_logger import CorruptEntryError
+
+if TYPE_CHECKING:
+    from .ledger_directory import LedgerDirectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LogUsage:
+    """What garbage collection found in the finished entry logs."""
+
+    deleted_logs: int = 0
+    reclaimed_bytes: int = 0
+    active_logs: int = 0
+    active_bytes: int = 0
+
+
+class EntryLogGarbage:
+    """Used by one garbage-collection run at a time (the bookie's collector)."""
+
+    def __init__(self, directory: LedgerDirectory) -> None:
+        self._dir = directory
+        self._maps: dict[int, dict[int, int]] = {}  # finished log -> bytes per ledger
+        self._live_share: dict[int, float] = {}  # finished log -> live share, at the last reclaim
+
+    def reclaim(self) -> LogUsage:
+        """Delete every finished log none of whose ledgers still exists here, and note the
+        live share of the others for :meth:`compact`."""
+        directory = self._dir
+        logger = directory.entry_logger
+        with directory.lock:
+            if directory.closed:
+                return LogUsage()
+            finished = logger.finished_log_ids()
+        for gone in set(self._maps).difference(finished):
+            self._forget(gone)
+        self._live_share = {}
+        deleted = reclaimed = active = active_bytes = 0
+        for log_id in finished:
+            usage = self._maps.get(log_id)
+            if usage is None:
+                try:
+                    usage = self._maps[log_id] = logger.ledger_map(log_id)
+                except (OSError, CorruptEntryError) as exc:
+                    log.error("entry log %x of %s is kept: cannot tell what it holds: %s",
+                              log_id, logger.directory, exc)
+                    continue
+            size = logger.log_size(log_id)
+            live = self._live_bytes(usage)
+            if not live:
+                with directory.lock:
+                    if directory.closed:
+                        break
+                    live = self._live_bytes(usage)  # a ledger may have been re-created meanwhile
+                    if not live:
+                        logger.delete_log(log_id)
+                if not live:
+                    self._forget(log_id)
+                    deleted += 1
+                    reclaimed += size
+                    log.info("deleted entry log %x of %s: no live ledger left in it (%d bytes)",
+                             log_id, logger.directory, size)
+                    continue
+            active += 1
+            active_bytes += size
+            self._live_share[log_id] = live / max(1, sum(usage.values()))
+        return LogUsage(deleted, reclaimed, active, active_bytes)
+
+    def compact(self, threshold: float, throttle: ByteThrottle) -> Compacted:
+        """Rewrite the logs whose live share at the last :meth:`reclaim` (by their ledger maps, as
+        BookKeeper measures it) is below ``threshold``."""
+        directory = self._dir
+        logger = directory.entry_logger
+        candidates = sorted(log_id for log_id, share in self._live_share.items() if share < threshold)
+        logs = reclaimed = 0
+        for log_id in candidates:
+            try:
+                moved = compact_entry_log(directory, log_id, throttle)
+                with directory.lock:
+                    if directory.closed:
+                        raise CompactionStopped
+                    size = logger.log_size(log_id)
+                    logger.delete_log(log_id)
+            except CompactionStopped:
+                break
+            except (OSError, CorruptEntryError) as exc:
+                log.error("compaction of entry log %x of %s failed, the log stays: %s",
+                          log_id, logger.directory, exc)
+                continue
+            self._forget(log_id)
+            logs += 1
+            reclaimed += size - moved
+            log.info("compacted entry log %x of %s: %d live bytes moved, %d freed",
+                     log_id, logger.directory, moved, size - moved)
+        return Compacted(logs, reclaimed)
+
+    def _live_bytes(self, usage: dict[int, int]) -> int:
+        ledgers = self._dir.ledgers
+        return sum(n for ledger_id, n in usage.items() if ledgers.get(ledger_id) is not None)
+
+    def _forget(self, log_id: int) -> None:
+        self._maps.pop(log_id, None)
+        self._live_share.pop(log_id, None)
