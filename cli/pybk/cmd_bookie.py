@@ -33,7 +33,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers); 'none' runs unregistered")
     parser.add_argument("--port", type=int, help="gRPC port (bookiePort; 0 picks a free port)")
-    parser.add_argument("--http-port", type=int, help="serve /heartbeat and /metrics on this port (0 = any)")
+    parser.add_argument(
+        "--http-port",
+        type=int,
+        help="serve /heartbeat, /metrics and the admin API (/api/v1/bookie/...) on this port (0 = any)",
+    )
     parser.add_argument("--journal-dirs", help="comma-separated journal directories (journalDirectories)")
     parser.add_argument("--ledger-dirs", help="comma-separated ledger directories (ledgerDirectories)")
     parser.add_argument(
