@@ -29,6 +29,7 @@ ENTRY = 16 * 1024
 ENTRIES = 200  # 3.2 MiB per ledger: several 1 MiB entry logs of its own
 # Small logs and frequent flushes, so each ledger's entries land in logs of their own quickly;
 # collections run only when asked (the default gcWaitTime is 10 minutes).
+DETAILS = "/api/v1/bookie/gc_details"
 CONF = {"logSizeLimit": "1048576", "flushInterval": "100", "compactionRateByBytes": "0"}
 
 
@@ -79,7 +80,7 @@ def _trigger(bookie: BookieProcess, body: bytes | None) -> Any:
 async def _collected(bookie: BookieProcess, runs: int) -> dict[str, Any]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        (details,) = await asyncio.to_thread(_http, bookie, "GET", "/api/v1/bookie/gc_details")
+        (details,) = await asyncio.to_thread(_http, bookie, "GET", DETAILS)
         if details["gcCounter"] >= runs and not details["gcRunning"]:
             return dict(details)
         await asyncio.sleep(0.1)
@@ -165,3 +166,43 @@ async def test_a_bad_gc_request_is_refused_and_the_bookie_carries_on(
     assert await asyncio.to_thread(_trigger, bookie, b"{}") == {"message": "garbage collection triggered"}
     details = await _collected(bookie, 1)
     assert details["gcCounter"] == 1 and details["lastError"] is None
+
+
+async def test_kill_9_in_the_middle_of_a_compaction_loses_nothing(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    slow = {**CONF, "compactionRateByBytes": "300000"}  # ~2 s per half-live 1 MiB log
+    bookies = [
+        await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=conf, ledger_dirs=1)
+        for conf in (slow, CONF, CONF)
+    ]
+    victim = bookies[0]
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
+        (doomed, _), (kept, kept_data) = await _write_ledgers(bk, 2, ENTRIES)  # every log half each
+        await asyncio.sleep(0.5)
+        await bk.delete_ledger(doomed)
+    logs_before = _entry_log_bytes(victim)
+    await asyncio.to_thread(_trigger, victim, None)
+    deadline = time.monotonic() + 30
+    while not (await asyncio.to_thread(_http, victim, "GET", DETAILS))[0]["majorCompacting"]:
+        assert time.monotonic() < deadline, "compaction did not start"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(2.5)  # a log or so rewritten, the next one part-way
+    await asyncio.to_thread(victim.kill9)
+    assert _entry_log_bytes(victim) != logs_before  # the crash really came mid-compaction
+
+    victim.write_conf(CONF)  # restarted at full speed: the rest of the job is quick
+    await asyncio.to_thread(victim.start)
+    for bookie in bookies[1:]:  # from here on the victim serves every read alone
+        await asyncio.to_thread(bookie.stop)
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 1, 30.0)
+        assert await _read_ledger(bk, kept) == kept_data
+        await asyncio.to_thread(_trigger, victim, None)  # finish the job after the restart
+        details = await _collected(victim, 1)
+        assert details["majorCompactionCounter"] == 1 and details["lastError"] is None
+        assert await _read_ledger(bk, kept) == kept_data
+    assert _entry_log_bytes(victim) < logs_before * 0.7
