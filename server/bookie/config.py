@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bookie.gc.collector import GcSettings
 from bookie.storage.config import StorageConfig
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,13 @@ def _float(minimum: float) -> Callable[[str], float]:
     return parse
 
 
+def _seconds_from_ms(minimum_ms: int) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        return _int(minimum_ms)(text) / 1000.0
+
+    return parse
+
+
 def _fraction(text: str) -> float:
     value = _float(0.0)(text)
     if value > 1.0:
@@ -93,6 +101,7 @@ class Key:
     parse: Callable[[str], Any]
     storage_field: str | None = None  # StorageConfig field the value goes to, if a storage key
     help: str = ""
+    gc_field: str | None = None  # GcSettings field the value goes to, if a garbage-collection key
 
 
 KEYS: dict[str, Key] = {
@@ -113,22 +122,34 @@ KEYS: dict[str, Key] = {
     # At most 15 MiB: one entry must fit in a 16 MiB gRPC message with its framing.
     "nettyMaxFrameSizeBytes": Key(_int(1024, 15 * 1024 * 1024), help="largest entry body accepted (bytes)"),
     "shutdownGracePeriodMs": Key(_int(0), help="how long in-flight requests may finish on SIGTERM"),
-    # garbage collection (needs ZooKeeper: it compares the bookie's ledgers with the metadata's)
-    "gcWaitTime": Key(_int(1000), help="ms between garbage collections (default 600000)"),
+    # garbage collection (needs ZooKeeper: it compares the bookie's ledgers with the metadata's);
+    # the defaults are GcSettings'
+    "gcWaitTime": Key(
+        _seconds_from_ms(1000), help="ms between garbage collections (600000)", gc_field="wait_time_s"
+    ),
     "verifyMetadataOnGC": Key(
         _bool,
         help="read a ledger's metadata once more before deleting it (default true; BookKeeper's is"
         " false: one ZooKeeper read per deleted ledger buys safety against a wrong listing)",
+        gc_field="verify_metadata",
     ),
     "minorCompactionThreshold": Key(
-        _fraction, help="compact entry logs with less live data than this share (default 0.2; 0: off)"
+        _fraction, help="compact entry logs with less live data than this share (0.2; 0: off)",
+        gc_field="minor_threshold",
     ),
-    "minorCompactionInterval": Key(_int(0), help="seconds between minor compactions (default 3600; 0: off)"),
+    "minorCompactionInterval": Key(
+        _int(0), help="seconds between minor compactions (3600; 0: off)", gc_field="minor_interval_s"
+    ),
     "majorCompactionThreshold": Key(
-        _fraction, help="compact entry logs with less live data than this share (default 0.8; 0: off)"
+        _fraction, help="compact entry logs with less live data than this share (0.8; 0: off)",
+        gc_field="major_threshold",
     ),
-    "majorCompactionInterval": Key(_int(0), help="seconds between major compactions (default 86400; 0: off)"),
-    "compactionRateByBytes": Key(_int(0), help="bytes/s compaction may copy (default 1000000; 0: no limit)"),
+    "majorCompactionInterval": Key(
+        _int(0), help="seconds between major compactions (86400; 0: off)", gc_field="major_interval_s"
+    ),
+    "compactionRateByBytes": Key(
+        _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
+    ),
     # storage: directories
     "journalDirectories": Key(_dirs, "journal_dirs"),
     "journalDirectory": Key(_dirs, "journal_dirs", help="single journal directory (older key)"),
@@ -166,13 +187,7 @@ class BookieConfig:
     zk_timeout_ms: int = 10_000
     max_entry_bytes: int = 5 * 1024 * 1024
     shutdown_grace_s: float = 5.0
-    gc_wait_time_ms: int = 600_000
-    verify_metadata_on_gc: bool = True
-    minor_compaction_threshold: float = 0.2
-    minor_compaction_interval_s: int = 3600
-    major_compaction_threshold: float = 0.8
-    major_compaction_interval_s: int = 86400
-    compaction_rate_bytes: int = 1_000_000
+    gc: GcSettings = field(default_factory=GcSettings)
     journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
@@ -274,34 +289,21 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         zk_timeout_ms=values.get("zkTimeout", 10_000),
         max_entry_bytes=values.get("nettyMaxFrameSizeBytes", 5 * 1024 * 1024),
         shutdown_grace_s=values.get("shutdownGracePeriodMs", 5000) / 1000.0,
-        gc_wait_time_ms=values.get("gcWaitTime", 600_000),
-        verify_metadata_on_gc=values.get("verifyMetadataOnGC", True),
-        minor_compaction_threshold=values.get("minorCompactionThreshold", 0.2),
-        minor_compaction_interval_s=values.get("minorCompactionInterval", 3600),
-        major_compaction_threshold=values.get("majorCompactionThreshold", 0.8),
-        major_compaction_interval_s=values.get("majorCompactionInterval", 86400),
-        compaction_rate_bytes=values.get("compactionRateByBytes", 1_000_000),
+        gc=_gc_settings(values),
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,
     )
     _check_dirs(config)
-    _check_compaction(config)
     return config
 
 
-def _check_compaction(config: BookieConfig) -> None:
-    """BookKeeper refuses a minor threshold above the major one (GarbageCollectorThread)."""
-    both_on = all(
-        (config.minor_compaction_threshold, config.minor_compaction_interval_s,
-         config.major_compaction_threshold, config.major_compaction_interval_s)
-    )
-    if both_on and config.minor_compaction_threshold > config.major_compaction_threshold:
-        raise ConfigError(
-            f"minorCompactionThreshold={config.minor_compaction_threshold} is above"
-            f" majorCompactionThreshold={config.major_compaction_threshold}; the minor pass must"
-            " take fewer logs than the major one"
-        )
+def _gc_settings(values: Mapping[str, Any]) -> GcSettings:
+    fields = {spec.gc_field: values[key] for key, spec in KEYS.items() if spec.gc_field and key in values}
+    try:
+        return GcSettings(**fields)
+    except ValueError as exc:  # a rule across keys, e.g. the minor threshold above the major one
+        raise ConfigError(str(exc)) from None
 
 
 def _zk_servers(values: Mapping[str, Any]) -> str | None:

@@ -24,7 +24,7 @@ from bkproto.errors import BKError
 from bookie.api import BookieCore
 from bookie.bookie import Bookie
 from bookie.config import BookieConfig, ConfigError
-from bookie.gc import GarbageCollector, GcSettings, GcStats, GcStorage, LedgerLister
+from bookie.gc import GarbageCollector, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
 from bookie.http import BookieHttpServer
 from bookie.service import BookieService
@@ -132,17 +132,7 @@ class BookieDaemon:
         if not isinstance(core, GcStorage) or not isinstance(lister, LedgerLister):
             log.info("garbage collection off: it needs the storage core and ZooKeeper")
             return None
-        c = self.config
-        settings = GcSettings(
-            wait_time_s=c.gc_wait_time_ms / 1000.0,
-            verify_metadata=c.verify_metadata_on_gc,
-            minor_threshold=c.minor_compaction_threshold,
-            minor_interval_s=c.minor_compaction_interval_s,
-            major_threshold=c.major_compaction_threshold,
-            major_interval_s=c.major_compaction_interval_s,
-            rate_bytes=c.compaction_rate_bytes,
-        )
-        return GarbageCollector(core, lister, settings, GcStats(self.registry))
+        return GarbageCollector(core, lister, self.config.gc, GcStats(self.registry))
 
     def request_stop(self) -> None:
         self._stopping.set()

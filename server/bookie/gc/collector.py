@@ -80,9 +80,10 @@ class GcSettings:
         if self.wait_time_s <= 0:
             raise ValueError(f"gc wait time must be > 0, got {self.wait_time_s}")
         if self.minor_enabled and self.major_enabled and self.minor_threshold > self.major_threshold:
+            # BookKeeper's rule (GarbageCollectorThread), checked only when both passes are on
             raise ValueError(
-                f"minorCompactionThreshold {self.minor_threshold} must not exceed"
-                f" majorCompactionThreshold {self.major_threshold}"
+                f"minorCompactionThreshold={self.minor_threshold} is above majorCompactionThreshold="
+                f"{self.major_threshold}; the minor pass must take fewer logs than the major one"
             )
 
     @property

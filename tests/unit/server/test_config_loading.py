@@ -61,25 +61,26 @@ def test_env_overrides_file_and_flags_override_env(tmp_path: Path) -> None:
 
 def test_garbage_collection_keys(tmp_path: Path) -> None:
     defaults = load_config(None, {}, {})
-    assert defaults.gc_wait_time_ms == 600_000 and defaults.verify_metadata_on_gc
+    assert defaults.gc.wait_time_s == 600.0 and defaults.gc.verify_metadata
     config = load_config(write_conf(tmp_path, "gcWaitTime=5000\nverifyMetadataOnGC=false\n"))
-    assert config.gc_wait_time_ms == 5000 and not config.verify_metadata_on_gc
+    assert config.gc.wait_time_s == 5.0 and not config.gc.verify_metadata
     with pytest.raises(ConfigError, match="bad value '0' for gcWaitTime: must be >= 1000"):
         load_config(None, {"BK_gcWaitTime": "0"})
 
 
 def test_compaction_keys(tmp_path: Path) -> None:
     defaults = load_config(None, {}, {})
-    assert (defaults.minor_compaction_threshold, defaults.minor_compaction_interval_s) == (0.2, 3600)
-    assert (defaults.major_compaction_threshold, defaults.major_compaction_interval_s) == (0.8, 86400)
+    assert (defaults.gc.minor_threshold, defaults.gc.minor_interval_s) == (0.2, 3600)
+    assert (defaults.gc.major_threshold, defaults.gc.major_interval_s) == (0.8, 86400)
+    assert defaults.gc.rate_bytes == 1_000_000
     text = (
         "minorCompactionThreshold=0.1\nminorCompactionInterval=60\nmajorCompactionThreshold=0.5\n"
         "majorCompactionInterval=0\ncompactionRateByBytes=0\n"
     )
     config = load_config(write_conf(tmp_path, text))
-    assert config.minor_compaction_threshold == 0.1 and config.minor_compaction_interval_s == 60
-    assert config.major_compaction_threshold == 0.5 and config.major_compaction_interval_s == 0
-    assert config.compaction_rate_bytes == 0
+    assert config.gc.minor_threshold == 0.1 and config.gc.minor_interval_s == 60
+    assert config.gc.major_threshold == 0.5 and config.gc.major_interval_s == 0
+    assert config.gc.rate_bytes == 0 and not config.gc.major_enabled
     with pytest.raises(ConfigError, match="minorCompactionThreshold: must be between 0 and 1"):
         load_config(None, {"BK_minorCompactionThreshold": "1.5"})
     above = r"minorCompactionThreshold=0\.9 is above majorCompactionThreshold=0\.8"
