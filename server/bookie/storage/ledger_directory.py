@@ -9,7 +9,6 @@ while their entries waited in the write cache, so a deleted ledger never comes b
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -20,8 +19,6 @@ from .flush_pacer import FLUSH_SLICE_ENTRIES, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage
 from .log_garbage import EntryLogGarbage
-
-log = logging.getLogger(__name__)
 
 KvFactory = Callable[[Path], KeyValueStorage]
 
