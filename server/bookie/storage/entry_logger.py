@@ -18,9 +18,10 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import crc32c
 
@@ -38,6 +39,7 @@ RECORD_HEADER_SIZE = RECORD_HEADER.size  # 24
 LOCATION = struct.Struct(">QQI")  # log id, record offset, body length
 MAP_ITEM = struct.Struct(">qQ")
 _MAX_OPEN_READERS = 64
+_MAX_RECORD_SIZE = 16 * 1024 * 1024  # above any entry a bookie accepts (15 MiB) plus its header
 
 
 class CorruptEntryError(Exception):
@@ -70,6 +72,7 @@ class EntryLogger:
         self._ledger_bytes: dict[int, int] = {}
         self._readers: OrderedDict[int, _Reader] = OrderedDict()
         self._readers_lock = threading.Lock()
+        self._closed = False
 
     # ---- writing (flush thread) -------------------------------------------------------------
 
@@ -153,14 +156,18 @@ class EntryLogger:
     def close(self) -> None:
         self._finish_current()
         with self._readers_lock:
-            for reader in self._readers.values():
-                self._retire(reader)
+            self._closed = True
+            to_close = [self._retire(reader) for reader in self._readers.values()]
             self._readers.clear()
+        _close_fds(to_close)
 
     # ---- reading (worker threads) -----------------------------------------------------------
 
     def _acquire(self, log_id: int) -> _Reader:
+        evicted = None
         with self._readers_lock:
+            if self._closed:
+                raise ValueError(f"entry logger of {self.directory} is closed")
             reader = self._readers.get(log_id)
             if reader is not None:
                 self._readers.move_to_end(log_id)
@@ -168,23 +175,26 @@ class EntryLogger:
                 fd = os.open(self.directory / log_name(log_id), os.O_RDONLY)
                 reader = self._readers[log_id] = _Reader(fd)
                 if len(self._readers) > _MAX_OPEN_READERS:
-                    self._retire(self._readers.popitem(last=False)[1])
+                    evicted = self._retire(self._readers.popitem(last=False)[1])
             reader.users += 1
-            return reader
+        _close_fds([evicted])
+        return reader
 
     def _release(self, reader: _Reader) -> None:
         with self._readers_lock:
             reader.users -= 1
-            if reader.retired and not reader.users:
-                os.close(reader.fd)
+            last = reader.retired and not reader.users
+        if last:
+            os.close(reader.fd)
 
     @staticmethod
-    def _retire(reader: _Reader) -> None:
-        """Drop a reader from use: its fd closes once no ``pread`` holds it (closing under a
-        running ``pread`` could let ``open`` hand the number to another file). Under the lock."""
+    def _retire(reader: _Reader) -> int | None:
+        """Drop a reader from use (under the lock); returns its fd when no ``pread`` holds it
+        and the caller must close it, after releasing the lock: closing a deleted log's last fd
+        frees its blocks, which may take a while. Closing under a running ``pread`` could let
+        ``open`` hand the number to another file, so a reader in use is closed by its last user."""
         reader.retired = True
-        if not reader.users:
-            os.close(reader.fd)
+        return None if reader.users else reader.fd
 
     def read_span(self, log_id: int, offset: int, length: int) -> bytes:
         reader = self._acquire(log_id)
@@ -230,10 +240,11 @@ class EntryLogger:
         """(offset, ledger id, entry id, body length) of each record of a finished log.
 
         A log with a ledger map was closed cleanly: its records must fill the space up to the
-        map exactly, and a walk that stops short raises ``CorruptEntryError`` (a damaged size
-        field must never pass for the end of the log). A log without one was current when the
-        bookie crashed: its walk ends at the first torn or zeroed record, as BookKeeper's does.
-        A file too short for a header holds no record."""
+        map exactly. A log without one was current when the bookie crashed: its walk may end at a
+        torn tail, i.e. zeros (pages the crash lost), or one last record cut short by the end of
+        the file. Anything else that stops a walk raises ``CorruptEntryError``: a damaged size
+        field must never pass for the end of a log, or the records after it would be taken for
+        garbage. A file too short for a header holds no record."""
         with open(self.directory / log_name(log_id), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             header = f.read(LOG_HEADER_SIZE)
@@ -251,10 +262,10 @@ class EntryLogger:
                     break
                 yield offset, ledger_id, entry_id, record - RECORD_HEADER_SIZE
                 offset += record
-            if mapped and offset != end:
+            if offset != end and (mapped or not _torn_tail(f, offset, end)):
+                where = f"before its ledger map at {end}" if mapped else f"of {end} bytes, not a torn tail"
                 raise CorruptEntryError(
-                    f"entry log {log_id:x}: unreadable record at offset {offset},"
-                    f" before its ledger map at {end}"
+                    f"entry log {log_id:x}: unreadable record at offset {offset}, {where}"
                 )
 
     def log_size(self, log_id: int) -> int:
@@ -264,11 +275,12 @@ class EntryLogger:
         """Remove a finished log whose entries are all garbage, durably (directory fsynced)."""
         if log_id == self.current_id:
             raise ValueError(f"entry log {log_id} is still being written")
+        # unlink first: a read after it cannot reopen the file and cache a reader nobody retires
+        (self.directory / log_name(log_id)).unlink()
         with self._readers_lock:
             reader = self._readers.pop(log_id, None)
-            if reader is not None:
-                self._retire(reader)  # the space is freed when the last pread lets go
-        (self.directory / log_name(log_id)).unlink()
+            fd = self._retire(reader) if reader is not None else None
+        _close_fds([fd])  # the space is freed when the last pread lets go
         fsync_dir(self.directory)
 
     def read_ledger_map(self, log_id: int) -> dict[int, int] | None:
@@ -292,6 +304,29 @@ class EntryLogger:
         if sum(n for _, n in items) != map_offset - LOG_HEADER_SIZE:
             return None
         return dict(items)
+
+
+def _torn_tail(f: BinaryIO, offset: int, end: int) -> bool:
+    """Whether ``[offset, end)`` of a log left by a crash looks like what a crash leaves: less
+    than a record header, one record (of at most an entry's size) running past the end, or
+    zeros only."""
+    if end - offset < RECORD_HEADER_SIZE:
+        return True
+    f.seek(offset)
+    record_size = RECORD_HEADER.unpack(f.read(RECORD_HEADER_SIZE))[0]
+    if RECORD_HEADER_SIZE - 4 <= record_size <= _MAX_RECORD_SIZE and offset + 4 + record_size > end:
+        return True
+    f.seek(offset)
+    while chunk := f.read(min(1 << 20, end - f.tell())):
+        if chunk.count(0) != len(chunk):
+            return False
+    return True
+
+
+def _close_fds(fds: Iterable[int | None]) -> None:
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
 
 
 @dataclass
