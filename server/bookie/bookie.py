@@ -456,12 +456,12 @@ class Bookie:
         LAC writes fail with EIO; one arriving later starts the ledger afresh, as in BookKeeper
         (a writer that missed the deletion), and the next collection deletes it again."""
         self._deleting.update(ledger_ids)
-        try:
-            for ledger_id in ledger_ids:
-                self._ledgers.pop(ledger_id, None)
-            await self.storage.delete_ledgers(ledger_ids)
-        finally:
-            self._deleting.difference_update(ledger_ids)
+        for ledger_id in ledger_ids:
+            self._ledgers.pop(ledger_id, None)
+        deletion = asyncio.ensure_future(self.storage.delete_ledgers(ledger_ids))
+        # the refusal ends with the deletion itself, even if this call is cancelled before that
+        deletion.add_done_callback(lambda _: self._deleting.difference_update(ledger_ids))
+        await asyncio.shield(deletion)
 
     async def reclaim_entry_logs(self) -> LogUsage:
         return await self.storage.reclaim_entry_logs()

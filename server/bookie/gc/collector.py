@@ -25,9 +25,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -36,6 +36,8 @@ from bookie.storage.log_garbage import LogUsage
 from bookie.storage.stats import LATENCY_BUCKETS_MS
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -162,9 +164,11 @@ class GarbageCollector:
         self._last_major = self._last_minor = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Set by close(): a run stops between steps, compaction between slices. A run is awaited,
-        # never cancelled: cancelling would abandon its storage thread, still running.
+        # Set by close(): a run stops between steps, compaction between slices. A run in a
+        # storage step is awaited, never cancelled: that would abandon its thread, still running.
+        # One talking to ZooKeeper (listing, verifying) is cancelled: no thread is involved.
         self._stop = threading.Event()
+        self._in_storage = False
         # read by the HTTP admin threads: plain values, replaced whole
         self.running = False
         self.forced_running = False
@@ -187,7 +191,7 @@ class GarbageCollector:
         task, self._task = self._task, None
         if task is None:
             return
-        if not self.running:
+        if not self.running or not self._in_storage:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -251,7 +255,7 @@ class GarbageCollector:
         """One collection; ``None`` when the metadata store could not be listed (nothing
         deleted, nothing compacted). Storage errors propagate."""
         started = time.perf_counter()
-        local = await self._storage.local_ledger_ids()
+        local = await self._storage_step(self._storage.local_ledger_ids())
         try:
             live = await self._lister.ledger_ids()
         except Exception as exc:  # noqa: BLE001 - no listing, no deletion
@@ -264,10 +268,10 @@ class GarbageCollector:
         if self._stop.is_set():
             return None
         if gone:
-            await self._storage.delete_ledgers(gone)
+            await self._storage_step(self._storage.delete_ledgers(gone))
             log.info("garbage collection deleted %d ledgers without metadata: %s%s", len(gone),
                      ", ".join(map(str, gone[:20])), " …" if len(gone) > 20 else "")
-        usage = await self._storage.reclaim_entry_logs()
+        usage = await self._storage_step(self._storage.reclaim_entry_logs())
         self._record_deletions(len(gone), len(local) - len(gone), usage)  # seen before a long compaction
         if self._stop.is_set():
             return None
@@ -290,7 +294,9 @@ class GarbageCollector:
             return None, Compacted()
         self.compacting = kind
         try:
-            compacted = await self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes, self._stop)
+            compacted = await self._storage_step(
+                self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes, self._stop)
+            )
         finally:
             self.compacting = None
         now_ms = int(time.time() * 1000)
@@ -311,9 +317,18 @@ class GarbageCollector:
                      compacted.reclaimed_bytes)
         return kind, compacted
 
+    async def _storage_step(self, step: Awaitable[T]) -> T:
+        self._in_storage = True
+        try:
+            return await step
+        finally:
+            self._in_storage = False
+
     async def _confirmed_absent(self, candidates: list[int]) -> list[int]:
         absent = []
         for ledger_id in candidates:
+            if self._stop.is_set():
+                return []
             try:
                 exists = await self._lister.ledger_exists(ledger_id)
             except Exception as exc:  # noqa: BLE001 - unsure: keep it for the next run

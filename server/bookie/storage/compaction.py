@@ -59,6 +59,11 @@ class ByteThrottle:
         self._began = time.monotonic()
         self._done = 0
 
+    def check(self) -> None:
+        """Raise :class:`CompactionStopped` if the bookie is closing."""
+        if self._stop.is_set():
+            raise CompactionStopped
+
     def pause(self, nbytes: int) -> None:
         self._done += nbytes
         ahead = self._began + self._done / self._rate - time.monotonic() if self._rate > 0 else 0.0
@@ -74,14 +79,17 @@ def compact_entry_log(directory: LedgerDirectory, log_id: int, throttle: ByteThr
     moved = 0
     batch: list[Record] = []
     batch_bytes = 0
+    throttle.check()
     for record in logger.iter_records(log_id):
         batch.append(record)
         batch_bytes += RECORD_HEADER_SIZE + record[3]
         if batch_bytes >= SLICE_BYTES:
+            throttle.check()
             moved += _move_live(directory, log_id, batch)
             throttle.pause(batch_bytes)
             batch, batch_bytes = [], 0
     if batch:
+        throttle.check()
         moved += _move_live(directory, log_id, batch)
         throttle.pause(batch_bytes)
     return moved

@@ -306,9 +306,15 @@ class DbLedgerStorage:
         by_dir: dict[int, list[int]] = {}
         for ledger_id in ledger_ids:
             by_dir.setdefault(ledger_id % len(self.dirs), []).append(ledger_id)
-        await asyncio.gather(
-            *(asyncio.to_thread(self.dirs[index].delete_ledgers, ids) for index, ids in by_dir.items())
+        # every directory's thread runs to its end before this returns or raises, so the caller
+        # knows no deletion is still going on
+        outcomes = await asyncio.gather(
+            *(asyncio.to_thread(self.dirs[index].delete_ledgers, ids) for index, ids in by_dir.items()),
+            return_exceptions=True,
         )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def reclaim_entry_logs(self) -> LogUsage:
         """Delete the entry logs left with no live ledger; totals over all directories."""
@@ -329,7 +335,11 @@ class DbLedgerStorage:
         throttle = ByteThrottle(rate_bytes, stop)
 
         def compact_all() -> Compacted:
-            done = [d.garbage.compact(threshold, throttle) for d in self.dirs]
+            done = []
+            for directory in self.dirs:
+                if stop is not None and stop.is_set():
+                    break
+                done.append(directory.garbage.compact(threshold, throttle))
             return Compacted(sum(c.logs for c in done), sum(c.reclaimed_bytes for c in done))
 
         return await asyncio.to_thread(compact_all)

@@ -38,6 +38,7 @@ class EntryLogGarbage:
         self._dir = directory
         self._maps: dict[int, dict[int, int]] = {}  # finished log -> bytes per ledger
         self._live_share: dict[int, float] = {}  # finished log -> live share, at the last reclaim
+        self._unreadable: dict[int, int] = {}  # log that could not be read -> its size then
 
     def reclaim(self) -> LogUsage:
         """Delete every finished log none of whose ledgers still exists here, and note the
@@ -48,20 +49,23 @@ class EntryLogGarbage:
             if directory.closed:
                 return LogUsage()
             finished = logger.finished_log_ids()
-        for gone in set(self._maps).difference(finished):
+        for gone in set(self._maps).union(self._unreadable).difference(finished):
             self._forget(gone)
         self._live_share = {}
         deleted = reclaimed = active = active_bytes = 0
         for log_id in finished:
+            size = logger.log_size(log_id)
             usage = self._maps.get(log_id)
             if usage is None:
+                if self._unreadable.get(log_id) == size:
+                    continue  # known bad: not read in full again at every run
                 try:
                     usage = self._maps[log_id] = logger.ledger_map(log_id)
                 except (OSError, CorruptEntryError) as exc:
+                    self._unreadable[log_id] = size
                     log.error("entry log %x of %s is kept: cannot tell what it holds: %s",
                               log_id, logger.directory, exc)
                     continue
-            size = logger.log_size(log_id)
             live = self._live_bytes(usage)
             if not live:
                 with directory.lock:
@@ -117,3 +121,4 @@ class EntryLogGarbage:
     def _forget(self, log_id: int) -> None:
         self._maps.pop(log_id, None)
         self._live_share.pop(log_id, None)
+        self._unreadable.pop(log_id, None)

@@ -370,3 +370,61 @@ async def test_closing_stops_a_compaction_and_nothing_touches_the_logs_after(tmp
     assert _log_files(config) == files
     async with make_bookie(config) as reopened:
         await _assert_readable(reopened, 1, 60)
+
+
+async def test_a_crash_left_log_is_kept_when_its_walk_stops_at_damage_not_at_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path, entry_log_size_limit=1024 * 1024)
+    bookie = make_bookie(config)
+    await bookie.start()
+    await _write_interleaved(bookie, (1, 2), 10, 10)  # one log, no ledger map: current at the crash
+    bookie.abandon()
+    (log_id,) = _log_files(config)
+    path = Path(config.ledger_dirs[0]) / "current" / f"{log_id:x}.log"
+    _rot_size_field(path, 2)  # a record of ledger 1; ledger 2's records follow it
+    async with make_bookie(config) as reopened:
+        run = await _collector(reopened, FakeMetadata({2})).collect(force_major=True)
+        assert run is not None and run.usage.deleted_logs == 0 and run.compacted.logs == 0
+        assert log_id in _log_files(config)
+        await _assert_readable(reopened, 2, 10)
+
+
+@pytest.mark.parametrize("tail", [b"\0" * 5000, "cut record"])
+async def test_a_torn_tail_after_a_crash_still_ends_the_walk(tmp_path: Path, tail: bytes | str) -> None:
+    config = _config(tmp_path, entry_log_size_limit=1024 * 1024)
+    bookie = make_bookie(config)
+    await bookie.start()
+    await _write(bookie, 1, 10)
+    bookie.abandon()
+    (log_id,) = _log_files(config)
+    path = Path(config.ledger_dirs[0]) / "current" / f"{log_id:x}.log"
+    if isinstance(tail, str):  # the first bytes of a record whose write the crash cut short
+        tail = (2020).to_bytes(4, "big") + (1).to_bytes(8, "big") + (10).to_bytes(8, "big") + b"\1" * 300
+    path.write_bytes(path.read_bytes() + tail)
+    async with make_bookie(config) as reopened:
+        assert reopened.storage.dirs[0].entry_logger.scan_ledger_map(log_id) == {
+            1: 10 * (24 + len(body(1, 0, -1, PAYLOAD)))
+        }
+        run = await _collector(reopened, FakeMetadata(set())).collect()
+        assert run is not None and run.usage.deleted_logs == 1
+
+
+async def test_closing_does_not_wait_for_slow_metadata_reads(tmp_path: Path) -> None:
+    class SlowMetadata(FakeMetadata):
+        async def ledger_exists(self, ledger_id: int) -> bool:
+            await asyncio.sleep(0.5)  # a ZooKeeper that stalls: each read takes long
+            return await super().ledger_exists(ledger_id)
+
+    config = _config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await add_all(bookie, [add_op(led, 0, payload=PAYLOAD) for led in range(1, 21)])
+        stats = GcStats(CollectorRegistry())
+        collector = GarbageCollector(bookie, SlowMetadata(set()), GcSettings(600.0), stats)
+        await collector.start()
+        collector.trigger()
+        await asyncio.sleep(0.7)  # verifying the 20 candidates one by one
+        started = time.monotonic()
+        await collector.close()
+        assert time.monotonic() - started < 0.5
+        assert await bookie.local_ledger_ids() == set(range(1, 21))  # nothing was deleted
