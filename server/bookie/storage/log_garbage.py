@@ -67,20 +67,15 @@ class EntryLogGarbage:
                               log_id, logger.directory, exc)
                     continue
             live = self._live_bytes(usage)
-            if not live:
-                with directory.lock:
-                    if directory.closed:
-                        break
-                    live = self._live_bytes(usage)  # a ledger may have been re-created meanwhile
-                    if not live:
-                        logger.delete_log(log_id)
-                if not live:
-                    self._forget(log_id)
-                    deleted += 1
-                    reclaimed += size
-                    log.info("deleted entry log %x of %s: no live ledger left in it (%d bytes)",
-                             log_id, logger.directory, size)
-                    continue
+            if not live and self._delete_if_dead(log_id, usage):
+                self._forget(log_id)
+                deleted += 1
+                reclaimed += size
+                log.info("deleted entry log %x of %s: no live ledger left in it (%d bytes)",
+                         log_id, logger.directory, size)
+                continue
+            if directory.closed:
+                break
             active += 1
             active_bytes += size
             self._live_share[log_id] = live / max(1, sum(usage.values()))
@@ -113,6 +108,15 @@ class EntryLogGarbage:
             log.info("compacted entry log %x of %s: %d live bytes moved, %d freed",
                      log_id, logger.directory, moved, size - moved)
         return Compacted(logs, reclaimed)
+
+    def _delete_if_dead(self, log_id: int, usage: dict[int, int]) -> bool:
+        """Delete the log if, checked again under the lock, none of its ledgers exists (one may
+        have been re-created since the first look)."""
+        with self._dir.lock:
+            if self._dir.closed or self._live_bytes(usage):
+                return False
+            self._dir.entry_logger.delete_log(log_id)
+            return True
 
     def _live_bytes(self, usage: dict[int, int]) -> int:
         ledgers = self._dir.ledgers
