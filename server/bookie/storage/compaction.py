@@ -66,9 +66,10 @@ class ByteThrottle:
 
     def pause(self, nbytes: int) -> None:
         self._done += nbytes
-        ahead = self._began + self._done / self._rate - time.monotonic() if self._rate > 0 else 0.0
-        if self._stop.wait(ahead) if ahead > 0 else self._stop.is_set():
-            raise CompactionStopped
+        wait = self._began + self._done / self._rate - time.monotonic() if self._rate > 0 else 0.0
+        if wait > 0:
+            self._stop.wait(wait)  # returns at once when the bookie starts closing
+        self.check()
 
 
 def compact_entry_log(directory: LedgerDirectory, log_id: int, throttle: ByteThrottle) -> int:
