@@ -107,8 +107,7 @@ async def test_no_entry_completes_while_the_ensemble_changes() -> None:
         return await original_write(*args)  # type: ignore[arg-type]
 
     world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
-    world.bookie("b2").mode = "error"
-    world.bookie("b2").error = BookieUnavailableError("down")
+    world.bookie("b2").fail_with(BookieUnavailableError("down"))
     f0 = wh.append_async(b"0")  # b0, b1: fine
     f1 = wh.append_async(b"1")  # b1, b2: b2 fails -> ensemble change waits on the gate
     await asyncio.sleep(0.01)
@@ -136,8 +135,7 @@ async def test_close_or_force_during_an_ensemble_change_waits_for_it(finish: str
         return await original_write(*args)  # type: ignore[arg-type]
 
     world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
-    world.bookie("b2").mode = "error"
-    world.bookie("b2").error = BookieUnavailableError("down")
+    world.bookie("b2").fail_with(BookieUnavailableError("down"))
     futures = [wh.append_async(b"%d" % i) for i in range(3)]
     finishing = asyncio.ensure_future(wh.close() if finish == "close" else wh.force())
     await asyncio.sleep(0.01)
@@ -166,8 +164,7 @@ async def test_metadata_conflict_during_ensemble_change_is_retried() -> None:
     await wh.append(b"a")
     md = world.lm.ledgers[wh.ledger_id].value
     world.lm.force(wh.ledger_id, dataclasses.replace(md, custom_metadata={"k": b"v"}))
-    world.bookie("b1").mode = "error"
-    world.bookie("b1").error = BookieUnavailableError("down")
+    world.bookie("b1").fail_with(BookieUnavailableError("down"))
     assert await wh.append(b"b") == 1
     latest = world.lm.ledgers[wh.ledger_id].value
     assert latest.custom_metadata == {"k": b"v"}  # the other change survived
@@ -184,8 +181,7 @@ async def test_ensemble_change_aborts_when_metadata_left_open(state: LedgerState
     await wh.append(b"a")
     md = world.lm.ledgers[wh.ledger_id].value
     world.lm.force(wh.ledger_id, md.with_state(state))
-    world.bookie("b2").mode = "error"
-    world.bookie("b2").error = BookieUnavailableError("down")
+    world.bookie("b2").fail_with(BookieUnavailableError("down"))
     futures = [wh.append_async(b"b"), wh.append_async(b"c")]
     for f in futures:
         with pytest.raises(error):
@@ -228,8 +224,7 @@ async def test_a_bad_request_fails_the_handle_instead_of_changing_the_ensemble()
     # nettyMaxFrameSizeBytes): changing the ensemble would only loop.
     world = make_world(bookies=6)
     wh = handle(world)
-    world.bookie("b0").mode = "error"
-    world.bookie("b0").error = BadRequestError("entry too large")
+    world.bookie("b0").fail_with(BadRequestError("entry too large"))
     with pytest.raises(BadRequestError):
         await wh.append(b"a")
     with pytest.raises(BadRequestError):
@@ -240,8 +235,7 @@ async def test_a_bad_request_fails_the_handle_instead_of_changing_the_ensemble()
 async def test_not_enough_bookies_for_replacement_fails_adds() -> None:
     world = make_world(bookies=3)
     wh = handle(world)
-    world.bookie("b1").mode = "error"
-    world.bookie("b1").error = BookieUnavailableError("down")
+    world.bookie("b1").fail_with(BookieUnavailableError("down"))
     with pytest.raises(NotEnoughBookiesError):
         await wh.append(b"a")
 
@@ -369,8 +363,7 @@ async def test_a_recently_failed_bookie_is_not_picked_again_while_others_exist()
     world = make_world(bookies=5)
     wh = handle(world)
     for victim in ("b1", "b0"):
-        world.bookie(victim).mode = "error"
-        world.bookie(victim).error = BookieUnavailableError(f"{victim} down")
+        world.bookie(victim).fail_with(BookieUnavailableError(f"{victim} down"))
     await wh.append(b"a")
     await wh.append(b"b")
     # Both failed bookies are still "registered"; neither may come back as a replacement.

@@ -44,6 +44,11 @@ class FakeBookie:
         self.forced: list[int] = []
         self.closed = False
 
+    def fail_with(self, error: BKError) -> None:
+        """Answer every later add with ``error``."""
+        self.mode = "error"
+        self.error = error
+
     def add_with_callback(
         self,
         ledger_id: int,
