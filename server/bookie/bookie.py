@@ -30,6 +30,7 @@ from bookie.lac_waiters import LacWaiters
 from bookie.storage.compaction import Compacted
 from bookie.storage.config import StorageConfig
 from bookie.storage.db_ledger_storage import DbLedgerStorage
+from bookie.storage.health import StorageHealth
 from bookie.storage.indexes import LedgerRecord
 from bookie.storage.journal import Journal
 from bookie.storage.journal_format import (
@@ -45,6 +46,7 @@ from bookie.storage.stats import StorageStats
 log = logging.getLogger(__name__)
 
 _OK = AddResult(bookie_pb2.EOK)
+_READ_ONLY = AddResult(bookie_pb2.EREADONLY, "the bookie is read-only")
 KEY_SIZE = MASTER_KEY_SIZE
 _MAX_CACHED_LEDGERS = 100_000
 
@@ -83,6 +85,7 @@ class Bookie:
         # until it is done, or an add accepted meanwhile would lose its record to the deletion.
         self._deleting: set[int] = set()
         self._read_only = False
+        self._high_priority_writes = True
         self._started = False
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -117,8 +120,21 @@ class Bookie:
     def read_only(self) -> bool:
         return self._read_only
 
-    def set_read_only(self, read_only: bool) -> None:
+    @property
+    def high_priority_writes(self) -> bool:
+        """Whether recovery adds are taken while read-only (BookKeeper's high-priority writes)."""
+        return self._high_priority_writes
+
+    @property
+    def health(self) -> StorageHealth:
+        return self.storage.health
+
+    def set_write_mode(self, read_only: bool, high_priority_writes: bool = True) -> None:
+        """Set by the state manager. A read-only bookie refuses adds with EREADONLY, except
+        recovery adds while ``high_priority_writes``: a recovering client must be able to
+        re-replicate the last entries of a ledger to the bookies of its last ensemble."""
         self._read_only = read_only
+        self._high_priority_writes = high_priority_writes
 
     # ---- ledger state -----------------------------------------------------------------------
 
@@ -208,8 +224,8 @@ class Bookie:
         results: list[AddResult] = [_OK] * len(ops)
         accepted: list[int] = []
         try:
-            if self._read_only:
-                return [AddResult(bookie_pb2.EREADONLY, "bookie is read-only")] * len(ops)
+            if self._read_only and not self._high_priority_writes:
+                return [_READ_ONLY] * len(ops)
             await self.storage.make_room(sum(len(op.body) for op in ops))
             parts: list[bytes] = []
             lacs: dict[int, int] = {}
@@ -258,6 +274,7 @@ class Bookie:
         unpack = HEADER.unpack_from
         record_header = entry_record_header
         states = self._ledgers
+        writable = not self._read_only  # else only recovery adds (see set_write_mode)
         nbytes = 0
         for i, op in enumerate(ops):
             body = op.body
@@ -272,6 +289,9 @@ class Bookie:
                     bookie_pb2.EBADREQ,
                     f"entry header says {h_ledger}/{h_entry}, request says {ledger_id}/{entry_id}",
                 )
+                continue
+            if not writable and not op.recovery:
+                results[i] = _READ_ONLY
                 continue
             state = states.get(ledger_id) or self._state(ledger_id)
             if state is None:

@@ -29,6 +29,7 @@ from bookie.errors import BookieError
 from .compaction import ByteThrottle, Compacted
 from .config import StorageConfig
 from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, FlushPacer
+from .health import StorageHealth
 from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
 from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
@@ -47,6 +48,7 @@ class DbLedgerStorage:
         self.config = config
         self.stats = stats
         self._kv_factory = kv_factory
+        self.health = StorageHealth()
         self.dirs: list[LedgerDirectory] = []
         # One journal per journal dir, each with its own writer thread and LastLogMark; a ledger's
         # records all go to journal ``ledger_id % len(journals)`` (BookKeeper's rule), so each
@@ -67,6 +69,7 @@ class DbLedgerStorage:
                     thread_name="bookie-journal" if count == 1 else f"bookie-journal-{index}",
                 ),
                 stats,
+                self.health,
             )
             for index, journal_dir in enumerate(config.journal_dirs)
         ]
@@ -230,13 +233,15 @@ class DbLedgerStorage:
         started = time.perf_counter()
         try:
             await asyncio.to_thread(self._flush_sync, half, marks, self._pacer)
-        except Exception:
+        except Exception as exc:
             # the half stays readable and its journal records stay (mark not advanced); retry later
             log.exception("write-cache flush failed")
             self.write_cache.active, self.write_cache.flushing = _merge(half, self.write_cache.active), None
+            self.health.flush_failed(exc)
             raise
         finally:
             self._flush_done.set()
+        self.health.flush_succeeded()
         self.write_cache.flush_done()
         self.stats.flush.observe((time.perf_counter() - started) * 1000.0)
         self.stats.write_cache_size.set(self.write_cache.size)

@@ -31,6 +31,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import LogMark
 from bookie.errors import BookieError
 
+from .health import StorageHealth
 from .journal_file import JournalFile
 from .journal_format import (
     FILE_HEADER_SIZE,
@@ -73,9 +74,12 @@ class JournalSettings:
 
 
 class Journal:
-    def __init__(self, settings: JournalSettings, stats: StorageStats) -> None:
+    def __init__(
+        self, settings: JournalSettings, stats: StorageStats, health: StorageHealth | None = None
+    ) -> None:
         self._s = settings
         self._stats = stats
+        self._health = health or StorageHealth()
         # Batches for the writer thread; ``None`` tells it to stop once what precedes it is
         # written. A C SimpleQueue, not a Condition around a list: the loop hands over a batch
         # per add message, and Condition.notify (Python-level lock juggling) was 7 % of the
@@ -157,6 +161,8 @@ class Journal:
 
     def _complete(self, group: list[_Batch], mark: LogMark, error: BaseException | None) -> None:
         now = time.perf_counter()
+        if error is not None:
+            self._health.journal_failed(self._s.directory, error)
         for batch in group:
             self._outstanding -= batch.records
             if batch.future.done():

@@ -156,10 +156,17 @@ async def test_long_poll_waiters_are_bounded(tmp_path: Path) -> None:
         assert await asyncio.gather(*parked) == [0, 0]
 
 
-async def test_read_only_bookie_refuses_adds(bookie: Bookie) -> None:
-    bookie.set_read_only(True)
+async def test_read_only_bookie_refuses_adds_but_recovery_adds(bookie: Bookie) -> None:
+    bookie.set_write_mode(read_only=True)
     assert bookie.read_only
-    assert (await bookie.add_entries([add_op(12, 0)]))[0].status == bookie_pb2.EREADONLY
+    results = await bookie.add_entries([add_op(12, 0), add_op(12, 1, recovery=True)])
+    assert [r.status for r in results] == [bookie_pb2.EREADONLY, bookie_pb2.EOK]
+    assert await bookie.read_entry(12, 1) == body(12, 1)
+    bookie.set_write_mode(read_only=True, high_priority_writes=False)  # e.g. no room left at all
+    refused = await bookie.add_entries([add_op(12, 2, recovery=True)])
+    assert refused[0].status == bookie_pb2.EREADONLY
+    bookie.set_write_mode(read_only=False)
+    await add_all(bookie, [add_op(12, 2)])
 
 
 async def test_force_ledger_and_disk_info(bookie: Bookie) -> None:
