@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bookie.gc.collector import GcSettings
+from bookie.state_manager import ReadOnlySettings
 from bookie.storage.config import StorageConfig
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class Key:
     storage_field: str | None = None  # StorageConfig field the value goes to, if a storage key
     help: str = ""
     gc_field: str | None = None  # GcSettings field the value goes to, if a garbage-collection key
+    read_only_field: str | None = None  # ReadOnlySettings field, if a read-only-mode / disk key
 
 
 KEYS: dict[str, Key] = {
@@ -150,6 +152,37 @@ KEYS: dict[str, Key] = {
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
     ),
+    # read-only mode and disk usage (ReadOnlySettings; BookKeeper's defaults)
+    "readOnlyModeEnabled": Key(
+        _bool, help="turn read-only when a disk fills or a journal fails (true); false: shut down",
+        read_only_field="read_only_mode_enabled",
+    ),
+    "forceReadOnlyBookie": Key(
+        _bool, help="start read-only and stay so (false)", read_only_field="force_read_only"
+    ),
+    "readOnlyModeOnAnyDiskFullEnabled": Key(
+        _bool, help="read-only when any directory is full (true); false: only when all are",
+        read_only_field="any_disk_full",
+    ),
+    "diskUsageThreshold": Key(
+        _fraction, help="share of a disk in use above which its directory is full (0.95)",
+        read_only_field="usage_threshold",
+    ),
+    "diskUsageWarnThreshold": Key(
+        _fraction, help="share in use above which major compaction pauses (0.90)",
+        read_only_field="warn_threshold",
+    ),
+    "diskUsageLwmThreshold": Key(
+        _fraction, help="share in use below which a full directory is writable again (= diskUsageThreshold)",
+        read_only_field="lwm_threshold",
+    ),
+    "diskCheckInterval": Key(
+        _seconds_from_ms(10), help="ms between disk usage checks (10000)", read_only_field="check_interval_s"
+    ),
+    "minUsableSizeForHighPriorityWrites": Key(
+        _int(0), help="bytes every directory needs free for a read-only bookie to take recovery adds"
+        " (1.2 x logSizeLimit)", read_only_field="min_usable_high_priority_bytes",
+    ),
     # storage: directories
     "journalDirectories": Key(_dirs, "journal_dirs"),
     "journalDirectory": Key(_dirs, "journal_dirs", help="single journal directory (older key)"),
@@ -188,6 +221,7 @@ class BookieConfig:
     max_entry_bytes: int = 5 * 1024 * 1024
     shutdown_grace_s: float = 5.0
     gc: GcSettings = field(default_factory=GcSettings)
+    read_only: ReadOnlySettings = field(default_factory=ReadOnlySettings)
     journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
@@ -290,6 +324,7 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         max_entry_bytes=values.get("nettyMaxFrameSizeBytes", 5 * 1024 * 1024),
         shutdown_grace_s=values.get("shutdownGracePeriodMs", 5000) / 1000.0,
         gc=_gc_settings(values),
+        read_only=_read_only_settings(values, storage),
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,
@@ -303,6 +338,21 @@ def _gc_settings(values: Mapping[str, Any]) -> GcSettings:
     try:
         return GcSettings(**fields)
     except ValueError as exc:  # a rule across keys, e.g. the minor threshold above the major one
+        raise ConfigError(str(exc)) from None
+
+
+def _read_only_settings(values: Mapping[str, Any], storage: Mapping[str, Any]) -> ReadOnlySettings:
+    fields = {spec.read_only_field: values[key] for key, spec in KEYS.items()
+              if spec.read_only_field and key in values}
+    if "min_usable_high_priority_bytes" not in fields:  # BookKeeper's default: 1.2 x logSizeLimit
+        log_size = storage.get("entry_log_size_limit", StorageConfig.entry_log_size_limit)
+        fields["min_usable_high_priority_bytes"] = int(1.2 * log_size)
+    if "warn_threshold" not in fields and "usage_threshold" in fields:
+        # a full threshold set below the default warning one takes the warning down with it
+        fields["warn_threshold"] = min(ReadOnlySettings.warn_threshold, fields["usage_threshold"])
+    try:
+        return ReadOnlySettings(**fields)
+    except ValueError as exc:  # a rule across keys, e.g. the warn threshold above the full one
         raise ConfigError(str(exc)) from None
 
 

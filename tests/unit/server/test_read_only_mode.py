@@ -1,0 +1,278 @@
+"""Read-only mode: the disk thresholds (BookKeeper's LedgerDirsMonitor rules), and the state
+manager driving a real bookie core (real files, RocksDB, journal) from disk status, storage
+failures and an operator. The registration is a fake behind the state manager's own interface;
+the real one (ZooKeeper) is in tests/integration/test_bookie_read_only.py."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from tests.unit.server.storage_helpers import add_all, add_op, make_bookie, make_config
+
+from bkproto.v1 import bookie_pb2
+from bookie.bookie import Bookie
+from bookie.config import ConfigError, load_config
+from bookie.disk_monitor import DirUsage, DiskChecker, DiskMonitor, DiskStatus
+from bookie.state_manager import BookieStateManager, ReadOnlySettings, StateRefused
+
+GiB = 1024**3
+A, B = Path("/a"), Path("/b")
+SETTINGS = ReadOnlySettings(usage_threshold=0.9, warn_threshold=0.8, lwm_threshold=0.85,
+                            min_usable_high_priority_bytes=GiB)
+
+
+def used(path: Path, share: float, total: int = 100 * GiB) -> DirUsage:
+    return DirUsage(path, total, int(total * (1 - share)))
+
+
+# ---- thresholds -----------------------------------------------------------------------------
+
+
+def test_a_directory_is_full_above_the_threshold_until_below_the_low_water_mark() -> None:
+    checker = DiskChecker(SETTINGS)
+    assert not checker.check([used(A, 0.89)]).read_only
+    assert checker.check([used(A, 0.91)]).full == {A}
+    still = checker.check([used(A, 0.86)])  # between the marks: still full, no flapping
+    assert still.read_only and still.full == {A}
+    assert not checker.check([used(A, 0.84)]).read_only
+    assert not checker.check([used(A, 0.86)]).read_only  # from below, the full threshold counts
+
+
+def test_any_full_directory_or_all_of_them() -> None:
+    statuses = [used(A, 0.95), used(B, 0.5)]
+    assert DiskChecker(SETTINGS).check(statuses).read_only
+    all_needed = ReadOnlySettings(usage_threshold=0.9, warn_threshold=0.8, any_disk_full=False)
+    assert not DiskChecker(all_needed).check(statuses).read_only
+    assert DiskChecker(all_needed).check([used(A, 0.95), used(B, 0.95)]).read_only
+
+
+def test_warning_share_and_room_for_recovery_adds() -> None:
+    status = DiskChecker(SETTINGS).check([used(A, 0.82), used(B, 0.5)])
+    assert status.almost_full == {A} and not status.full and status.room_for_high_priority
+    small = DiskChecker(SETTINGS).check([used(A, 0.95, total=10 * GiB)])  # 0.5 GiB free
+    assert small.read_only and not small.room_for_high_priority
+    assert "/a 95.0% used" in small.describe()
+
+
+def test_an_unreadable_directory_counts_as_full() -> None:
+    assert DiskChecker(SETTINGS).check([DirUsage(A, 0, 0)]).read_only
+
+
+async def test_the_monitor_reports_changes_only_and_exports_usage() -> None:
+    shares = {A: 0.5}
+    seen: list[DiskStatus] = []
+    registry = CollectorRegistry()
+    monitor = DiskMonitor([A, A], SETTINGS, registry, seen.append, lambda p: used(p, shares[p]))
+    await monitor.start()
+    try:
+        monitor.check()
+        shares[A] = 0.6
+        monitor.check()
+        assert len(seen) == 1 and not seen[0].read_only  # same status: told once
+        assert registry.get_sample_value("bookie_dir_usage_ratio", {"dir": "/a"}) == pytest.approx(0.6)
+        shares[A] = 0.95
+        assert monitor.check().read_only and len(seen) == 2 and seen[-1].read_only
+    finally:
+        await monitor.close()
+
+
+def test_settings_are_checked_and_read_from_bookkeeper_keys(tmp_path: Path) -> None:
+    defaults = load_config(None, {}, {}).read_only
+    assert (defaults.usage_threshold, defaults.warn_threshold, defaults.lwm) == (0.95, 0.90, 0.95)
+    assert defaults.read_only_mode_enabled and defaults.any_disk_full and not defaults.force_read_only
+    assert defaults.check_interval_s == 10.0
+    assert defaults.min_usable_high_priority_bytes == int(1.2 * GiB)  # 1.2 x logSizeLimit
+    config = load_config(None, {
+        "BK_diskUsageThreshold": "0.8", "BK_diskUsageLwmThreshold": "0.7", "BK_diskCheckInterval": "500",
+        "BK_logSizeLimit": str(64 * 1024 * 1024), "BK_readOnlyModeOnAnyDiskFullEnabled": "false",
+    }).read_only
+    assert (config.usage_threshold, config.warn_threshold, config.lwm) == (0.8, 0.8, 0.7)
+    assert config.check_interval_s == 0.5 and not config.any_disk_full
+    assert config.min_usable_high_priority_bytes == int(1.2 * 64 * 1024 * 1024)
+    for env, message in [
+        ({"BK_diskUsageThreshold": "1"}, "diskUsageThreshold=1.0 must be above 0 and below 1"),
+        ({"BK_diskUsageWarnThreshold": "0.99"}, "diskUsageWarnThreshold=0.99 must be above 0 and at most"),
+        ({"BK_diskUsageLwmThreshold": "0.96"}, "diskUsageLwmThreshold=0.96 must be above 0 and at most"),
+        ({"BK_forceReadOnlyBookie": "true", "BK_readOnlyModeEnabled": "false"}, "needs readOnlyModeEnabled"),
+        ({"BK_diskCheckInterval": "1"}, "diskCheckInterval: must be >= 10"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, env)
+
+
+# ---- the state manager over a real bookie core ------------------------------------------------
+
+
+class FakeRegistration:
+    """Where the bookie's znode is; fails the next ``failures`` moves (ZooKeeper trouble)."""
+
+    def __init__(self) -> None:
+        self.read_only = False
+        self.moves: list[bool] = []
+        self.failures = 0
+        self.moved = asyncio.Event()
+
+    async def set_read_only(self, read_only: bool) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("ZooKeeper is away")
+        self.read_only = read_only
+        self.moves.append(read_only)
+        self.moved.set()
+
+
+class Harness:
+    def __init__(self, bookie: Bookie, settings: ReadOnlySettings = SETTINGS) -> None:
+        self.bookie = bookie
+        self.shutdowns: list[str] = []
+        self.registry = CollectorRegistry()
+        self.state = BookieStateManager(bookie, settings, self.registry, self.shutdowns.append)
+        self.registration = FakeRegistration()
+
+    async def start(self) -> Harness:
+        await self.state.start()
+        self.state.attach_registration(self.registration, False)
+        return self
+
+    async def registered(self, read_only: bool) -> None:
+        async with asyncio.timeout(5):
+            while self.registration.read_only != read_only:
+                self.registration.moved.clear()
+                await self.registration.moved.wait()
+
+    async def add_status(self, ledger_id: int, entry_id: int, recovery: bool = False) -> int:
+        return (await self.bookie.add_entries([add_op(ledger_id, entry_id, recovery=recovery)]))[0].status
+
+    @property
+    def server_status(self) -> float | None:
+        return self.registry.get_sample_value("bookie_SERVER_STATUS")
+
+
+@pytest.fixture
+async def bookie(tmp_path: Path) -> AsyncIterator[Bookie]:
+    async with make_bookie(make_config(tmp_path)) as b:
+        yield b
+
+
+async def test_a_full_disk_makes_the_bookie_read_only_until_it_is_writable_again(bookie: Bookie) -> None:
+    h = await Harness(bookie).start()
+    try:
+        assert h.server_status == 1.0 and not bookie.read_only
+        h.state.set_disk_status(True, True, "/data 96% used")
+        await h.registered(True)
+        assert bookie.read_only and h.server_status == 0.0
+        assert await h.add_status(1, 0) == bookie_pb2.EREADONLY
+        assert await h.add_status(1, 0, recovery=True) == bookie_pb2.EOK  # room: high priority ok
+        h.state.set_disk_status(True, False, "/data 99% used")
+        assert await h.add_status(1, 1, recovery=True) == bookie_pb2.EREADONLY
+        assert not h.state.describe()["availableForHighPriorityWrites"]
+        h.state.set_disk_status(False, True, "")
+        await h.registered(False)
+        assert await h.add_status(1, 1) == bookie_pb2.EOK
+        assert h.registration.moves == [True, False]
+    finally:
+        await h.state.close()
+
+
+async def test_an_operators_read_only_outlasts_the_disks_and_forced_is_for_good(tmp_path: Path) -> None:
+    async with make_bookie(make_config(tmp_path)) as bookie:
+        h = await Harness(bookie).start()
+        try:
+            assert h.state.set_manual(True)
+            await h.registered(True)
+            h.state.set_disk_status(True, True, "/data full")
+            h.state.set_disk_status(False, True, "")
+            assert bookie.read_only  # the disk monitor cannot undo the operator
+            assert not h.state.set_manual(False)
+            await h.registered(False)
+            assert h.registration.moves == [True, False]
+        finally:
+            await h.state.close()
+    forced = ReadOnlySettings(force_read_only=True)
+    async with make_bookie(make_config(tmp_path / "forced")) as bookie:
+        h = await Harness(bookie, forced).start()
+        try:
+            assert bookie.read_only and h.state.describe()["readOnlyReasons"] == [
+                "forceReadOnlyBookie is set: from the configuration"
+            ]
+            with pytest.raises(StateRefused, match="forceReadOnlyBookie is set"):
+                h.state.set_manual(False)
+        finally:
+            await h.state.close()
+
+
+async def test_a_failed_journal_makes_the_bookie_read_only_for_good(bookie: Bookie) -> None:
+    h = await Harness(bookie).start()
+    try:
+        await add_all(bookie, [add_op(2, 0)])
+
+        def no_space(data: bytes) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        bookie.storage.journals[0]._write = no_space  # type: ignore[method-assign]
+        assert await h.add_status(2, 1) == bookie_pb2.EIO
+        await h.registered(True)
+        state = h.state.describe()
+        assert state["readOnly"] and not state["availableForHighPriorityWrites"]
+        assert "No space left on device" in state["readOnlyReasons"][0]
+        assert await h.add_status(3, 0, recovery=True) == bookie_pb2.EREADONLY  # nothing can be journaled
+        assert h.state.set_manual(False) and bookie.read_only  # an operator cannot undo it
+        assert await bookie.read_entry(2, 0)  # reads go on
+    finally:
+        await h.state.close()
+
+
+async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(bookie: Bookie) -> None:
+    h = await Harness(bookie).start()
+    try:
+        await add_all(bookie, [add_op(4, 0)])
+        directory = bookie.storage.dirs[0]
+        real_flush = directory.flush_ledgers
+
+        def no_space(*args: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        directory.flush_ledgers = no_space  # type: ignore[method-assign]
+        with pytest.raises(OSError):
+            await bookie.storage.checkpoint()
+        await h.registered(True)
+        assert "write-cache flushes" in h.state.describe()["readOnlyReasons"][0]
+        directory.flush_ledgers = real_flush  # type: ignore[method-assign]
+        await bookie.storage.checkpoint()  # e.g. garbage collection freed space
+        await h.registered(False)
+        assert await bookie.read_entry(4, 0) and await h.add_status(4, 1) == bookie_pb2.EOK
+    finally:
+        await h.state.close()
+
+
+async def test_read_only_mode_off_shuts_the_bookie_down_instead(bookie: Bookie) -> None:
+    strict = ReadOnlySettings(read_only_mode_enabled=False)
+    h = await Harness(bookie, strict).start()
+    try:
+        with pytest.raises(StateRefused, match="readOnlyModeEnabled is false"):
+            h.state.set_manual(True)
+        assert not bookie.read_only and not h.shutdowns
+        h.state.set_disk_status(True, True, "/data 96% used")
+        h.state.set_disk_status(True, True, "/data 97% used")
+        assert h.shutdowns == [  # once
+            "disk usage above diskUsageThreshold (/data 96% used) and readOnlyModeEnabled is false"
+        ]
+        assert bookie.read_only  # refuses adds until it is down
+    finally:
+        await h.state.close()
+
+
+async def test_the_registration_is_retried_until_zookeeper_takes_it(bookie: Bookie) -> None:
+    h = await Harness(bookie).start()
+    try:
+        h.registration.failures = 2
+        h.state.set_manual(True)
+        await h.registered(True)  # after two failed moves, about a second apart
+        assert h.registration.moves == [True]
+    finally:
+        await h.state.close()
