@@ -1,8 +1,9 @@
 """The bookie's HTTP admin endpoint: ``GET /heartbeat`` -> ``OK`` and ``GET /metrics`` -> Prometheus
 text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``), plus BookKeeper's
-``/api/v1/bookie/last_log_mark`` and, on a bookie that collects garbage, ``/api/v1/bookie/gc``
+``/api/v1/bookie/last_log_mark``; on a bookie that collects garbage, ``/api/v1/bookie/gc``
 (``PUT`` runs a collection now, ``GET`` tells whether one it asked for is running) and
-``/api/v1/bookie/gc_details``.
+``/api/v1/bookie/gc_details``; on a storage bookie, ``GET /api/v1/bookie/state`` and
+``/api/v1/bookie/state/readonly`` (``GET``, and ``PUT {"readOnly": true|false}``).
 
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
@@ -34,6 +35,17 @@ class GcControl(Protocol):
     def details(self) -> dict[str, Any]: ...
 
 
+class StateControl(Protocol):
+    """What the admin endpoint needs of ``bookie.state_manager.BookieStateManager``."""
+
+    @property
+    def read_only(self) -> bool: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def set_manual_threadsafe(self, read_only: bool, timeout_s: float = 5.0) -> bool: ...
+
+
 class _AdminServer(ThreadingHTTPServer):
     daemon_threads = True
     registry: CollectorRegistry
@@ -41,6 +53,7 @@ class _AdminServer(ThreadingHTTPServer):
     # from this thread.
     last_log_marks: Callable[[], Sequence[JournalMark]] | None = None
     gc: GcControl | None = None
+    state: StateControl | None = None
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
@@ -60,6 +73,10 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._json(200, {"is_in_force_gc": str(self.server.gc.forced_running).lower()})
         elif path == "/api/v1/bookie/gc_details" and self.server.gc is not None:
             self._json(200, [self.server.gc.details()])
+        elif path == "/api/v1/bookie/state" and self.server.state is not None:
+            self._json(200, self.server.state.describe())
+        elif path == "/api/v1/bookie/state/readonly" and self.server.state is not None:
+            self._json(200, {"readOnly": self.server.state.read_only})
         else:
             self._not_found(path)
 
@@ -73,6 +90,13 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
                 return
             self.server.gc.trigger_threadsafe(*flags)
             self._json(200, {"message": "garbage collection triggered"})
+        elif path == "/api/v1/bookie/state/readonly" and self.server.state is not None:
+            try:
+                read_only = self.server.state.set_manual_threadsafe(_read_only_flag(self._body()))
+            except ValueError as exc:  # a bad body, or StateRefused
+                self._json(400, {"error": str(exc)})
+                return
+            self._json(200, {"readOnly": read_only})
         else:
             self._not_found(path)
 
@@ -102,23 +126,34 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
         log.debug("http %s: " + format, self.address_string(), *args)
 
 
-def _gc_flags(body: bytes) -> tuple[bool, bool]:
-    """``(forceMajor, forceMinor)`` from BookKeeper's optional JSON body; both default to true."""
-    if not body.strip():
-        return True, True
+def _json_object(body: bytes, example: str) -> dict[str, Any]:
     try:
         value = json.loads(body)
     except (ValueError, RecursionError):
         raise ValueError("body is not JSON") from None
     if not isinstance(value, dict):
-        raise ValueError('expected a JSON object like {"forceMajor": true, "forceMinor": false}')
-    flags = []
-    for name in ("forceMajor", "forceMinor"):
-        flag = value.get(name, True)
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name} must be true or false, got {flag!r}")
-        flags.append(flag)
-    return flags[0], flags[1]
+        raise ValueError(f"expected a JSON object like {example}")
+    return value
+
+
+def _flag(value: dict[str, Any], name: str, default: bool | None = None) -> bool:
+    flag = value.get(name, default)
+    if not isinstance(flag, bool):
+        raise ValueError(f"{name} must be true or false, got {flag!r}")
+    return flag
+
+
+def _gc_flags(body: bytes) -> tuple[bool, bool]:
+    """``(forceMajor, forceMinor)`` from BookKeeper's optional JSON body; both default to true."""
+    if not body.strip():
+        return True, True
+    value = _json_object(body, '{"forceMajor": true, "forceMinor": false}')
+    return _flag(value, "forceMajor", True), _flag(value, "forceMinor", True)
+
+
+def _read_only_flag(body: bytes) -> bool:
+    """``readOnly`` from BookKeeper's ``{"readOnly": true}`` body (required)."""
+    return _flag(_json_object(body, '{"readOnly": true}'), "readOnly")
 
 
 def _marks_json(marks: Sequence[JournalMark]) -> bytes:
@@ -138,9 +173,11 @@ class BookieHttpServer:
         self, registry: CollectorRegistry, bind_address: str = "127.0.0.1", port: int = 0,
         last_log_marks: Callable[[], Sequence[JournalMark]] | None = None,
         gc: GcControl | None = None,
+        state: StateControl | None = None,
     ) -> None:
         self._last_log_marks = last_log_marks
         self._gc = gc
+        self._state = state
         self._registry = registry
         self._bind_address = bind_address
         self._requested_port = port
@@ -154,6 +191,7 @@ class BookieHttpServer:
         server.registry = self._registry
         server.last_log_marks = self._last_log_marks
         server.gc = self._gc
+        server.state = self._state
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)

@@ -24,10 +24,12 @@ from bkproto.errors import BKError
 from bookie.api import BookieCore
 from bookie.bookie import Bookie
 from bookie.config import BookieConfig, ConfigError
+from bookie.disk_monitor import DiskMonitor, DiskStatus
 from bookie.gc import GarbageCollector, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
 from bookie.http import BookieHttpServer
 from bookie.service import BookieService
+from bookie.state_manager import BookieStateManager, ReadOnlyRegistration, WritableCore
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,10 @@ class BookieDaemon:
         self.http: BookieHttpServer | None = None
         self._registration: Registration | None = None
         self.gc: GarbageCollector | None = None
+        self.state: BookieStateManager | None = None
+        self.disks: DiskMonitor | None = None
         self._stopping = asyncio.Event()
+        self.exit_code = 0
 
     async def start(self) -> None:
         """Bind, check the cookie, open storage, serve, then register.
@@ -107,17 +112,19 @@ class BookieDaemon:
             self._registration = registration_factory(config)
             await self._registration.start()  # connects and verifies the cookie
         await self.core.start()  # replays the journal from the last log mark
-        await self.service.start()
         self.gc = self._garbage_collector()
+        await self._start_state()  # before serving: a full disk must refuse the first add
+        await self.service.start()
         if self.gc is not None:
             await self.gc.start()
         http_port: int | None = None
         if config.http_enabled:
             self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
-                                         last_log_marks=self.core.last_log_marks, gc=self.gc)
+                                         last_log_marks=self.core.last_log_marks, gc=self.gc,
+                                         state=self.state)
             http_port = await asyncio.to_thread(self.http.start)
         if self._registration is not None:
-            await self._registration.register(http_port)
+            await self._register(self._registration, http_port)
         log.info(
             "bookie %s ready: grpc %s:%d, http %s",
             config.bookie_id,
@@ -125,6 +132,41 @@ class BookieDaemon:
             port,
             http_port if http_port is not None else "off",
         )
+
+    async def _start_state(self) -> None:
+        """The read-only state and the disk monitor that feeds it (a storage core only)."""
+        core, config = self.core, self.config
+        if not isinstance(core, WritableCore):
+            return
+        self.state = BookieStateManager(core, config.read_only, self.registry, self._fail)
+        await self.state.start()
+        self.disks = DiskMonitor([*config.journal_dirs, *config.ledger_dirs], config.read_only,
+                                 self.registry, self._on_disk_status)
+        await self.disks.start()
+
+    def _on_disk_status(self, status: DiskStatus) -> None:
+        assert self.state is not None
+        self.state.set_disk_status(status.read_only, status.room_for_high_priority, status.describe())
+        if self.gc is not None:
+            self.gc.suspend_compaction(major=bool(status.almost_full), minor=bool(status.full))
+
+    async def _register(self, registration: Registration, http_port: int | None) -> None:
+        """Register where the state says (``available/`` or ``available/readonly/``), then let
+        the state manager move the znode on every change."""
+        state = self.state
+        if state is None or not isinstance(registration, ReadOnlyRegistration):
+            await registration.register(http_port)
+            return
+        read_only = state.read_only
+        await registration.set_read_only(read_only)  # not registered yet: this only picks where
+        await registration.register(http_port)
+        state.attach_registration(registration, read_only)
+
+    def _fail(self, why: str) -> None:
+        """Stop with exit code 1 (a disk filled or a journal failed with read-only mode off)."""
+        log.error("bookie shutting down: %s", why)
+        self.exit_code = 1
+        self.request_stop()
 
     def _garbage_collector(self) -> GarbageCollector | None:
         """Collection compares local ledgers with the metadata store's: it needs both."""
@@ -143,9 +185,16 @@ class BookieDaemon:
     async def close(self) -> None:
         """Stop collecting, unregister, drain requests, flush and checkpoint storage, stop HTTP.
         Idempotent."""
+        if self.disks is not None:
+            disks, self.disks = self.disks, None
+            await _logged(disks.close(), "stop the disk monitor")
         if self.gc is not None:
             gc, self.gc = self.gc, None
             await _logged(gc.close(), "stop garbage collection")
+        if self.state is not None:
+            state, self.state = self.state, None
+            state.shutting_down = True
+            await _logged(state.close(), "stop the state manager")
         if self._registration is not None:
             registration, self._registration = self._registration, None
             await _logged(registration.close(), "unregister")
@@ -187,4 +236,4 @@ async def run_daemon(config: BookieConfig, core_factory: CoreFactory = storage_c
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
     log.info("bookie %s stopped", daemon.config.bookie_id)
-    return 0
+    return daemon.exit_code

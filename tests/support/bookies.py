@@ -204,6 +204,12 @@ class BookieProcess:
                 raise RuntimeError(f"bookie {self.address} ignored SIGTERM for {timeout} s") from None
         return proc.returncode
 
+    def wait_exit(self, timeout: float) -> int:
+        """Wait for the bookie to exit on its own; returns the exit code."""
+        if self._proc is None:
+            raise RuntimeError("bookie was never started")
+        return self._proc.wait(timeout)
+
     def kill9(self) -> None:
         """SIGKILL: no shutdown code runs, exactly like a crash."""
         proc = self._proc

@@ -180,6 +180,7 @@ class GarbageCollector:
         self.compacting: str | None = None
         self.last_major_ms = self.last_minor_ms = 0
         self.major_compactions = self.minor_compactions = 0
+        self.major_suspended = self.minor_suspended = False
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -209,6 +210,15 @@ class GarbageCollector:
             raise RuntimeError("garbage collector not started")
         self._loop.call_soon_threadsafe(self.trigger, force_major, force_minor)
 
+    def suspend_compaction(self, major: bool, minor: bool) -> None:
+        """Pause compaction while the disks are nearly full (major) or full (both), as BookKeeper
+        does: compaction writes the live entries anew before it deletes their old log, so it needs
+        room first. Collection itself goes on: deleting ledgers only frees space."""
+        if (major, minor) != (self.major_suspended, self.minor_suspended):
+            log.info("compaction: major %s, minor %s",
+                     "paused" if major else "on", "paused" if minor else "on")
+        self.major_suspended, self.minor_suspended = major, minor
+
     def details(self) -> dict[str, Any]:
         """``GET /api/v1/bookie/gc_details``."""
         return {
@@ -228,6 +238,8 @@ class GarbageCollector:
             "lastMinorCompactionTime": self.last_minor_ms,
             "majorCompactionCounter": self.major_compactions,
             "minorCompactionCounter": self.minor_compactions,
+            "majorCompactionSuspended": self.major_suspended,
+            "minorCompactionSuspended": self.minor_suspended,
         }
 
     async def _run_forever(self) -> None:
@@ -286,9 +298,11 @@ class GarbageCollector:
         """The major pass if it is due (or forced), else the minor one if due; none if neither."""
         s = self._settings
         now = time.monotonic()
-        if s.major_enabled and (force_major or now - self._last_major >= s.major_interval_s):
+        major_ok = s.major_enabled and not self.major_suspended
+        minor_ok = s.minor_enabled and not self.minor_suspended
+        if major_ok and (force_major or now - self._last_major >= s.major_interval_s):
             kind, threshold = "major", s.major_threshold
-        elif s.minor_enabled and (force_minor or now - self._last_minor >= s.minor_interval_s):
+        elif minor_ok and (force_minor or now - self._last_minor >= s.minor_interval_s):
             kind, threshold = "minor", s.minor_threshold
         else:
             return None, Compacted()

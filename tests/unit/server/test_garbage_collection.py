@@ -6,7 +6,9 @@ a fake behind the collector's own ``LedgerLister`` interface."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -199,15 +201,21 @@ async def _write_interleaved(bookie: Bookie, ledgers: tuple[int, ...], count: in
         await bookie.storage.checkpoint()
 
 
-async def test_major_compaction_rewrites_half_dead_logs_and_keeps_every_live_entry(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+@contextlib.asynccontextmanager
+async def _half_dead_logs(config: StorageConfig) -> AsyncIterator[tuple[Bookie, GarbageCollector]]:
+    """A bookie whose logs hold ledgers 1 and 2 side by side (120 entries each), ledger 1 being
+    deleted from the metadata, and a collector for it."""
     metadata = FakeMetadata({1, 2})
     async with make_bookie(config) as bookie:
         await _write_interleaved(bookie, (1, 2), 120, 20)
         metadata.ledgers.discard(1)
-        before = _log_files(config)
-        collector = _collector(bookie, metadata)
+        yield bookie, _collector(bookie, metadata)
 
+
+async def test_major_compaction_rewrites_half_dead_logs_and_keeps_every_live_entry(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with _half_dead_logs(config) as (bookie, collector):
+        before = _log_files(config)
         run = await collector.collect(force_minor=True)  # ~50 % live: above the minor threshold
         assert run is not None and run.compaction == "minor" and run.compacted.logs == 0
         assert run.deleted_ledgers == 1 and run.usage.deleted_logs == 0  # no log was all garbage
@@ -230,6 +238,25 @@ async def test_major_compaction_rewrites_half_dead_logs_and_keeps_every_live_ent
     bookie.abandon()
     async with make_bookie(config) as reopened:
         await _assert_readable(reopened, 2, 120)
+
+
+async def test_a_nearly_full_disk_pauses_compaction_but_not_deletion(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with _half_dead_logs(config) as (bookie, collector):
+        before = _log_files(config)
+        collector.suspend_compaction(major=True, minor=True)  # full: compaction needs room to copy
+        run = await collector.collect(force_major=True, force_minor=True)
+        assert run is not None and run.deleted_ledgers == 1 and run.compaction is None
+        assert _log_files(config) == before  # every log still holds a live entry of ledger 2
+        details = collector.details()
+        assert details["majorCompactionSuspended"] and details["minorCompactionSuspended"]
+        collector.suspend_compaction(major=True, minor=False)  # above the warning share only
+        run = await collector.collect(force_major=True, force_minor=True)
+        assert run is not None and run.compaction == "minor"
+        collector.suspend_compaction(major=False, minor=False)
+        run = await collector.collect(force_major=True)
+        assert run is not None and run.compaction == "major" and run.compacted.logs > 0
+        await _assert_readable(bookie, 2, 120)
 
 
 async def test_compaction_leaves_logs_of_live_ledgers_alone(tmp_path: Path) -> None:
