@@ -36,12 +36,16 @@ class ReadOnlyReason(enum.Enum):
     MANUAL = "set read-only through the admin API"
     DISK_FULL = "disk usage above diskUsageThreshold"
     JOURNAL_FAILED = "a journal write failed (restart the bookie once the disk is fixed)"
+    INDEX_FAILED = "an index write failed (restart the bookie once the disk is fixed)"
     FLUSH_FAILING = "write-cache flushes to the entry logs fail"
 
 
-_AUTOMATIC = frozenset(
-    {ReadOnlyReason.DISK_FULL, ReadOnlyReason.JOURNAL_FAILED, ReadOnlyReason.FLUSH_FAILING}
-)
+_AUTOMATIC = frozenset({
+    ReadOnlyReason.DISK_FULL, ReadOnlyReason.JOURNAL_FAILED, ReadOnlyReason.INDEX_FAILED,
+    ReadOnlyReason.FLUSH_FAILING,
+})
+# failures only a restart ends; until then nothing new can be stored, not even recovery adds
+_BROKEN = frozenset({ReadOnlyReason.JOURNAL_FAILED, ReadOnlyReason.INDEX_FAILED})
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,7 @@ class BookieStateManager:
 
     @property
     def high_priority_writes(self) -> bool:
-        return self._disk_room and ReadOnlyReason.JOURNAL_FAILED not in self._reasons
+        return self._disk_room and _BROKEN.isdisjoint(self._reasons)
 
     def describe(self) -> dict[str, Any]:
         """``GET /api/v1/bookie/state``: BookKeeper's fields, plus why the bookie is read-only."""
@@ -201,6 +205,7 @@ class BookieStateManager:
     def _on_storage_health(self) -> None:
         health = self._core.health
         self._set(ReadOnlyReason.JOURNAL_FAILED, health.journal_failure)
+        self._set(ReadOnlyReason.INDEX_FAILED, health.index_failure)
         self._set(ReadOnlyReason.FLUSH_FAILING, health.flush_failure)
 
     def _set(self, reason: ReadOnlyReason, detail: str | None) -> None:

@@ -34,7 +34,7 @@ from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
 from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
-from .ledger_directory import KvFactory, LedgerDirectory, rocks_kv
+from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv
 from .log_garbage import LogUsage
 from .read_cache import ReadCache
 from .stats import StorageStats
@@ -189,6 +189,10 @@ class DbLedgerStorage:
         cache = self.write_cache
         if cache.has_room(nbytes):
             return
+        if self.health.index_failure is not None:
+            raise BookieError(
+                bookie_pb2.EIO, f"write cache is full and cannot be flushed: {self.health.index_failure}"
+            )
         if cache.flushing is None:
             self._start_flush()  # the usual swap: the fresh half has room at once
             if cache.has_room(nbytes):
@@ -211,6 +215,8 @@ class DbLedgerStorage:
     def after_put(self) -> None:
         cache = self.write_cache
         self.stats.write_cache_size.set(cache.size)
+        if self.health.index_failure is not None:
+            return  # flushes cannot succeed before a restart (make_room refuses once full)
         if cache.active.size >= cache.half_capacity and cache.flushing is None and not self._closed:
             self._start_flush()
         elif cache.active.size >= cache.half_capacity // 2 and cache.flushing is not None:
@@ -228,6 +234,7 @@ class DbLedgerStorage:
         self._filling_since = now
         self._pacer = FlushPacer(half.size, budget)
         self._flush_task = asyncio.create_task(self._flush(half, marks), name="bookie-flush")
+        self._flush_task.add_done_callback(_failure_seen)
 
     async def _flush(self, half: WriteCacheHalf, marks: list[LogMark]) -> None:
         started = time.perf_counter()
@@ -237,7 +244,10 @@ class DbLedgerStorage:
             # the half stays readable and its journal records stay (mark not advanced); retry later
             log.exception("write-cache flush failed")
             self.write_cache.active, self.write_cache.flushing = _merge(half, self.write_cache.active), None
-            self.health.flush_failed(exc)
+            if isinstance(exc, IndexWriteError):
+                self.health.index_failed(exc)
+            else:
+                self.health.flush_failed(exc)
             raise
         finally:
             self._flush_done.set()
@@ -289,7 +299,7 @@ class DbLedgerStorage:
                 for journal, mark in zip(self.journals, self.marks, strict=True)
             )
             dirty = self.write_cache.active.size > 0 or behind
-            if dirty and self.write_cache.flushing is None:
+            if dirty and self.write_cache.flushing is None and self.health.index_failure is None:
                 self._start_flush()
                 with contextlib.suppress(Exception):
                     await self._wait_flush()
@@ -382,6 +392,13 @@ class DbLedgerStorage:
     async def entry_ids(self, ledger_id: int) -> list[int]:
         stored = await asyncio.to_thread(self.dir_for(ledger_id).locations.entry_ids, ledger_id)
         return sorted(set(stored).union(self.write_cache.entry_ids(ledger_id)))
+
+
+def _failure_seen(task: asyncio.Task[None]) -> None:
+    """A failed flush logs its error and callers awaiting it get it, but nothing awaits one an
+    add started: without this, asyncio would log it once more as 'never retrieved'."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _merge(old: WriteCacheHalf, new: WriteCacheHalf) -> WriteCacheHalf:

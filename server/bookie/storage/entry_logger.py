@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 import crc32c
 
+from .fileio import pwrite_all
 from .journal_file import fsync_dir
 from .write_behind import start_write_behind
 
@@ -57,6 +58,15 @@ def parse_log_name(name: str) -> int | None:
         return int(name[:-4], 16)
     except ValueError:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class WritePosition:
+    """Where the next append goes, and the open log's ledger map so far (see ``rewind``)."""
+
+    log_id: int
+    offset: int
+    ledger_bytes: dict[int, int]
 
 
 class EntryLogger:
@@ -99,6 +109,20 @@ class EntryLogger:
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
+
+    def position(self) -> WritePosition:
+        return WritePosition(self.current_id, self._offset, dict(self._ledger_bytes))
+
+    def rewind(self, position: WritePosition) -> bool:
+        """Forget the appends since ``position``: a flush failed before it indexed them, and its
+        retry must write over those bytes, not after them, or every retry on a full disk eats
+        another write-cache half of space. Only within the log still open; a log finished since
+        keeps its bytes (its ledger map counts them)."""
+        if self._fd < 0 or self.current_id != position.log_id:
+            return False
+        self._offset = position.offset
+        self._ledger_bytes = dict(position.ledger_bytes)
+        return True
 
     def append(
         self, ledger_id: int, entry_ids: Sequence[int], bodies: Mapping[int, bytes]
@@ -145,8 +169,7 @@ class EntryLogger:
     def _write_at(self, parts: list[bytes], offset: int) -> None:
         if parts:
             data = b"".join(parts)
-            if os.pwrite(self._fd, data, offset) != len(data):
-                raise OSError("short entry-log write")
+            pwrite_all(self._fd, data, offset)
             start_write_behind(self._fd, offset, len(data))  # see write_behind: no burst at the fsync
 
     def sync(self) -> None:

@@ -3,7 +3,9 @@ while they last, so clients take their writes elsewhere instead of retrying into
 
 - A journal that failed stays failed: its file may end in a torn record, and BookKeeper shuts the
   bookie down on a journal error. Here the bookie keeps serving reads until it is restarted.
-- A write-cache flush that failed is retried (its entries stay in the cache and in the journal);
+- An index (RocksDB) that failed a write stays failed too: RocksDB refuses every later write
+  until it is reopened, so flushes stop (each retry would only write the entry logs again).
+- A write-cache flush that failed otherwise is retried (its entries stay in the cache and in the journal);
   the failure ends with the first flush that succeeds, e.g. once garbage collection freed space.
 
 Only the event loop changes it; listeners run there too.
@@ -21,6 +23,7 @@ log = logging.getLogger(__name__)
 class StorageHealth:
     def __init__(self) -> None:
         self.journal_failure: str | None = None
+        self.index_failure: str | None = None
         self.flush_failure: str | None = None
         self._listeners: list[Callable[[], None]] = []
 
@@ -31,6 +34,11 @@ class StorageHealth:
     def journal_failed(self, directory: Path, error: BaseException) -> None:
         if self.journal_failure is None:
             self.journal_failure = f"journal {directory}: {error}"
+            self._changed()
+
+    def index_failed(self, error: BaseException) -> None:
+        if self.index_failure is None:
+            self.index_failure = str(error)
             self._changed()
 
     def flush_failed(self, error: BaseException) -> None:

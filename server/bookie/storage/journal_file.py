@@ -22,6 +22,7 @@ import os
 import threading
 from pathlib import Path
 
+from .fileio import pwrite_all
 from .journal_format import FILE_HEADER_SIZE, file_header, file_name
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,7 @@ class JournalFile:
         return end
 
     def _pwrite(self, data: bytes) -> None:
-        written = os.pwrite(self._fd, data, self.offset)
-        if written != len(data):
-            raise OSError(f"short journal write: {written} of {len(data)} bytes")
+        pwrite_all(self._fd, data, self.offset)
 
     def sync(self) -> None:
         os.fdatasync(self._fd)

@@ -27,6 +27,11 @@ def rocks_kv(path: Path) -> KeyValueStorage:
     return RocksKeyValueStorage(path)
 
 
+class IndexWriteError(Exception):
+    """A write to a directory's RocksDB index failed. RocksDB then refuses every later write
+    ("Writer has previous error") until it is reopened, so flushes stop until a restart."""
+
+
 class LedgerDirectory:
     def __init__(self, root: Path, entry_log_size_limit: int, kv_factory: KvFactory = rocks_kv) -> None:
         self.root = root
@@ -54,6 +59,32 @@ class LedgerDirectory:
     def _flush_ledgers(
         self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int
     ) -> int:
+        start = self.entry_logger.position()
+        try:
+            keys, locations, done_bytes = self._append(ledgers, pacer, done_bytes)
+            if keys:
+                self.entry_logger.sync()
+        except Exception:
+            self.entry_logger.rewind(start)  # nothing points at those bytes yet
+            raise
+        try:
+            for first in range(0, len(keys), FLUSH_SLICE_ENTRIES):
+                began = time.perf_counter()
+                end = first + FLUSH_SLICE_ENTRIES
+                self.locations.add_batch(keys[first:end], locations[first:end])
+                if end < len(keys):
+                    pacer.pause(began, done_bytes)
+            self.locations.sync()
+            self.ledgers.sync()
+        except Exception as exc:
+            raise IndexWriteError(f"index of {self.root}: {exc}") from exc
+        return done_bytes
+
+    def _append(
+        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int
+    ) -> tuple[list[bytes], list[bytes], int]:
+        """Each ledger's entries into the entry log, slice by slice; their index keys and
+        locations, and ``done_bytes`` plus what was written."""
         keys: list[bytes] = []
         locations: list[bytes] = []
         since_pause = 0
@@ -73,17 +104,7 @@ class LedgerDirectory:
                     pacer.pause(began, done_bytes)
                     since_pause = 0
                     began = time.perf_counter()
-        if keys:
-            self.entry_logger.sync()
-            for start in range(0, len(keys), FLUSH_SLICE_ENTRIES):
-                began = time.perf_counter()
-                end = start + FLUSH_SLICE_ENTRIES
-                self.locations.add_batch(keys[start:end], locations[start:end])
-                if end < len(keys):
-                    pacer.pause(began, done_bytes)
-        self.locations.sync()
-        self.ledgers.sync()
-        return done_bytes
+        return keys, locations, done_bytes
 
     # ---- garbage collection ------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ from bookie.bookie import Bookie
 from bookie.config import ConfigError, load_config
 from bookie.disk_monitor import DirUsage, DiskChecker, DiskMonitor, DiskStatus
 from bookie.state_manager import BookieStateManager, ReadOnlySettings, StateRefused
+from bookie.storage.entry_logger import RECORD_HEADER_SIZE
+from bookie.storage.ledger_directory import IndexWriteError
 
 GiB = 1024**3
 A, B = Path("/a"), Path("/b")
@@ -248,6 +250,68 @@ async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(book
         assert await bookie.read_entry(4, 0) and await h.add_status(4, 1) == bookie_pb2.EOK
     finally:
         await h.state.close()
+
+
+async def test_a_flush_that_failed_on_a_full_disk_is_retried_over_the_same_bytes(bookie: Bookie) -> None:
+    directory = bookie.storage.dirs[0]
+    logger = directory.entry_logger
+    await add_all(bookie, [add_op(5, e) for e in range(3)])
+    await bookie.storage.checkpoint()
+    before = logger.position()
+    real_sync = logger.sync
+    calls = 0
+
+    def sync_fails_once() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_sync()
+
+    logger.sync = sync_fails_once  # type: ignore[method-assign]
+    ops = [add_op(5, e) for e in range(3, 103)]
+    await add_all(bookie, ops)
+    with pytest.raises(OSError):
+        await bookie.storage.checkpoint()
+    assert bookie.storage.health.flush_failure is not None
+    await bookie.storage.checkpoint()  # the retry writes where the failed attempt did
+    assert bookie.storage.health.flush_failure is None
+    one_copy = sum(RECORD_HEADER_SIZE + len(op.body) for op in ops)
+    assert logger.position().offset == before.offset + one_copy
+    for e in range(103):
+        assert await bookie.read_entry(5, e) == add_op(5, e).body
+
+
+async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path) -> None:
+    config = make_config(tmp_path, write_cache_max_size_mb=1)
+    async with make_bookie(config) as bookie:
+        h = await Harness(bookie).start()
+        try:
+            await add_all(bookie, [add_op(6, 0)])
+            directory = bookie.storage.dirs[0]
+
+            def rocksdb_refuses() -> None:
+                raise RuntimeError("IO error: Writer has previous error.")
+
+            directory.locations.sync = rocksdb_refuses  # type: ignore[method-assign]
+            with pytest.raises(IndexWriteError):
+                await bookie.storage.checkpoint()
+            await h.registered(True)
+            assert "Writer has previous error" in h.state.describe()["readOnlyReasons"][0]
+            assert not h.state.high_priority_writes
+            log_end = directory.entry_logger.position().offset
+            # no more flushes, so no more copies in the entry log; a full cache is an EIO
+            big = [add_op(6, e, recovery=True, payload=bytes(64 * 1024)) for e in range(1, 40)]
+            bookie.set_write_mode(read_only=False)  # as if the state said so: the storage decides
+            statuses = {r.status for r in await bookie.add_entries(big)}
+            assert bookie_pb2.EIO in statuses
+            assert directory.entry_logger.position().offset == log_end
+            assert await bookie.read_entry(6, 0) == add_op(6, 0).body  # still served from the cache
+        finally:
+            await h.state.close()
+            bookie.abandon()  # a crash, as a restart after the failure would be
+    async with make_bookie(config) as restarted:  # the journal puts entry 0 back, indexed this time
+        assert await restarted.read_entry(6, 0) == add_op(6, 0).body
 
 
 async def test_read_only_mode_off_shuts_the_bookie_down_instead(bookie: Bookie) -> None:
