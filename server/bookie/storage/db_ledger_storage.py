@@ -230,7 +230,9 @@ class DbLedgerStorage:
         half = self.write_cache.swap()
         marks = [journal.written_mark for journal in self.journals]
         now = time.monotonic()
-        budget = (now - self._filling_since) * BUDGET_SHARE_OF_FILL_TIME if paced else 0.0
+        # at most a flush interval: the checkpoint waits for the flush, and the next is due then
+        fill_time = min(now - self._filling_since, self.config.flush_interval_ms / 1000.0)
+        budget = fill_time * BUDGET_SHARE_OF_FILL_TIME if paced else 0.0
         self._filling_since = now
         self._pacer = FlushPacer(half.size, budget)
         self._flush_task = asyncio.create_task(self._flush(half, marks), name="bookie-flush")

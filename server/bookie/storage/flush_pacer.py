@@ -17,11 +17,14 @@ thread, and sleeps between slices for two reasons:
   each instead of ~0.3 s.
 
 If the active half fills faster than that (past half full while the flush runs), or an add is
-waiting for room, ``hurry`` drops the schedule back to the GIL floor.
+waiting for room, ``hurry`` drops the schedule back to the GIL floor, and cuts short a pause it
+finds under way: after a quiet spell a half can take minutes to fill, and a flush that slept out
+its schedule through a burst kept both halves full and adds waiting past the client's timeout.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 FLUSH_SLICE_ENTRIES = 256  # about 0.5-1 ms of CPU per slice
@@ -36,17 +39,20 @@ class FlushPacer:
         self._budget_s = max(0.0, budget_s)
         self._began = time.perf_counter()
         self._hurried = budget_s <= 0
+        self._woken = threading.Event()
 
     def hurry(self) -> None:
-        """From any thread: keep only the GIL floor from the next slice on."""
+        """From any thread: keep only the GIL floor, from the pause under way on."""
         self._hurried = True
+        self._woken.set()
 
     def pause(self, slice_began: float, done_bytes: int) -> None:
         """After a slice that started at ``slice_began`` (``perf_counter``), with ``done_bytes``
         of the flush written: sleep as long as the slice took, or longer if ahead of schedule."""
         now = time.perf_counter()
-        delay = now - slice_began
+        floor = now - slice_began
         if not self._hurried:
             due = self._began + self._budget_s * min(1.0, done_bytes / self._total)
-            delay = max(delay, due - now)
-        time.sleep(delay)
+            if due - now > floor:
+                self._woken.wait(due - now - floor)  # the schedule's part: hurry() ends it
+        time.sleep(floor)

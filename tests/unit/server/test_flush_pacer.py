@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,13 @@ def test_paced_flush_is_spread_over_its_budget() -> None:
 def test_unpaced_or_hurried_flush_does_not_wait_for_the_schedule() -> None:
     assert _flush(FlushPacer(1000, 0.0), 10, 1000) < 0.2
     assert _flush(FlushPacer(1000, 30.0), 10, 1000, after_slice=1) < 5.0  # one slice on schedule
+
+
+def test_hurry_cuts_short_a_pause_under_way() -> None:
+    """A small half that filled slowly gets a long schedule; a burst must not wait it out."""
+    pacer = FlushPacer(1000, 120.0)
+    threading.Timer(0.2, pacer.hurry).start()
+    assert _flush(pacer, 10, 1000) < 2.0
 
 
 async def test_a_half_filling_up_swaps_without_counting_a_throttled_add(tmp_path: Path) -> None:
