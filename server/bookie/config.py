@@ -202,6 +202,10 @@ KEYS: dict[str, Key] = {
     "dbStorage_readAheadCacheMaxSizeMb": Key(_int(1), "read_ahead_cache_max_size_mb"),
     "dbStorage_readAheadCacheBatchSize": Key(_int(1), "read_ahead_batch_size"),
     "logSizeLimit": Key(_int(1024 * 1024), "entry_log_size_limit"),
+    "minUsableSizeForEntryLogCreation": Key(
+        _int(0), "min_usable_for_entry_log_bytes",
+        help="bytes a ledger directory needs free for a new entry log (1.2 x logSizeLimit)",
+    ),
     "flushInterval": Key(_int(1), "flush_interval_ms"),
 }
 

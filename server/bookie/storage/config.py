@@ -46,6 +46,10 @@ class StorageConfig:
     read_ahead_batch_size: int = 100
     # logSizeLimit (1 GiB): entry log rolls past this size
     entry_log_size_limit: int = 1024 * 1024 * 1024
+    # minUsableSizeForEntryLogCreation (1.2 x logSizeLimit when None): a new entry log needs this
+    # much free space in its directory. The reserve keeps room for the indexes and for garbage
+    # collection, which must write to free space: RocksDB refuses all writes after one ENOSPC.
+    min_usable_for_entry_log_bytes: int | None = None
     # flushInterval (10000 ms): write cache is flushed (checkpoint) at least this often
     flush_interval_ms: int = 10_000
     # not a BookKeeper key: long-poll reads parked at once before new ones are refused
@@ -58,6 +62,12 @@ class StorageConfig:
             raise ValueError("at least one journal dir and one ledger dir are needed")
         if self.write_cache_max_size_mb < 1:
             raise ValueError("write_cache_max_size_mb must be >= 1")
+
+    @property
+    def entry_log_reserve_bytes(self) -> int:
+        if self.min_usable_for_entry_log_bytes is not None:
+            return self.min_usable_for_entry_log_bytes
+        return int(1.2 * self.entry_log_size_limit)
 
     @property
     def write_cache_bytes(self) -> int:

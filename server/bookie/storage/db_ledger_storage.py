@@ -96,12 +96,20 @@ class DbLedgerStorage:
         for journal in self.journals:
             journal.start(loop)
         # checkpoint what replay put back, so the next start does not replay it again
-        await self._run_flush()
+        # If that fails (e.g. a full disk; the flush logs why), the entries stay in the write
+        # cache and the journal, and the health report makes the bookie read-only: it starts,
+        # serves reads, and garbage collection can free space.
+        with contextlib.suppress(Exception):
+            await self._run_flush()
         self._timer = asyncio.create_task(self._flush_timer(), name="bookie-flush-timer")
 
     def _open_and_replay(self) -> None:
         roots = [Path(d) for d in self.config.ledger_dirs]
-        self.dirs = [LedgerDirectory(r, self.config.entry_log_size_limit, self._kv_factory) for r in roots]
+        config = self.config
+        self.dirs = [
+            LedgerDirectory(r, config.entry_log_size_limit, self._kv_factory, config.entry_log_reserve_bytes)
+            for r in roots
+        ]
         self.marks = [read_mark(roots, name) for name in self._mark_files]
         started = time.perf_counter()
         for index, journal in enumerate(self.journals):

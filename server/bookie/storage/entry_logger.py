@@ -13,6 +13,7 @@ lists and deletes finished logs under the ledger directory's lock, which the flu
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -70,9 +71,10 @@ class WritePosition:
 
 
 class EntryLogger:
-    def __init__(self, directory: Path, size_limit: int) -> None:
+    def __init__(self, directory: Path, size_limit: int, reserve_bytes: int = 0) -> None:
         self.directory = directory
         self.size_limit = size_limit
+        self.reserve_bytes = reserve_bytes  # free space a new log needs (see StorageConfig)
         directory.mkdir(parents=True, exist_ok=True)
         ids = [i for i in (parse_log_name(p.name) for p in directory.iterdir()) if i is not None]
         self._next_id = (max(ids) + 1) if ids else 0
@@ -87,6 +89,12 @@ class EntryLogger:
     # ---- writing (flush thread) -------------------------------------------------------------
 
     def _open_new(self) -> None:
+        if self.reserve_bytes:
+            st = os.statvfs(self.directory)
+            free = st.f_bavail * st.f_frsize
+            if free < self.reserve_bytes:
+                raise OSError(errno.ENOSPC, f"{self.directory} has {free} bytes free, less than"
+                              f" minUsableSizeForEntryLogCreation={self.reserve_bytes}: no new entry log")
         log_id = self._next_id
         self._next_id += 1
         path = self.directory / log_name(log_id)

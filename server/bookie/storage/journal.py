@@ -138,7 +138,12 @@ class Journal:
         self._loop = loop
         self._room = asyncio.Event()
         ids = self.file_ids()
-        self._open_file((ids[-1] + 1) if ids else 1)
+        try:
+            self._open_file((ids[-1] + 1) if ids else 1)
+        except OSError as exc:  # a full disk: start without writes (read-only) rather than not at all
+            log.error("journal %s: cannot open a new file: %s", self._s.directory, exc)
+            self._failure = exc
+            self._health.journal_failed(self._s.directory, exc)
         self._thread = threading.Thread(target=self._run, name=self._s.thread_name, daemon=True)
         self._thread.start()
 

@@ -48,7 +48,6 @@ class JournalFile:
         path = directory / file_name(journal_id)
         self.journal_id = journal_id
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.pwrite(self._fd, file_header(journal_id), 0)
         self.offset = FILE_HEADER_SIZE
         self._fill_ahead = max(1, fill_ahead)
         self._piece = min(_PIECE, self._fill_ahead)
@@ -56,9 +55,14 @@ class JournalFile:
         self._filling = False  # the helper is writing a piece at _filled (it owns those bytes)
         self._closing = False
         self._changed = threading.Condition()
-        self._fill_piece()  # the first piece inline, so the first groups find filled blocks
-        os.fsync(self._fd)
-        fsync_dir(directory)
+        try:
+            pwrite_all(self._fd, file_header(journal_id), 0)
+            self._fill_piece()  # the first piece inline, so the first groups find filled blocks
+            os.fsync(self._fd)
+            fsync_dir(directory)
+        except OSError:  # e.g. a full disk: the file stays (replay skips a bad header), the fd not
+            os.close(self._fd)
+            raise
         self._helper = threading.Thread(target=self._fill_loop, name="bookie-journal-fill", daemon=True)
         self._helper.start()
         log.info("journal file %s opened", path)

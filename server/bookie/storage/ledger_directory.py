@@ -33,11 +33,13 @@ class IndexWriteError(Exception):
 
 
 class LedgerDirectory:
-    def __init__(self, root: Path, entry_log_size_limit: int, kv_factory: KvFactory = rocks_kv) -> None:
+    def __init__(
+        self, root: Path, entry_log_size_limit: int, kv_factory: KvFactory = rocks_kv, reserve_bytes: int = 0
+    ) -> None:
         self.root = root
         current = root / "current"
         current.mkdir(parents=True, exist_ok=True)
-        self.entry_logger = EntryLogger(current, entry_log_size_limit)
+        self.entry_logger = EntryLogger(current, entry_log_size_limit, reserve_bytes)
         self._ledgers_kv = kv_factory(current / "ledgers")
         self._locations_kv = kv_factory(current / "locations")
         self.ledgers = LedgerIndex(self._ledgers_kv)

@@ -19,7 +19,8 @@ from bookie.bookie import Bookie
 from bookie.config import ConfigError, load_config
 from bookie.disk_monitor import DirUsage, DiskChecker, DiskMonitor, DiskStatus
 from bookie.state_manager import BookieStateManager, ReadOnlySettings, StateRefused
-from bookie.storage.entry_logger import RECORD_HEADER_SIZE
+from bookie.storage import journal as journal_module
+from bookie.storage.entry_logger import RECORD_HEADER_SIZE, EntryLogger
 from bookie.storage.ledger_directory import IndexWriteError
 
 GiB = 1024**3
@@ -89,6 +90,9 @@ def test_settings_are_checked_and_read_from_bookkeeper_keys(tmp_path: Path) -> N
     assert defaults.read_only_mode_enabled and defaults.any_disk_full and not defaults.force_read_only
     assert defaults.check_interval_s == 10.0
     assert defaults.min_usable_high_priority_bytes == int(1.2 * GiB)  # 1.2 x logSizeLimit
+    assert load_config(None, {}, {}).storage_config().entry_log_reserve_bytes == int(1.2 * GiB)
+    no_reserve = load_config(None, {"BK_minUsableSizeForEntryLogCreation": "0"})
+    assert no_reserve.storage_config().entry_log_reserve_bytes == 0
     config = load_config(None, {
         "BK_diskUsageThreshold": "0.8", "BK_diskUsageLwmThreshold": "0.7", "BK_diskCheckInterval": "500",
         "BK_logSizeLimit": str(64 * 1024 * 1024), "BK_readOnlyModeOnAnyDiskFullEnabled": "false",
@@ -312,6 +316,42 @@ async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path
             bookie.abandon()  # a crash, as a restart after the failure would be
     async with make_bookie(config) as restarted:  # the journal puts entry 0 back, indexed this time
         assert await restarted.read_entry(6, 0) == add_op(6, 0).body
+
+
+def test_a_new_entry_log_needs_its_reserve_of_free_space(tmp_path: Path) -> None:
+    logger = EntryLogger(tmp_path, 1024 * 1024, reserve_bytes=1 << 62)
+    with pytest.raises(OSError, match="less than minUsableSizeForEntryLogCreation") as caught:
+        logger.append(1, [0], {0: add_op(1, 0).body})
+    assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
+
+
+async def test_a_bookie_starts_read_only_on_a_disk_it_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room for a new entry log (the replay's checkpoint fails) nor for a new journal file: the
+    bookie still starts, read-only, and serves what it has (the journal keeps the rest)."""
+    config = make_config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await add_all(bookie, [add_op(7, e) for e in range(5)])
+        bookie.abandon()  # unflushed: a restart replays them
+
+    def no_space(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_module, "JournalFile", no_space)
+    full = make_config(tmp_path, min_usable_for_entry_log_bytes=1 << 62)
+    async with make_bookie(full) as bookie:
+        h = await Harness(bookie).start()
+        try:
+            await h.registered(True)
+            reasons = " | ".join(h.state.describe()["readOnlyReasons"])
+            assert "a journal write failed" in reasons and "write-cache flushes" in reasons
+            for e in range(5):
+                assert await bookie.read_entry(7, e) == add_op(7, e).body
+            assert await h.add_status(7, 5, recovery=True) == bookie_pb2.EREADONLY
+        finally:
+            await h.state.close()
+            bookie.abandon()  # closing would flush, and fail as the start's checkpoint did
 
 
 async def test_read_only_mode_off_shuts_the_bookie_down_instead(bookie: Bookie) -> None:
