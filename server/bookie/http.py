@@ -96,6 +96,9 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             except ValueError as exc:  # a bad body, or StateRefused
                 self._json(400, {"error": str(exc)})
                 return
+            except TimeoutError:
+                self._json(503, {"error": "the bookie's event loop did not answer in time; try again"})
+                return
             self._json(200, {"readOnly": read_only})
         else:
             self._not_found(path)
