@@ -257,9 +257,12 @@ class WriteHandle(ReadHandle):
         """Unrecoverable: every pending and waiting add fails with ``error``, and so will later calls."""
         if self._error is not None:
             return
-        log.warning("ledger %d: writes failed: %s", self.ledger_id, error)
-        self._error = error
         pending = list(self._pending.values())
+        if pending or self._waiting:  # a handle left open but idle at client close loses nothing
+            log.warning("ledger %d: writes failed: %s", self.ledger_id, error)
+        else:
+            log.debug("ledger %d: no more writes: %s", self.ledger_id, error)
+        self._error = error
         self._pending.clear()
         for op in pending:
             if not op.done:
