@@ -112,7 +112,10 @@ class BookieRegistration:
 
     @property
     def path(self) -> str:
-        if self._read_only:
+        return self._path_for(self._read_only)
+
+    def _path_for(self, read_only: bool) -> str:
+        if read_only:
             return self._layout.readonly_bookie(self._info.bookie_id)
         return self._layout.writable_bookie(self._info.bookie_id)
 
@@ -157,16 +160,22 @@ class BookieRegistration:
             pass
 
     async def set_read_only(self, read_only: bool) -> None:
-        """Move the registration between ``available/`` and ``available/readonly/``."""
+        """Move the registration between ``available/`` and ``available/readonly/``.
+
+        Idempotent, so a caller retries a move that failed half-way: the state changes only
+        once both steps worked, and each step is a no-op when already done."""
         async with self._lock:
-            if read_only == self._read_only:
+            if not self._registered:
+                self._read_only = read_only  # register() will use it
                 return
-            old_path = self.path
-            self._read_only = read_only
             # New node first, then the old one: clients never see the bookie vanish entirely.
-            await self._create_own_node(self.path)
-            await self._delete_own_node(old_path)
-            log.info("bookie %s is now %s", self._info.bookie_id, "read-only" if read_only else "writable")
+            await self._create_own_node(self._path_for(read_only))
+            await self._delete_own_node(self._path_for(not read_only))
+            changed = read_only != self._read_only
+            self._read_only = read_only
+            if changed:
+                now = "read-only" if read_only else "writable"
+                log.info("bookie %s is now %s", self._info.bookie_id, now)
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event != SessionEvent.NEW_SESSION:
