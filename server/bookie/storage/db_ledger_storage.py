@@ -92,18 +92,25 @@ class DbLedgerStorage:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._flush_done = asyncio.Event()
-        await asyncio.to_thread(self._open_and_replay)
+        replay_failure = await asyncio.to_thread(self._open_and_replay)
         for journal in self.journals:
             journal.start(loop)
-        # checkpoint what replay put back, so the next start does not replay it again
-        # If that fails (e.g. a full disk; the flush logs why), the entries stay in the write
-        # cache and the journal, and the health report makes the bookie read-only: it starts,
-        # serves reads, and garbage collection can free space.
-        with contextlib.suppress(Exception):
-            await self._run_flush()
+        # Checkpoint what replay put back, so the next start does not replay it again. If a
+        # flush fails (e.g. a full disk; it logs why), the entries stay in the write cache and
+        # the journal, and the health report makes the bookie read-only: it starts, serves
+        # reads, and garbage collection can free space.
+        if replay_failure is not None:
+            self._report_failure(replay_failure)
+        else:
+            with contextlib.suppress(Exception):
+                await self._run_flush()
         self._timer = asyncio.create_task(self._flush_timer(), name="bookie-flush-timer")
 
-    def _open_and_replay(self) -> None:
+    def _open_and_replay(self) -> BaseException | None:
+        """Open the directories and replay the journals into the write cache, flushing when it
+        fills. A flush that fails stops the flushing, not the replay: the cache then holds more
+        than its size, at most what the journals hold past their marks (the bookie refuses adds
+        once its cache is full, so that is about one cache). Returns that failure."""
         roots = [Path(d) for d in self.config.ledger_dirs]
         config = self.config
         self.dirs = [
@@ -112,6 +119,7 @@ class DbLedgerStorage:
         ]
         self.marks = [read_mark(roots, name) for name in self._mark_files]
         started = time.perf_counter()
+        failure: BaseException | None = None
         for index, journal in enumerate(self.journals):
             # A flush during replay checkpoints this journal up to the record just applied; the
             # journals replayed before it are wholly in the cache or flushed, the later ones not
@@ -120,13 +128,21 @@ class DbLedgerStorage:
             for rtype, payload, position in journal.replay(self.marks[index]):
                 self._apply(rtype, payload)
                 self.replayed_records += 1
-                if self.write_cache.active.size >= self.write_cache.half_capacity:
+                if failure is None and self.write_cache.active.size >= self.write_cache.half_capacity:
                     marks[index] = position
                     half = self.write_cache.swap()
-                    self._flush_sync(half, marks, FlushPacer(0, 0.0))
-                    self.write_cache.flush_done()
+                    flushed: list[int] = []
+                    try:
+                        self._flush_sync(half, marks, FlushPacer(0, 0.0), flushed)
+                    except Exception as exc:  # e.g. a full disk: replay the rest into the cache
+                        log.exception("write-cache flush during journal replay failed")
+                        failure = exc
+                        self._keep_unflushed(half, flushed)
+                    else:
+                        self.write_cache.flush_done()
         log.info("replayed %d journal records from %s in %.1f s", self.replayed_records,
                  ", ".join(map(str, self.marks)), time.perf_counter() - started)
+        return failure
 
     def _apply(self, rtype: RecordType, payload: memoryview) -> None:
         if rtype is RecordType.ENTRY:
@@ -163,7 +179,11 @@ class DbLedgerStorage:
             await journal.close()
         with contextlib.suppress(Exception):
             await self._wait_flush()
-        await self._run_flush()
+        if self.health.index_failure is None:
+            await self._run_flush()
+        else:  # it would only write the cache to the entry logs once more, then fail
+            log.warning("not flushing at close: %s; the journal keeps the unflushed entries",
+                        self.health.index_failure)
         await asyncio.to_thread(self._close_dirs)
 
     def _close_dirs(self) -> None:
@@ -248,16 +268,13 @@ class DbLedgerStorage:
 
     async def _flush(self, half: WriteCacheHalf, marks: list[LogMark]) -> None:
         started = time.perf_counter()
+        flushed: list[int] = []
         try:
-            await asyncio.to_thread(self._flush_sync, half, marks, self._pacer)
+            await asyncio.to_thread(self._flush_sync, half, marks, self._pacer, flushed)
         except Exception as exc:
-            # the half stays readable and its journal records stay (mark not advanced); retry later
             log.exception("write-cache flush failed")
-            self.write_cache.active, self.write_cache.flushing = _merge(half, self.write_cache.active), None
-            if isinstance(exc, IndexWriteError):
-                self.health.index_failed(exc)
-            else:
-                self.health.flush_failed(exc)
+            self._keep_unflushed(half, flushed)
+            self._report_failure(exc)
             raise
         finally:
             self._flush_done.set()
@@ -266,9 +283,26 @@ class DbLedgerStorage:
         self.stats.flush.observe((time.perf_counter() - started) * 1000.0)
         self.stats.write_cache_size.set(self.write_cache.size)
 
-    def _flush_sync(self, half: WriteCacheHalf, marks: list[LogMark], pacer: FlushPacer) -> None:
+    def _keep_unflushed(self, half: WriteCacheHalf, flushed: list[int]) -> None:
+        """After a failed flush: the ledgers directories did write and index (``flushed``) leave
+        the half, so a retry does not write them again; the rest goes back into the active half,
+        readable, and still journaled (the mark did not move), to be retried."""
+        for ledger_id in flushed:
+            half.drop_ledger(ledger_id)
+        self.write_cache.active, self.write_cache.flushing = _merge(half, self.write_cache.active), None
+
+    def _report_failure(self, exc: BaseException) -> None:
+        if isinstance(exc, IndexWriteError):
+            self.health.index_failed(exc)
+        else:
+            self.health.flush_failed(exc)
+
+    def _flush_sync(
+        self, half: WriteCacheHalf, marks: list[LogMark], pacer: FlushPacer, flushed: list[int]
+    ) -> None:
         """Write ``half`` to the entry logs and indexes, then checkpoint each journal at its
-        mark of the swap (``marks``, one per journal)."""
+        mark of the swap (``marks``, one per journal). ``flushed`` gets the ids of the ledgers
+        written and indexed, directory by directory, for :meth:`_keep_unflushed`."""
         per_dir: list[list[tuple[int, dict[int, bytes]]]] = [[] for _ in self.dirs]
         n = len(self.dirs)
         for ledger in half.sorted_ledgers():
@@ -276,6 +310,7 @@ class DbLedgerStorage:
         done_bytes = 0
         for directory, ledgers in zip(self.dirs, per_dir, strict=True):
             done_bytes = directory.flush_ledgers(ledgers, pacer, done_bytes)
+            flushed.extend(ledger_id for ledger_id, _ in ledgers)
         roots = [d.root for d in self.dirs]
         for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
             if mark_order(mark) > mark_order(self.marks[index]):

@@ -61,6 +61,10 @@ def parse_log_name(name: str) -> int | None:
         return None
 
 
+def _header_without_map(log_id: int) -> bytes:
+    return LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, log_id, 0, 0).ljust(LOG_HEADER_SIZE, b"\0")
+
+
 @dataclass(frozen=True, slots=True)
 class WritePosition:
     """Where the next append goes, and the open log's ledger map so far (see ``rewind``)."""
@@ -99,8 +103,12 @@ class EntryLogger:
         self._next_id += 1
         path = self.directory / log_name(log_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.pwrite(fd, LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, log_id, 0, 0).ljust(LOG_HEADER_SIZE, b"\0"), 0)
-        fsync_dir(self.directory)
+        try:
+            pwrite_all(fd, _header_without_map(log_id), 0)
+            fsync_dir(self.directory)
+        except OSError:  # the file stays, headerless: garbage collection removes such a log
+            os.close(fd)
+            raise
         self._fd, self.current_id, self._offset = fd, log_id, LOG_HEADER_SIZE
         self._ledger_bytes = {}
 
@@ -117,6 +125,7 @@ class EntryLogger:
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
+        self.current_id = -1  # no log is being written: this one is finished, for GC too
 
     def position(self) -> WritePosition:
         return WritePosition(self.current_id, self._offset, dict(self._ledger_bytes))
@@ -130,6 +139,15 @@ class EntryLogger:
             return False
         self._offset = position.offset
         self._ledger_bytes = dict(position.ledger_bytes)
+        try:
+            # Cut the bytes off, not only the offset back: a scan after a crash must not run
+            # into stale records past the end, and on a full disk the space comes back. The
+            # header loses any ledger map a failed _finish_current got as far as naming.
+            os.ftruncate(self._fd, position.offset)
+            pwrite_all(self._fd, _header_without_map(self.current_id), 0)
+        except OSError as exc:
+            log.warning("entry log %d: cannot cut back to %d after a failed flush: %s",
+                        self.current_id, position.offset, exc)
         return True
 
     def append(

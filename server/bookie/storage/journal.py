@@ -296,6 +296,7 @@ class Journal:
         file = self._current()
         if file.offset + len(data) > self._s.max_file_bytes and file.offset > FILE_HEADER_SIZE:
             file.close()
+            self._file = None  # if the next cannot be opened, close() must not close this again
             self._open_file(file.journal_id + 1)
             file = self._current()
         self.written_mark = LogMark(file.journal_id, file.append(data))

@@ -93,11 +93,15 @@ class JournalFile:
         os.fdatasync(self._fd)
 
     def close(self) -> None:
+        """Idempotent: the fd number may belong to another file once closed."""
+        if self._fd < 0:
+            return
         with self._changed:
             self._closing = True
             self._changed.notify_all()
         self._helper.join()  # at most one piece write and sync
         os.close(self._fd)
+        self._fd = -1
 
     # ---- helper thread --------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from bookie.config import ConfigError, load_config
 from bookie.disk_monitor import DirUsage, DiskChecker, DiskMonitor, DiskStatus
 from bookie.state_manager import BookieStateManager, ReadOnlySettings, StateRefused
 from bookie.storage import journal as journal_module
-from bookie.storage.entry_logger import RECORD_HEADER_SIZE, EntryLogger
 from bookie.storage.ledger_directory import IndexWriteError
 
 GiB = 1024**3
@@ -256,36 +255,6 @@ async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(book
         await h.state.close()
 
 
-async def test_a_flush_that_failed_on_a_full_disk_is_retried_over_the_same_bytes(bookie: Bookie) -> None:
-    directory = bookie.storage.dirs[0]
-    logger = directory.entry_logger
-    await add_all(bookie, [add_op(5, e) for e in range(3)])
-    await bookie.storage.checkpoint()
-    before = logger.position()
-    real_sync = logger.sync
-    calls = 0
-
-    def sync_fails_once() -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_sync()
-
-    logger.sync = sync_fails_once  # type: ignore[method-assign]
-    ops = [add_op(5, e) for e in range(3, 103)]
-    await add_all(bookie, ops)
-    with pytest.raises(OSError):
-        await bookie.storage.checkpoint()
-    assert bookie.storage.health.flush_failure is not None
-    await bookie.storage.checkpoint()  # the retry writes where the failed attempt did
-    assert bookie.storage.health.flush_failure is None
-    one_copy = sum(RECORD_HEADER_SIZE + len(op.body) for op in ops)
-    assert logger.position().offset == before.offset + one_copy
-    for e in range(103):
-        assert await bookie.read_entry(5, e) == add_op(5, e).body
-
-
 async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path) -> None:
     config = make_config(tmp_path, write_cache_max_size_mb=1)
     async with make_bookie(config) as bookie:
@@ -316,13 +285,6 @@ async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path
             bookie.abandon()  # a crash, as a restart after the failure would be
     async with make_bookie(config) as restarted:  # the journal puts entry 0 back, indexed this time
         assert await restarted.read_entry(6, 0) == add_op(6, 0).body
-
-
-def test_a_new_entry_log_needs_its_reserve_of_free_space(tmp_path: Path) -> None:
-    logger = EntryLogger(tmp_path, 1024 * 1024, reserve_bytes=1 << 62)
-    with pytest.raises(OSError, match="less than minUsableSizeForEntryLogCreation") as caught:
-        logger.append(1, [0], {0: add_op(1, 0).body})
-    assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
 
 
 async def test_a_bookie_starts_read_only_on_a_disk_it_cannot_write(
