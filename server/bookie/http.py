@@ -96,8 +96,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             except ValueError as exc:  # a bad body, or StateRefused
                 self._json(400, {"error": str(exc)})
                 return
-            except TimeoutError:
-                self._json(503, {"error": "the bookie's event loop did not answer in time; try again"})
+            except (TimeoutError, RuntimeError):  # a busy event loop, or one already closed
+                self._json(503, {"error": "the bookie's event loop did not take the change; try again"})
                 return
             self._json(200, {"readOnly": read_only})
         else:

@@ -200,7 +200,12 @@ class BookieStateManager:
         async def on_loop() -> bool:
             return self.set_manual(read_only)
 
-        return asyncio.run_coroutine_threadsafe(on_loop(), self._loop).result(timeout_s)
+        future = asyncio.run_coroutine_threadsafe(on_loop(), self._loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()  # the caller is told to retry: the change must not land later
+            raise
 
     def _on_storage_health(self) -> None:
         health = self._core.health

@@ -86,6 +86,16 @@ async def _wait_registered(bk: BookKeeper, bookie: BookieProcess, read_only: boo
     await bk.ctx.bookie_watcher.wait_for(placed, 10.0)
 
 
+async def _wait_disk_reason(bookie: BookieProcess, present: bool) -> None:
+    """Until the bookie's state lists (or no longer lists) a full disk among its reasons."""
+    async with asyncio.timeout(10):
+        while True:
+            state = await asyncio.to_thread(_http, bookie, "GET", STATE)
+            if any("diskUsageThreshold" in reason for reason in state["readOnlyReasons"]) == present:
+                return
+            await asyncio.sleep(0.1)
+
+
 def _metric(bookie: BookieProcess, name: str) -> float:
     request = urllib.request.Request(f"http://127.0.0.1:{bookie.http_port}/metrics")
     with urllib.request.urlopen(request, timeout=10) as reply:
@@ -168,9 +178,9 @@ async def test_a_full_disk_makes_the_bookie_read_only_and_writers_move_on(
         assert reply == {"readOnly": True}
         await _wait_registered(bk, full, read_only=True)
         filler = await asyncio.to_thread(_fill, full)
-        await asyncio.sleep(0.5)
+        await _wait_disk_reason(full, present=True)
         await asyncio.to_thread(filler.unlink)
-        await asyncio.sleep(0.5)
+        await _wait_disk_reason(full, present=False)
         assert (await asyncio.to_thread(_http, full, "GET", STATE))["readOnly"] is True
         code, reply = await asyncio.to_thread(_http_error, full, READONLY, b'{"readOnly": "yes"}')
         assert code == 400 and "readOnly must be true or false" in reply["error"]
