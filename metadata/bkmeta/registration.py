@@ -119,9 +119,12 @@ class BookieRegistration:
             return self._layout.readonly_bookie(self._info.bookie_id)
         return self._layout.writable_bookie(self._info.bookie_id)
 
-    async def register(self, read_only: bool = False) -> None:
+    async def register(self, read_only: bool | None = None) -> None:
+        """Create the bookie's znode, under ``available/readonly/`` if ``read_only`` (``None``:
+        where it is now, read under the lock so a move in flight is not undone)."""
         async with self._lock:
-            self._read_only = read_only
+            if read_only is not None:
+                self._read_only = read_only
             await self._create_own_node(self.path)
             if not self._registered:
                 self._zk.add_session_listener(self._on_session_event)
@@ -186,7 +189,7 @@ class BookieRegistration:
 
     async def _reregister(self) -> None:
         try:
-            await self.register(self._read_only)
+            await self.register()
         except MetadataStoreError:
             log.exception("bookie %s could not re-register after session expiry", self._info.bookie_id)
 

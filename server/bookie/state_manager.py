@@ -252,6 +252,9 @@ class BookieStateManager:
                 await registration.set_read_only(want)
                 self._registered_read_only = want
             except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: try again shortly
+                # half-moved, maybe (both znodes): the move is idempotent, so redo it whatever
+                # the state is by then
+                self._registered_read_only = None
                 log.warning("cannot re-register the bookie as %s: %s; retrying",
                             "read-only" if want else "writable", exc)
                 await asyncio.sleep(_REGISTRATION_RETRY_S)

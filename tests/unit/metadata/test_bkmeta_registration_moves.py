@@ -5,56 +5,14 @@ uses; the real one is in tests/integration/test_metadata_cluster.py."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
+import asyncio
 
 import pytest
+from tests.unit.metadata.fake_zk import READONLY, WRITABLE, FakeZk
 
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
-from bkmeta.zk import ZkNodeExistsError, ZkNoNodeError
+from bkmeta.zk import SessionEvent
 from bkproto.errors import MetadataStoreError
-
-WRITABLE = "/ledgers/available/h:1"
-READONLY = "/ledgers/available/readonly/h:1"
-
-
-class FakeZk:
-    session_id = 7
-    connected = True
-    config = SimpleNamespace(session_timeout_s=1.0)
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, bytes] = {}
-        self.fail_next: dict[str, int] = {}  # operation -> failures to come
-
-    def _maybe_fail(self, operation: str) -> None:
-        if self.fail_next.get(operation):
-            self.fail_next[operation] -= 1
-            raise MetadataStoreError(f"connection loss during {operation}")
-
-    async def create(self, path: str, data: bytes, ephemeral: bool = False, makepath: bool = False) -> str:
-        self._maybe_fail("create")
-        if path in self.nodes:
-            raise ZkNodeExistsError(path)
-        self.nodes[path] = data
-        return path
-
-    async def get(self, path: str, watch: Any = None) -> tuple[bytes, Any]:
-        if path not in self.nodes:
-            raise ZkNoNodeError(path)
-        return self.nodes[path], SimpleNamespace(ephemeralOwner=self.session_id, version=0)
-
-    async def delete(self, path: str, version: int = -1) -> None:
-        self._maybe_fail("delete")
-        if path not in self.nodes:
-            raise ZkNoNodeError(path)
-        del self.nodes[path]
-
-    def add_session_listener(self, listener: Any) -> None:
-        pass
-
-    def remove_session_listener(self, listener: Any) -> None:
-        pass
 
 
 @pytest.mark.parametrize("failing", ["create", "delete"])
@@ -75,3 +33,20 @@ async def test_a_move_that_failed_half_way_is_finished_by_the_retry(failing: str
     assert set(zk.nodes) == {WRITABLE}
     await registration.close()
     assert not zk.nodes
+
+
+async def test_re_registering_after_a_session_expiry_keeps_a_move_in_flight() -> None:
+    zk = FakeZk()
+    registration = BookieRegistration(zk, BookieServiceInfo.for_address("h", 1))  # type: ignore[arg-type]
+    await registration.register()
+    zk.gate = asyncio.Event()
+    moving = asyncio.create_task(registration.set_read_only(True))  # waits in its create
+    await asyncio.sleep(0.05)
+    registration._on_session_event(SessionEvent.NEW_SESSION)  # the session expired meanwhile
+    await asyncio.sleep(0.05)
+    zk.gate.set()
+    await moving
+    for _ in range(20):  # let the re-registration run after the move
+        await asyncio.sleep(0.01)
+    assert set(zk.nodes) == {READONLY} and registration.read_only
+    await registration.close()
