@@ -13,6 +13,7 @@ lists and deletes finished logs under the ledger directory's lock, which the flu
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -118,11 +119,18 @@ class EntryLogger:
             return
         items = sorted(self._ledger_bytes.items())
         data = b"".join(MAP_ITEM.pack(led, n) for led, n in items)
-        os.pwrite(self._fd, data, self._offset)
+        pwrite_all(self._fd, data, self._offset)
         os.fdatasync(self._fd)  # the map is on disk before the header names it
         header = LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, self.current_id, self._offset, len(items))
-        os.pwrite(self._fd, header, 0)
-        os.fsync(self._fd)
+        pwrite_all(self._fd, header, 0)
+        try:
+            os.fsync(self._fd)
+        except OSError:
+            # The log stays open and later appends go where the map is: the header must not
+            # name it, or a scan after a crash would stop there and miss live entries.
+            with contextlib.suppress(OSError):
+                pwrite_all(self._fd, _header_without_map(self.current_id), 0)
+            raise
         os.close(self._fd)
         self._fd = -1
         self.current_id = -1  # no log is being written: this one is finished, for GC too
@@ -139,15 +147,17 @@ class EntryLogger:
             return False
         self._offset = position.offset
         self._ledger_bytes = dict(position.ledger_bytes)
+        # Cut the bytes off, not only the offset back: a scan after a crash must not run into
+        # stale records past the end, and on a full disk the space comes back. The header loses
+        # any ledger map a failed _finish_current got as far as naming.
         try:
-            # Cut the bytes off, not only the offset back: a scan after a crash must not run
-            # into stale records past the end, and on a full disk the space comes back. The
-            # header loses any ledger map a failed _finish_current got as far as naming.
             os.ftruncate(self._fd, position.offset)
+        except OSError as exc:
+            log.warning("entry log %d: cannot cut back after a failed flush: %s", self.current_id, exc)
+        try:
             pwrite_all(self._fd, _header_without_map(self.current_id), 0)
         except OSError as exc:
-            log.warning("entry log %d: cannot cut back to %d after a failed flush: %s",
-                        self.current_id, position.offset, exc)
+            log.warning("entry log %d: cannot reset its header: %s", self.current_id, exc)
         return True
 
     def append(

@@ -9,6 +9,7 @@ offset and body length. The last entry of a ledger is a reverse seek (``floor``)
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ from bkproto.v1 import storage_pb2
 
 from .entry_logger import LOCATION
 from .kv import KeyValueStorage
+
+log = logging.getLogger(__name__)
 
 LEDGER_KEY = struct.Struct(">q")
 ENTRY_KEY = struct.Struct(">qq")
@@ -45,9 +48,16 @@ class LedgerIndex:
         # The event loop, the flush thread and garbage collection all read and change records:
         # a lookup and the caching of its answer must not interleave with a put or a delete.
         self._lock = threading.Lock()
+        # Records RocksDB refused (after one failed write it refuses all, e.g. on a full disk).
+        # Kept here, never evicted, and written by the next sync, which fails while they cannot
+        # be: no checkpoint moves past their journal records, so they survive a restart, and a
+        # fence or a new ledger still works meanwhile (also while replaying the journal).
+        self._unsaved: dict[int, LedgerRecord | None] = {}
 
     def get(self, ledger_id: int) -> LedgerRecord | None:
         with self._lock:
+            if ledger_id in self._unsaved:
+                return self._unsaved[ledger_id]
             if ledger_id in self._cache:
                 return self._cache[ledger_id]
             raw = self._kv.get(LEDGER_KEY.pack(ledger_id))
@@ -64,28 +74,55 @@ class LedgerIndex:
 
     def put(self, ledger_id: int, record: LedgerRecord) -> None:
         """Not synced here: durable at the next checkpoint; the journal covers the gap."""
-        data = storage_pb2.LedgerData(exists=True, fenced=record.fenced, masterKey=record.master_key)
-        if record.explicit_lac is not None:
-            data.explicitLac = record.explicit_lac
-        with self._lock:
-            self._kv.put(LEDGER_KEY.pack(ledger_id), data.SerializeToString())
-            self._cache[ledger_id] = record
+        self._change(ledger_id, record)
 
     def delete(self, ledger_id: int) -> None:
         """Forget the ledger (garbage collection); durable at the next :meth:`sync`."""
+        self._change(ledger_id, None)
+
+    def _change(self, ledger_id: int, record: LedgerRecord | None) -> None:
         with self._lock:
-            self._kv.delete(LEDGER_KEY.pack(ledger_id))
-            self._cache[ledger_id] = None
+            self._cache[ledger_id] = record
+            if ledger_id not in self._unsaved:  # else a later write would land before it
+                try:
+                    self._write(ledger_id, record)
+                    return
+                except Exception as exc:  # noqa: BLE001 - kept for the next sync, which reports it
+                    if not self._unsaved:
+                        log.error("ledger index refused a write (%s); records wait in memory", exc)
+            self._unsaved[ledger_id] = record
+
+    def _write(self, ledger_id: int, record: LedgerRecord | None) -> None:
+        key = LEDGER_KEY.pack(ledger_id)
+        if record is None:
+            self._kv.delete(key)
+            return
+        data = storage_pb2.LedgerData(exists=True, fenced=record.fenced, masterKey=record.master_key)
+        if record.explicit_lac is not None:
+            data.explicitLac = record.explicit_lac
+        self._kv.put(key, data.SerializeToString())
 
     def ids(self) -> list[int]:
         """Every ledger this directory holds, ascending."""
-        return [
+        stored = {
             LEDGER_KEY.unpack(key)[0]
             for key, raw in self._kv.range(LEDGER_KEY.pack(0), _END_OF_LEDGERS)
             if storage_pb2.LedgerData.FromString(raw).exists
-        ]
+        }
+        with self._lock:
+            for ledger_id, record in self._unsaved.items():
+                if record is None:
+                    stored.discard(ledger_id)
+                else:
+                    stored.add(ledger_id)
+        return sorted(stored)
 
     def sync(self) -> None:
+        """Write what RocksDB refused before (raising while it still does), then sync."""
+        with self._lock:
+            for ledger_id, record in list(self._unsaved.items()):
+                self._write(ledger_id, record)
+                del self._unsaved[ledger_id]
         self._kv.sync()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,9 @@ from tests.unit.server.storage_helpers import add_all, add_op, make_bookie, make
 from bookie.bookie import Bookie
 from bookie.storage import journal as journal_module
 from bookie.storage.entry_logger import RECORD_HEADER_SIZE, EntryLogger, log_name
+from bookie.storage.indexes import LedgerIndex, LedgerRecord
 from bookie.storage.journal_file import JournalFile
+from bookie.storage.kv import MemoryKeyValueStorage
 
 
 @pytest.fixture
@@ -136,3 +138,99 @@ def test_a_new_entry_log_needs_its_reserve_of_free_space(tmp_path: Path) -> None
     with pytest.raises(OSError, match="less than minUsableSizeForEntryLogCreation") as caught:
         logger.append(1, [0], {0: add_op(1, 0).body})
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
+
+
+class RefusingKv(MemoryKeyValueStorage):
+    """RocksDB after one failed write: every later write is refused until it is reopened."""
+
+    refusing = False
+
+    def _check(self) -> None:
+        if self.refusing:
+            raise RuntimeError("IO error: Writer has previous error.")
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._check()
+        super().put(key, value)
+
+    def write_batch(self, items: Iterable[tuple[bytes, bytes]]) -> None:
+        self._check()
+        super().write_batch(items)
+
+    def delete(self, key: bytes) -> None:
+        self._check()
+        super().delete(key)
+
+    def sync(self) -> None:
+        self._check()
+        super().sync()
+
+    def close(self) -> None:  # the test's crash simulation closes the handles
+        self.refusing = False
+        super().close()
+
+
+def test_ledger_records_the_index_refused_wait_in_memory_and_block_the_sync() -> None:
+    kv = RefusingKv()
+    index = LedgerIndex(kv)
+    index.put(1, LedgerRecord(b"k" * 20))
+    index.sync()
+    kv.refusing = True
+    index.put(2, LedgerRecord(b"k" * 20, fenced=True))  # no error: the journal has it
+    index.delete(1)
+    assert index.get(2) == LedgerRecord(b"k" * 20, fenced=True) and index.get(1) is None
+    assert index.ids() == [2]
+    with pytest.raises(RuntimeError, match="Writer has previous error"):
+        index.sync()  # so no checkpoint moves past their journal records
+    kv.refusing = False  # reopened
+    index.sync()
+    fresh = LedgerIndex(kv)  # no cache: what the store holds
+    assert fresh.get(2) == LedgerRecord(b"k" * 20, fenced=True) and fresh.get(1) is None
+
+
+async def test_a_bookie_whose_index_refuses_writes_still_replays_its_journal(tmp_path: Path) -> None:
+    """Fences and new ledgers in the journal are applied in memory; the bookie starts read-only,
+    and a start with a working index later gets everything."""
+    config = make_config(tmp_path)
+    async with make_bookie(config) as bookie:
+        await add_all(bookie, [add_op(12, e) for e in range(3)])
+        await bookie.fence(12, add_op(12, 0).master_key)
+        bookie.abandon()
+
+    def refusing(path: Path) -> MemoryKeyValueStorage:
+        kv = RefusingKv()
+        kv.refusing = True
+        return kv
+
+    async with make_bookie(config, kv_factory=refusing) as bookie:
+        assert bookie.storage.health.index_failure is not None
+        record = bookie.storage.dir_for(12).ledgers.get(12)
+        assert record is not None and record.fenced
+        for e in range(3):
+            assert await bookie.read_entry(12, e) == add_op(12, e).body
+        bookie.abandon()
+    async with make_bookie(config) as bookie:
+        record = bookie.storage.dir_for(12).ledgers.get(12)
+        assert record is not None and record.fenced
+        assert await bookie.read_entry(12, 2) == add_op(12, 2).body
+
+
+def test_a_roll_over_that_failed_after_naming_its_map_takes_the_name_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger = EntryLogger(tmp_path, 8 * 1024)
+    body = bytes(3000)
+    logger.append(1, [0, 1], {0: body, 1: body})
+    real_fsync = os.fsync
+
+    def fsync_fails(fd: int) -> None:
+        monkeypatch.setattr(os, "fsync", real_fsync)  # once
+        _no_space()
+
+    monkeypatch.setattr(os, "fsync", fsync_fails)
+    with pytest.raises(OSError):
+        logger.append(1, [2, 3], {2: body, 3: body})  # rolls over: the final fsync fails
+    logger.append(2, [0], {0: bytes(100)})  # small: fits in the same log, where the map was
+    logger.sync()
+    scanned = EntryLogger(tmp_path, 8 * 1024).ledger_map(0)  # as after a crash
+    assert 2 in scanned and 1 in scanned
