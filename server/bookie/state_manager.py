@@ -16,6 +16,7 @@ With ``readOnlyModeEnabled=false`` the bookie shuts down instead of turning read
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import logging
 from collections.abc import Callable, Mapping
@@ -197,15 +198,23 @@ class BookieStateManager:
         if self._loop is None:
             raise RuntimeError("state manager not started")
 
-        async def on_loop() -> bool:
-            return self.set_manual(read_only)
+        future: concurrent.futures.Future[bool] = concurrent.futures.Future()
 
-        future = asyncio.run_coroutine_threadsafe(on_loop(), self._loop)
+        def on_loop() -> None:
+            if not future.set_running_or_notify_cancel():
+                return  # the caller gave up and was told so: the change must not land later
+            try:
+                future.set_result(self.set_manual(read_only))
+            except Exception as exc:  # noqa: BLE001 - StateRefused above all: the caller reports it
+                future.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(on_loop)
         try:
             return future.result(timeout_s)
         except TimeoutError:
-            future.cancel()  # the caller is told to retry: the change must not land later
-            raise
+            if future.cancel():
+                raise
+            return future.result()  # it began meanwhile; set_manual does not wait on anything
 
     def _on_storage_health(self) -> None:
         health = self._core.health

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.unit.metadata.fake_zk import READONLY, WRITABLE, FakeZk
 from tests.unit.server.storage_helpers import add_all, add_op, make_bookie, make_config
 
+from bkmeta.registration import BookieRegistration, BookieServiceInfo
 from bkproto.v1 import bookie_pb2
 from bookie.bookie import Bookie
 from bookie.config import ConfigError, load_config
@@ -340,5 +343,52 @@ async def test_the_registration_is_retried_until_zookeeper_takes_it(bookie: Book
         h.state.set_manual(True)
         await h.registered(True)  # after two failed moves, about a second apart
         assert h.registration.moves == [True]
+    finally:
+        await h.state.close()
+
+
+async def test_a_half_done_move_is_redone_even_if_the_state_flipped_back(bookie: Bookie) -> None:
+    """Going writable, the old read-only znode could not be deleted; before the retry the bookie
+    turned read-only again. It must not stay in available/ too."""
+    zk = FakeZk()
+    registration = BookieRegistration(zk, BookieServiceInfo.for_address("h", 1))  # type: ignore[arg-type]
+    await registration.register()
+    h = Harness(bookie)
+    await h.state.start()
+    h.state.attach_registration(registration, False)
+    try:
+        h.state.set_manual(True)
+        await _until(lambda: set(zk.nodes) == {READONLY})
+        zk.fail_next["delete"] = 1
+        h.state.set_manual(False)  # creates available/h:1, fails to delete the read-only one
+        await _until(lambda: WRITABLE in zk.nodes)
+        h.state.set_manual(True)  # flips back before the retry
+        await _until(lambda: set(zk.nodes) == {READONLY})
+        assert registration.read_only
+    finally:
+        await h.state.close()
+        await registration.close()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while True:  # the fake ZooKeeper's nodes change inside the state manager's task
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_an_admin_change_that_timed_out_does_not_land_later(bookie: Bookie) -> None:
+    h = await Harness(bookie).start()
+    try:
+        loop = asyncio.get_running_loop()
+        change = loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 0.2)
+        time.sleep(0.5)  # noqa: ASYNC251 - the event loop is busy past the caller's timeout
+        with pytest.raises(TimeoutError):
+            await change
+        await asyncio.sleep(0.05)
+        assert not bookie.read_only  # the caller was told to retry, and nothing happened
+        assert await loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 5.0)
+        assert bookie.read_only
     finally:
         await h.state.close()
