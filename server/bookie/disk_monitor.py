@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -51,7 +51,9 @@ def dir_usage(path: Path) -> DirUsage:
 
 @dataclass(frozen=True)
 class DiskStatus:
-    usages: tuple[DirUsage, ...]
+    """Equal to another when all but the exact usages agree: the monitor reports changes only."""
+
+    usages: tuple[DirUsage, ...] = field(compare=False)
     full: frozenset[Path]
     almost_full: frozenset[Path]  # above diskUsageWarnThreshold (full ones included)
     read_only: bool  # the disks say: take no more adds
@@ -59,13 +61,6 @@ class DiskStatus:
 
     def describe(self) -> str:
         return ", ".join(f"{u.path} {u.usage:.1%} used" for u in self.usages if u.path in self.full)
-
-    def same_as(self, other: DiskStatus | None) -> bool:
-        """Equal in everything but the exact usages."""
-        return other is not None and self._key() == other._key()
-
-    def _key(self) -> tuple[frozenset[Path], frozenset[Path], bool, bool]:
-        return self.full, self.almost_full, self.read_only, self.room_for_high_priority
 
 
 class DiskChecker:
@@ -133,7 +128,7 @@ class DiskMonitor:
         for u in usages:
             self._usage.labels(str(u.path)).set(u.usage)
         status = self._checker.check(usages)
-        if not status.same_as(self._last):
+        if status != self._last:
             self._log_change(status)
             self._last = status
             self._listener(status)

@@ -180,8 +180,10 @@ class BookieStateManager:
 
     def set_disk_status(self, full: bool, room_for_high_priority: bool, detail: str) -> None:
         """From the disk monitor, after each check that changed something."""
+        room_changed = room_for_high_priority != self._disk_room
         self._disk_room = room_for_high_priority
-        self._set(ReadOnlyReason.DISK_FULL, detail if full else None)
+        if not self._set(ReadOnlyReason.DISK_FULL, detail if full else None) and room_changed:
+            self._apply()
 
     def set_manual(self, read_only: bool) -> bool:
         """``PUT /api/v1/bookie/state/readonly``; returns whether the bookie is now read-only
@@ -222,12 +224,14 @@ class BookieStateManager:
         self._set(ReadOnlyReason.INDEX_FAILED, health.index_failure)
         self._set(ReadOnlyReason.FLUSH_FAILING, health.flush_failure)
 
-    def _set(self, reason: ReadOnlyReason, detail: str | None) -> None:
+    def _set(self, reason: ReadOnlyReason, detail: str | None) -> bool:
+        """Hold ``reason`` (with ``detail``) or drop it (``None``); returns whether that changed
+        anything, and then applies the new state."""
+        if self._reasons.get(reason) == detail:
+            return False
         reasons = dict(self._reasons)
         if detail is None:
-            if reasons.pop(reason, None) is None:
-                self._apply()  # high-priority room may have changed
-                return
+            del reasons[reason]
             log.info("bookie: no longer read-only for: %s", reason.value)
         else:
             if reason not in reasons:
@@ -235,6 +239,7 @@ class BookieStateManager:
             reasons[reason] = detail
         self._reasons = reasons
         self._apply()
+        return True
 
     def _apply(self) -> None:
         read_only = self.read_only
