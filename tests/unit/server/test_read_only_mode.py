@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -382,8 +383,15 @@ async def test_an_admin_change_that_timed_out_does_not_land_later(bookie: Bookie
     h = await Harness(bookie).start()
     try:
         loop = asyncio.get_running_loop()
-        change = loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 0.2)
-        time.sleep(0.5)  # noqa: ASYNC251 - the event loop is busy past the caller's timeout
+        started = threading.Event()
+
+        def operator() -> bool:  # the HTTP thread's call, with a short timeout
+            started.set()
+            return h.state.set_manual_threadsafe(True, 0.2)
+
+        change = loop.run_in_executor(None, operator)
+        started.wait(5)
+        time.sleep(0.6)  # noqa: ASYNC251 - the event loop is busy past the caller's timeout
         with pytest.raises(TimeoutError):
             await change
         await asyncio.sleep(0.05)
