@@ -193,7 +193,6 @@ class BookieDaemon:
             await _logged(gc.close(), "stop garbage collection")
         if self.state is not None:
             state, self.state = self.state, None
-            state.shutting_down = True
             await _logged(state.close(), "stop the state manager")
         if self._registration is not None:
             registration, self._registration = self._registration, None

@@ -152,6 +152,7 @@ class BookieStateManager:
         self._resync.set()
 
     async def close(self) -> None:
+        self.shutting_down = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

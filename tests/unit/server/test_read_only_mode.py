@@ -143,10 +143,13 @@ class Harness:
         self.state = BookieStateManager(bookie, settings, self.registry, self.shutdowns.append)
         self.registration = FakeRegistration()
 
-    async def start(self) -> Harness:
+    async def __aenter__(self) -> Harness:
         await self.state.start()
         self.state.attach_registration(self.registration, False)
         return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.state.close()
 
     async def registered(self, read_only: bool) -> None:
         async with asyncio.timeout(5):
@@ -169,8 +172,7 @@ async def bookie(tmp_path: Path) -> AsyncIterator[Bookie]:
 
 
 async def test_a_full_disk_makes_the_bookie_read_only_until_it_is_writable_again(bookie: Bookie) -> None:
-    h = await Harness(bookie).start()
-    try:
+    async with Harness(bookie) as h:
         assert h.server_status == 1.0 and not bookie.read_only
         h.state.set_disk_status(True, True, "/data 96% used")
         await h.registered(True)
@@ -184,40 +186,29 @@ async def test_a_full_disk_makes_the_bookie_read_only_until_it_is_writable_again
         await h.registered(False)
         assert await h.add_status(1, 1) == bookie_pb2.EOK
         assert h.registration.moves == [True, False]
-    finally:
-        await h.state.close()
 
 
 async def test_an_operators_read_only_outlasts_the_disks_and_forced_is_for_good(tmp_path: Path) -> None:
-    async with make_bookie(make_config(tmp_path)) as bookie:
-        h = await Harness(bookie).start()
-        try:
-            assert h.state.set_manual(True)
-            await h.registered(True)
-            h.state.set_disk_status(True, True, "/data full")
-            h.state.set_disk_status(False, True, "")
-            assert bookie.read_only  # the disk monitor cannot undo the operator
-            assert not h.state.set_manual(False)
-            await h.registered(False)
-            assert h.registration.moves == [True, False]
-        finally:
-            await h.state.close()
+    async with make_bookie(make_config(tmp_path)) as bookie, Harness(bookie) as h:
+        assert h.state.set_manual(True)
+        await h.registered(True)
+        h.state.set_disk_status(True, True, "/data full")
+        h.state.set_disk_status(False, True, "")
+        assert bookie.read_only  # the disk monitor cannot undo the operator
+        assert not h.state.set_manual(False)
+        await h.registered(False)
+        assert h.registration.moves == [True, False]
     forced = ReadOnlySettings(force_read_only=True)
-    async with make_bookie(make_config(tmp_path / "forced")) as bookie:
-        h = await Harness(bookie, forced).start()
-        try:
-            assert bookie.read_only and h.state.describe()["readOnlyReasons"] == [
-                "forceReadOnlyBookie is set: from the configuration"
-            ]
-            with pytest.raises(StateRefused, match="forceReadOnlyBookie is set"):
-                h.state.set_manual(False)
-        finally:
-            await h.state.close()
+    async with make_bookie(make_config(tmp_path / "forced")) as bookie, Harness(bookie, forced) as h:
+        assert bookie.read_only and h.state.describe()["readOnlyReasons"] == [
+            "forceReadOnlyBookie is set: from the configuration"
+        ]
+        with pytest.raises(StateRefused, match="forceReadOnlyBookie is set"):
+            h.state.set_manual(False)
 
 
 async def test_a_failed_journal_makes_the_bookie_read_only_for_good(bookie: Bookie) -> None:
-    h = await Harness(bookie).start()
-    try:
+    async with Harness(bookie) as h:
         await add_all(bookie, [add_op(2, 0)])
 
         def no_space(data: bytes) -> None:
@@ -232,13 +223,10 @@ async def test_a_failed_journal_makes_the_bookie_read_only_for_good(bookie: Book
         assert await h.add_status(3, 0, recovery=True) == bookie_pb2.EREADONLY  # nothing can be journaled
         assert h.state.set_manual(False) and bookie.read_only  # an operator cannot undo it
         assert await bookie.read_entry(2, 0)  # reads go on
-    finally:
-        await h.state.close()
 
 
 async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(bookie: Bookie) -> None:
-    h = await Harness(bookie).start()
-    try:
+    async with Harness(bookie) as h:
         await add_all(bookie, [add_op(4, 0)])
         directory = bookie.storage.dirs[0]
         real_flush = directory.flush_ledgers
@@ -255,14 +243,11 @@ async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(book
         await bookie.storage.checkpoint()  # e.g. garbage collection freed space
         await h.registered(False)
         assert await bookie.read_entry(4, 0) and await h.add_status(4, 1) == bookie_pb2.EOK
-    finally:
-        await h.state.close()
 
 
 async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path) -> None:
     config = make_config(tmp_path, write_cache_max_size_mb=1)
-    async with make_bookie(config) as bookie:
-        h = await Harness(bookie).start()
+    async with make_bookie(config) as bookie, Harness(bookie) as h:
         try:
             await add_all(bookie, [add_op(6, 0)])
             directory = bookie.storage.dirs[0]
@@ -285,7 +270,6 @@ async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path
             assert directory.entry_logger.position().offset == log_end
             assert await bookie.read_entry(6, 0) == add_op(6, 0).body  # still served from the cache
         finally:
-            await h.state.close()
             bookie.abandon()  # a crash, as a restart after the failure would be
     async with make_bookie(config) as restarted:  # the journal puts entry 0 back, indexed this time
         assert await restarted.read_entry(6, 0) == add_op(6, 0).body
@@ -306,8 +290,7 @@ async def test_a_bookie_starts_read_only_on_a_disk_it_cannot_write(
 
     monkeypatch.setattr(journal_module, "JournalFile", no_space)
     full = make_config(tmp_path, min_usable_for_entry_log_bytes=1 << 62)
-    async with make_bookie(full) as bookie:
-        h = await Harness(bookie).start()
+    async with make_bookie(full) as bookie, Harness(bookie) as h:
         try:
             await h.registered(True)
             reasons = " | ".join(h.state.describe()["readOnlyReasons"])
@@ -316,14 +299,12 @@ async def test_a_bookie_starts_read_only_on_a_disk_it_cannot_write(
                 assert await bookie.read_entry(7, e) == add_op(7, e).body
             assert await h.add_status(7, 5, recovery=True) == bookie_pb2.EREADONLY
         finally:
-            await h.state.close()
             bookie.abandon()  # closing would flush, and fail as the start's checkpoint did
 
 
 async def test_read_only_mode_off_shuts_the_bookie_down_instead(bookie: Bookie) -> None:
     strict = ReadOnlySettings(read_only_mode_enabled=False)
-    h = await Harness(bookie, strict).start()
-    try:
+    async with Harness(bookie, strict) as h:
         with pytest.raises(StateRefused, match="readOnlyModeEnabled is false"):
             h.state.set_manual(True)
         assert not bookie.read_only and not h.shutdowns
@@ -333,19 +314,14 @@ async def test_read_only_mode_off_shuts_the_bookie_down_instead(bookie: Bookie) 
             "disk usage above diskUsageThreshold (/data 96% used) and readOnlyModeEnabled is false"
         ]
         assert bookie.read_only  # refuses adds until it is down
-    finally:
-        await h.state.close()
 
 
 async def test_the_registration_is_retried_until_zookeeper_takes_it(bookie: Bookie) -> None:
-    h = await Harness(bookie).start()
-    try:
+    async with Harness(bookie) as h:
         h.registration.failures = 2
         h.state.set_manual(True)
         await h.registered(True)  # after two failed moves, about a second apart
         assert h.registration.moves == [True]
-    finally:
-        await h.state.close()
 
 
 async def test_a_half_done_move_is_redone_even_if_the_state_flipped_back(bookie: Bookie) -> None:
@@ -380,8 +356,7 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 
 async def test_an_admin_change_that_timed_out_does_not_land_later(bookie: Bookie) -> None:
-    h = await Harness(bookie).start()
-    try:
+    async with Harness(bookie) as h:
         loop = asyncio.get_running_loop()
         started = threading.Event()
 
@@ -398,5 +373,3 @@ async def test_an_admin_change_that_timed_out_does_not_land_later(bookie: Bookie
         assert not bookie.read_only  # the caller was told to retry, and nothing happened
         assert await loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 5.0)
         assert bookie.read_only
-    finally:
-        await h.state.close()
