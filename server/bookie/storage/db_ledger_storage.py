@@ -84,6 +84,8 @@ class DbLedgerStorage:
         self._pacer = FlushPacer(0, 0.0)  # the running (or last) flush's
         self._filling_since = time.monotonic()  # when the active half started to fill
         self._flush_done = asyncio.Event()
+        # held by the flush's worker thread: abandon() waits on it before closing the indexes
+        self._flush_thread_busy = threading.Lock()
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -191,15 +193,19 @@ class DbLedgerStorage:
             d.close()
 
     def abandon(self) -> None:
-        """Crash simulation for in-process tests: stop the journal thread, write no entry log, no
-        checkpoint; only release the RocksDB handles (their lock) so the same process can reopen."""
+        """Crash simulation for in-process tests: stop the journal thread, start no flush and no
+        checkpoint; only release the RocksDB handles (their lock) so the same process can reopen.
+        A flush already on its worker thread is hurried and waited for (a crash just after it):
+        closing RocksDB under it would fail it, or fail this call with "Already borrowed"."""
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
         for journal in self.journals:
             journal.abandon()
-        for d in self.dirs:
-            d.close_indexes()
+        self._pacer.hurry()
+        with self._flush_thread_busy:
+            for d in self.dirs:
+                d.close_indexes()
 
     # ---- write path -------------------------------------------------------------------------
 
@@ -303,22 +309,24 @@ class DbLedgerStorage:
         """Write ``half`` to the entry logs and indexes, then checkpoint each journal at its
         mark of the swap (``marks``, one per journal). ``flushed`` gets the ids of the ledgers
         written and indexed, directory by directory, for :meth:`_keep_unflushed`."""
-        per_dir: list[list[tuple[int, dict[int, bytes]]]] = [[] for _ in self.dirs]
-        n = len(self.dirs)
-        for ledger in half.sorted_ledgers():
-            per_dir[ledger[0] % n].append(ledger)
-        done_bytes = 0
-        for directory, ledgers in zip(self.dirs, per_dir, strict=True):
-            done_bytes = directory.flush_ledgers(ledgers, pacer, done_bytes)
-            flushed.extend(ledger_id for ledger_id, _ in ledgers)
-        roots = [d.root for d in self.dirs]
-        for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
-            if mark_order(mark) > mark_order(self.marks[index]):
-                write_mark(roots, mark, self._mark_files[index])
-                self.marks[index] = mark
-                removed = journal.remove_before(mark)
-                if removed:
-                    log.info("removed journal files %s of %s (before %s)", removed, journal.directory, mark)
+        with self._flush_thread_busy:
+            per_dir: list[list[tuple[int, dict[int, bytes]]]] = [[] for _ in self.dirs]
+            n = len(self.dirs)
+            for ledger in half.sorted_ledgers():
+                per_dir[ledger[0] % n].append(ledger)
+            done_bytes = 0
+            for directory, ledgers in zip(self.dirs, per_dir, strict=True):
+                done_bytes = directory.flush_ledgers(ledgers, pacer, done_bytes)
+                flushed.extend(ledger_id for ledger_id, _ in ledgers)
+            roots = [d.root for d in self.dirs]
+            for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):
+                if mark_order(mark) > mark_order(self.marks[index]):
+                    write_mark(roots, mark, self._mark_files[index])
+                    self.marks[index] = mark
+                    removed = journal.remove_before(mark)
+                    if removed:
+                        log.info("removed journal files %s of %s (before %s)",
+                                 removed, journal.directory, mark)
 
     async def _wait_flush(self) -> None:
         task = self._flush_task

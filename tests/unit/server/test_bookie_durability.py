@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,22 @@ async def test_several_ledger_dirs_survive_restart(tmp_path: Path) -> None:
     async with make_bookie(config) as reopened:
         for led in (20, 21):
             assert [await reopened.read_entry(led, e) for e in range(5)] == [body(led, e) for e in range(5)]
+
+
+async def test_a_crash_during_a_paced_flush_leaves_the_flush_whole(tmp_path: Path) -> None:
+    """abandon() (the in-process crash) lets a flush already on its thread finish before it
+    closes RocksDB: closed under it, the flush failed half-way through its index writes."""
+    config = make_config(tmp_path)
+    bookie = make_bookie(config)
+    await bookie.start()
+    await add_all(bookie, [add_op(3, e) for e in range(2000)])  # several flush slices
+    storage = bookie.storage
+    storage._filling_since -= 10.0  # the half took 10 s to fill: the flush is paced over 5 s
+    storage._start_flush()
+    flush = storage._flush_task
+    assert flush is not None
+    await asyncio.sleep(0.05)  # on its thread, pausing between slices
+    bookie.abandon()
+    await flush  # finished without error
+    async with make_bookie(config) as reopened:
+        assert [await reopened.read_entry(3, e) for e in range(2000)] == [body(3, e) for e in range(2000)]
