@@ -27,8 +27,7 @@ from typing import BinaryIO
 
 import crc32c
 
-from .fileio import pwrite_all
-from .journal_file import fsync_dir
+from .fileio import fsync_dir, pwrite_all
 from .write_behind import start_write_behind
 
 log = logging.getLogger(__name__)

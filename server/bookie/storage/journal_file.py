@@ -22,21 +22,13 @@ import os
 import threading
 from pathlib import Path
 
-from .fileio import pwrite_all
+from .fileio import fsync_dir, pwrite_all
 from .journal_format import FILE_HEADER_SIZE, file_header, file_name
 
 log = logging.getLogger(__name__)
 
 _PIECE = 1024 * 1024  # bytes zero-filled (and synced) per step of the helper
 _ZEROS = memoryview(bytes(_PIECE))
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class JournalFile:

@@ -9,14 +9,13 @@ older one, which only means replaying a bit more).
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
 
 from bookie.api import LogMark
 
-from .journal_file import fsync_dir
+from .fileio import replace_atomically
 
 MARK = struct.Struct(">qq")
 MARK_FILE = "lastMark"
@@ -34,15 +33,7 @@ def mark_file_name(journal_index: int, journal_count: int) -> str:
 def write_mark(dirs: Sequence[Path], mark: LogMark, name: str) -> None:
     data = MARK.pack(mark.journal_id, mark.offset)
     for directory in dirs:
-        tmp = directory / (name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, directory / name)
-        fsync_dir(directory)
+        replace_atomically(directory / name, data)
 
 
 def read_mark(dirs: Sequence[Path], name: str) -> LogMark:
