@@ -160,6 +160,10 @@ KEYS: dict[str, Key] = {
     "forceReadOnlyBookie": Key(
         _bool, help="start read-only and stay so (false)", read_only_field="force_read_only"
     ),
+    "persistBookieStatusEnabled": Key(
+        _bool, help="keep an operator's read-only (PUT .../state/readonly) across restarts (false)",
+        read_only_field="persist_status",
+    ),
     "readOnlyModeOnAnyDiskFullEnabled": Key(
         _bool, help="read-only when any directory is full (true); false: only when all are",
         read_only_field="any_disk_full",

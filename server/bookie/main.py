@@ -31,6 +31,7 @@ from bookie.http import BookieHttpServer
 from bookie.service import BookieService
 from bookie.state_manager import BookieStateManager, ReadOnlyRegistration, WritableCore
 from bookie.stats import RequestStats
+from bookie.status_file import BookieStatusFiles
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,8 @@ class BookieDaemon:
         core, config = self.core, self.config
         if not isinstance(core, WritableCore):
             return
-        self.state = BookieStateManager(core, config.read_only, self.registry, self._fail)
+        status_files = BookieStatusFiles(config.ledger_dirs) if config.read_only.persist_status else None
+        self.state = BookieStateManager(core, config.read_only, self.registry, self._fail, status_files)
         await self.state.start()
         self.disks = DiskMonitor([*config.journal_dirs, *config.ledger_dirs], config.read_only,
                                  self.registry, self._on_disk_status)

@@ -11,6 +11,12 @@ its own source: the disk monitor cannot undo an operator's ``PUT .../state/reado
 had that bug, PR #4640), and an operator cannot make a bookie with a failed journal writable.
 
 With ``readOnlyModeEnabled=false`` the bookie shuts down instead of turning read-only.
+
+With ``persistBookieStatusEnabled=true`` the operator's choice is kept in the ledger directories
+(``status_file``) and restored at start, so a bookie an operator drained stays read-only through a
+restart. Only that reason is kept: BookKeeper persists every transition, so a bookie that was
+read-only for a full disk comes back read-only even with the space freed; here the disk monitor
+and the storage health decide those afresh at start.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from bookie.status_file import BookieStatusFiles
 from bookie.storage.health import StorageHealth
 
 log = logging.getLogger(__name__)
@@ -60,6 +67,7 @@ class ReadOnlySettings:
     warn_threshold: float = 0.90  # diskUsageWarnThreshold: above it, no major compaction
     lwm_threshold: float | None = None  # diskUsageLwmThreshold: writable again below (None: =threshold)
     check_interval_s: float = 10.0  # diskCheckInterval
+    persist_status: bool = False  # persistBookieStatusEnabled: an operator's read-only survives restarts
     # minUsableSizeForHighPriorityWrites: recovery adds need this much free space in every
     # directory (BookKeeper's default is 1.2 x logSizeLimit; the config sets it so)
     min_usable_high_priority_bytes: int = 1_288_490_188
@@ -115,7 +123,9 @@ class BookieStateManager:
         settings: ReadOnlySettings,
         registry: CollectorRegistry,
         shutdown: Callable[[str], None],
+        status_files: BookieStatusFiles | None = None,
     ) -> None:
+        """``status_files``: where the operator's choice is kept across restarts (None: nowhere)."""
         self._core = core
         self._settings = settings
         self._shutdown = shutdown
@@ -132,8 +142,11 @@ class BookieStateManager:
             "bookie_SERVER_STATUS", "1 while the bookie is writable, 0 while it is read-only",
             registry=registry,
         )
+        self._status_files = status_files
         if settings.force_read_only:
             self._reasons = {ReadOnlyReason.FORCED: "from the configuration"}
+        elif status_files is not None:
+            self._restore_manual(status_files)
         core.health.add_listener(self._on_storage_health)
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -197,7 +210,8 @@ class BookieStateManager:
         return self.read_only
 
     def set_manual_threadsafe(self, read_only: bool, timeout_s: float = 5.0) -> bool:
-        """:meth:`set_manual` from another thread (the HTTP admin server's)."""
+        """:meth:`set_manual` from another thread (the HTTP admin server's), then
+        :meth:`persist_manual` in that thread."""
         if self._loop is None:
             raise RuntimeError("state manager not started")
 
@@ -213,11 +227,31 @@ class BookieStateManager:
 
         self._loop.call_soon_threadsafe(on_loop)
         try:
-            return future.result(timeout_s)
+            now_read_only = future.result(timeout_s)
         except TimeoutError:
             if future.cancel():
                 raise
-            return future.result()  # it began meanwhile; set_manual does not wait on anything
+            now_read_only = future.result()  # it began meanwhile; set_manual waits on nothing
+        self.persist_manual()
+        return now_read_only
+
+    def persist_manual(self) -> None:
+        """Keep the operator's current choice for the next start, if persistence is on. From any
+        thread but the loop's: it fsyncs. It writes the state as it is when it runs, so after
+        concurrent changes the last write holds the last choice."""
+        if self._status_files is not None:
+            self._status_files.write(ReadOnlyReason.MANUAL in self._reasons)
+
+    def _restore_manual(self, status_files: BookieStatusFiles) -> None:
+        status = status_files.read()
+        if status is None or not status.read_only:
+            return
+        if not self._settings.read_only_mode_enabled:
+            log.warning("ignoring the persisted read-only status: readOnlyModeEnabled is false")
+            return
+        log.warning("bookie: read-only as an operator left it before the restart (%s)",
+                    ", ".join(str(path) for path in status_files.paths))
+        self._reasons = {ReadOnlyReason.MANUAL: "by an operator, before the last restart"}
 
     def _on_storage_health(self) -> None:
         health = self._core.health

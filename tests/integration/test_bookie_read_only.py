@@ -214,3 +214,35 @@ async def test_forced_read_only_and_shutdown_when_read_only_mode_is_off(
         assert exit_code == 1
         assert "readOnlyModeEnabled is false" in strict.run_log_text()
         await bk.ctx.bookie_watcher.wait_for(lambda w: strict.bookie_id not in w.all_bookies(), 10.0)
+
+
+async def test_an_operators_read_only_survives_a_crash_when_persisted(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    kept = await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf={"persistBookieStatusEnabled": "true"})
+    plain = await asyncio.to_thread(bookie_factory, zk=zk_hosts)
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        for bookie in (kept, plain):
+            reply = await asyncio.to_thread(_http, bookie, "PUT", READONLY, b'{"readOnly": true}')
+            assert reply == {"readOnly": True}
+            await _wait_registered(bk, bookie, read_only=True)
+        await asyncio.to_thread(kept.kill9)
+        await asyncio.to_thread(kept.start)
+        # registered read-only from its start (the old session's znode only lingers, and the
+        # writable one would fail this wait), and read-only inside
+        await _wait_registered(bk, kept, read_only=True)
+        state = await asyncio.to_thread(_http, kept, "GET", STATE)
+        assert state["readOnlyReasons"] == [
+            "set read-only through the admin API: by an operator, before the last restart"
+        ]
+        assert await asyncio.to_thread(_raw_add, kept, 7, 0, False) == bookie_pb2.EREADONLY
+        await asyncio.to_thread(plain.restart)
+        await _wait_registered(bk, plain, read_only=False)  # without the key, a restart forgets
+
+        reply = await asyncio.to_thread(_http, kept, "PUT", READONLY, b'{"readOnly": false}')
+        assert reply == {"readOnly": False}
+        await asyncio.to_thread(kept.restart)
+        await _wait_registered(bk, kept, read_only=False)
+        assert await asyncio.to_thread(_raw_add, kept, 7, 0, False) == bookie_pb2.EOK

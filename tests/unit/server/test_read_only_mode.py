@@ -23,6 +23,7 @@ from bookie.bookie import Bookie
 from bookie.config import ConfigError, load_config
 from bookie.disk_monitor import DirUsage, DiskChecker, DiskMonitor, DiskStatus
 from bookie.state_manager import BookieStateManager, ReadOnlySettings, StateRefused
+from bookie.status_file import BookieStatusFiles
 from bookie.storage import journal as journal_module
 from bookie.storage.ledger_directory import IndexWriteError
 
@@ -136,11 +137,13 @@ class FakeRegistration:
 
 
 class Harness:
-    def __init__(self, bookie: Bookie, settings: ReadOnlySettings = SETTINGS) -> None:
+    def __init__(
+        self, bookie: Bookie, settings: ReadOnlySettings = SETTINGS, files: BookieStatusFiles | None = None
+    ) -> None:
         self.bookie = bookie
         self.shutdowns: list[str] = []
         self.registry = CollectorRegistry()
-        self.state = BookieStateManager(bookie, settings, self.registry, self.shutdowns.append)
+        self.state = BookieStateManager(bookie, settings, self.registry, self.shutdowns.append, files)
         self.registration = FakeRegistration()
 
     async def __aenter__(self) -> Harness:
@@ -373,3 +376,41 @@ async def test_an_admin_change_that_timed_out_does_not_land_later(bookie: Bookie
         assert not bookie.read_only  # the caller was told to retry, and nothing happened
         assert await loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 5.0)
         assert bookie.read_only
+
+
+async def test_an_operators_read_only_is_kept_across_restarts_when_persisted(tmp_path: Path) -> None:
+    config = make_config(tmp_path, ledger_dirs=[tmp_path / "l0", tmp_path / "l1"])
+    files = BookieStatusFiles(config.ledger_dirs)
+    loop = asyncio.get_running_loop()
+    async with make_bookie(config) as bookie, Harness(bookie, SETTINGS, files) as h:
+        assert files.read() is None  # nothing chosen yet, nothing written
+        assert await loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 5.0)
+        assert [path.read_text().split(",")[:2] for path in files.paths] == [["1", "READ_ONLY"]] * 2
+    async with make_bookie(config) as bookie, Harness(bookie, SETTINGS, files) as h:  # a restart
+        await h.registered(True)
+        assert bookie.read_only and h.state.describe()["readOnlyReasons"] == [
+            "set read-only through the admin API: by an operator, before the last restart"
+        ]
+        assert not await loop.run_in_executor(None, h.state.set_manual_threadsafe, False, 5.0)
+    async with make_bookie(config) as bookie, Harness(bookie, SETTINGS, files) as h:
+        assert not bookie.read_only and h.registration.moves == []
+        h.state.set_disk_status(True, True, "/data full")  # automatic reasons are not kept
+        await h.registered(True)
+    status = files.read()
+    assert status is not None and not status.read_only
+
+
+async def test_a_persisted_read_only_is_ignored_without_persistence_or_read_only_mode(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    files = BookieStatusFiles(config.ledger_dirs)
+    files.write(True)
+    loop = asyncio.get_running_loop()
+    async with make_bookie(config) as bookie, Harness(bookie) as h:  # persistBookieStatusEnabled=false
+        assert not bookie.read_only
+        assert await loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 5.0)
+        assert not await loop.run_in_executor(None, h.state.set_manual_threadsafe, False, 5.0)
+    status = files.read()
+    assert status is not None and status.read_only  # not rewritten: persistence is off
+    no_read_only = ReadOnlySettings(read_only_mode_enabled=False)
+    async with make_bookie(config) as bookie, Harness(bookie, no_read_only, files):
+        assert not bookie.read_only
