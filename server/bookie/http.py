@@ -2,7 +2,9 @@
 text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``), plus BookKeeper's
 ``/api/v1/bookie/last_log_mark``; on a bookie that collects garbage, ``/api/v1/bookie/gc``
 (``PUT`` runs a collection now, ``GET`` tells whether one it asked for is running) and
-``/api/v1/bookie/gc_details``; on a storage bookie, ``GET /api/v1/bookie/state`` and
+``/api/v1/bookie/gc_details``, and ``/api/v1/bookie/gc/suspend_compaction`` (``GET``; ``PUT
+{"suspendMajor": true, "suspendMinor": true}``) and ``/api/v1/bookie/gc/resume_compaction``
+(``PUT {"resumeMajor": true, "resumeMinor": true}``); on a storage bookie, ``GET /api/v1/bookie/state`` and
 ``/api/v1/bookie/state/readonly`` (``GET``, and ``PUT {"readOnly": true|false}``).
 
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
@@ -33,6 +35,10 @@ class GcControl(Protocol):
     def trigger_threadsafe(self, force_major: bool = True, force_minor: bool = True) -> None: ...
 
     def details(self) -> dict[str, Any]: ...
+
+    def suspend_by_operator(self, major: bool | None = None, minor: bool | None = None) -> None: ...
+
+    def suspension(self) -> dict[str, str]: ...
 
 
 class StateControl(Protocol):
@@ -73,6 +79,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._json(200, {"is_in_force_gc": str(self.server.gc.forced_running).lower()})
         elif path == "/api/v1/bookie/gc_details" and self.server.gc is not None:
             self._json(200, [self.server.gc.details()])
+        elif path == "/api/v1/bookie/gc/suspend_compaction" and self.server.gc is not None:
+            self._json(200, self.server.gc.suspension())
         elif path == "/api/v1/bookie/state" and self.server.state is not None:
             self._json(200, self.server.state.describe())
         elif path == "/api/v1/bookie/state/readonly" and self.server.state is not None:
@@ -90,6 +98,15 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
                 return
             self.server.gc.trigger_threadsafe(*flags)
             self._json(200, {"message": "garbage collection triggered"})
+        elif path in _SUSPENSIONS and self.server.gc is not None:
+            verb, suspend = _SUSPENSIONS[path]
+            try:
+                major, minor = _suspension_flags(self._body(), verb)
+            except ValueError as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            self.server.gc.suspend_by_operator(suspend if major else None, suspend if minor else None)
+            self._json(200, self.server.gc.suspension())
         elif path == "/api/v1/bookie/state/readonly" and self.server.state is not None:
             try:
                 read_only = self.server.state.set_manual_threadsafe(_read_only_flag(self._body()))
@@ -140,7 +157,10 @@ def _json_object(body: bytes, example: str) -> dict[str, Any]:
 
 
 def _flag(value: dict[str, Any], name: str, default: bool | None = None) -> bool:
+    """A JSON boolean, or BookKeeper's string form of one ("true"/"false", as its docs write)."""
     flag = value.get(name, default)
+    if isinstance(flag, str) and flag.lower() in ("true", "false"):
+        return flag.lower() == "true"
     if not isinstance(flag, bool):
         raise ValueError(f"{name} must be true or false, got {flag!r}")
     return flag
@@ -152,6 +172,24 @@ def _gc_flags(body: bytes) -> tuple[bool, bool]:
         return True, True
     value = _json_object(body, '{"forceMajor": true, "forceMinor": false}')
     return _flag(value, "forceMajor", True), _flag(value, "forceMinor", True)
+
+
+# path -> (BookKeeper's body prefix, whether it suspends)
+_SUSPENSIONS = {
+    "/api/v1/bookie/gc/suspend_compaction": ("suspend", True),
+    "/api/v1/bookie/gc/resume_compaction": ("resume", False),
+}
+
+
+def _suspension_flags(body: bytes, verb: str) -> tuple[bool, bool]:
+    """``({verb}Major, {verb}Minor)`` from BookKeeper's body; each defaults to false, and a body
+    that names neither is refused (it would do nothing)."""
+    example = f'{{"{verb}Major": true, "{verb}Minor": true}}'
+    value = _json_object(body, example)
+    flags = _flag(value, f"{verb}Major", False), _flag(value, f"{verb}Minor", False)
+    if not any(flags):
+        raise ValueError(f"nothing to {verb}: expected a body like {example}")
+    return flags
 
 
 def _read_only_flag(body: bytes) -> bool:

@@ -168,6 +168,52 @@ async def test_a_bad_gc_request_is_refused_and_the_bookie_carries_on(
     assert details["gcCounter"] == 1 and details["lastError"] is None
 
 
+def _put(bookie: BookieProcess, path: str, body: bytes) -> Any:
+    request = urllib.request.Request(f"http://127.0.0.1:{bookie.http_port}{path}", data=body, method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+async def test_an_operator_suspends_and_resumes_compaction(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    """BookKeeper's ``/api/v1/bookie/gc/suspend_compaction`` and ``.../resume_compaction``: a
+    suspended kind is skipped by the next collections, even forced ones; collection goes on."""
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    bookie = await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=CONF)
+    suspend, resume = "/api/v1/bookie/gc/suspend_compaction", "/api/v1/bookie/gc/resume_compaction"
+    for path, body, why in (
+        (suspend, b"{}", "nothing to suspend"),
+        (resume, b'{"resumeMajor": "yes"}', "resumeMajor must be true or false"),
+        (suspend, b"[]", "expected a JSON object"),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            await asyncio.to_thread(_put, bookie, path, body)
+        assert info.value.code == 400 and why in info.value.read().decode()
+    assert await asyncio.to_thread(_http, bookie, "GET", suspend) == {
+        "isMajorGcSuspended": "false", "isMinorGcSuspended": "false"
+    }
+    both = b'{"suspendMajor": "true", "suspendMinor": "true"}'  # BookKeeper's documented body
+    reply = await asyncio.to_thread(_put, bookie, suspend, both)
+    assert reply == {"isMajorGcSuspended": "true", "isMinorGcSuspended": "true"}
+    await asyncio.to_thread(_trigger, bookie, None)  # forced major and minor: both skipped
+    details = await _collected(bookie, 1)
+    assert details["majorCompactionCounter"] == details["minorCompactionCounter"] == 0
+    assert details["majorCompactionSuspended"] and details["minorCompactionSuspended"]
+
+    reply = await asyncio.to_thread(_put, bookie, resume, b'{"resumeMinor": true}')
+    assert reply == {"isMajorGcSuspended": "true", "isMinorGcSuspended": "false"}
+    await asyncio.to_thread(_trigger, bookie, None)
+    details = await _collected(bookie, 2)
+    assert (details["majorCompactionCounter"], details["minorCompactionCounter"]) == (0, 1)
+
+    await asyncio.to_thread(_put, bookie, resume, b'{"resumeMajor": true}')
+    await asyncio.to_thread(_trigger, bookie, None)
+    details = await _collected(bookie, 3)
+    assert (details["majorCompactionCounter"], details["minorCompactionCounter"]) == (1, 1)
+
+
 async def test_kill_9_in_the_middle_of_a_compaction_loses_nothing(
     zk_hosts: str, bookie_factory: BookieFactory
 ) -> None:

@@ -180,7 +180,11 @@ class GarbageCollector:
         self.compacting: str | None = None
         self.last_major_ms = self.last_minor_ms = 0
         self.major_compactions = self.minor_compactions = 0
-        self.major_suspended = self.minor_suspended = False
+        # compaction paused (major, minor), per source: the disk monitor's cannot end an
+        # operator's, nor the other way round; each pair is replaced whole
+        self._paused_for_disks = (False, False)
+        self._paused_by_operator = (False, False)
+        self._operator_lock = threading.Lock()  # HTTP threads update the operator's pair
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -210,14 +214,39 @@ class GarbageCollector:
             raise RuntimeError("garbage collector not started")
         self._loop.call_soon_threadsafe(self.trigger, force_major, force_minor)
 
-    def suspend_compaction(self, major: bool, minor: bool) -> None:
+    @property
+    def major_suspended(self) -> bool:
+        return self._paused_for_disks[0] or self._paused_by_operator[0]
+
+    @property
+    def minor_suspended(self) -> bool:
+        return self._paused_for_disks[1] or self._paused_by_operator[1]
+
+    def pause_for_disks(self, major: bool, minor: bool) -> None:
         """Pause compaction while the disks are nearly full (major) or full (both), as BookKeeper
         does: compaction writes the live entries anew before it deletes their old log, so it needs
         room first. Collection itself goes on: deleting ledgers only frees space."""
-        if (major, minor) != (self.major_suspended, self.minor_suspended):
-            log.info("compaction: major %s, minor %s",
+        if (major, minor) != self._paused_for_disks:
+            log.info("compaction for full disks: major %s, minor %s",
                      "paused" if major else "on", "paused" if minor else "on")
-        self.major_suspended, self.minor_suspended = major, minor
+        self._paused_for_disks = (major, minor)
+
+    def suspend_by_operator(self, major: bool | None = None, minor: bool | None = None) -> None:
+        """``PUT /api/v1/bookie/gc/suspend_compaction`` (True) and ``.../resume_compaction``
+        (False); ``None`` leaves that kind as it is. From any thread. A compaction under way
+        finishes; the next one is skipped while its kind is suspended."""
+        with self._operator_lock:
+            was = self._paused_by_operator
+            now = (was[0] if major is None else major, was[1] if minor is None else minor)
+            self._paused_by_operator = now
+        if now != was:
+            log.info("compaction by an operator: major %s, minor %s",
+                     "suspended" if now[0] else "on", "suspended" if now[1] else "on")
+
+    def suspension(self) -> dict[str, str]:
+        """``GET /api/v1/bookie/gc/suspend_compaction``, BookKeeper's string answer."""
+        return {"isMajorGcSuspended": str(self.major_suspended).lower(),
+                "isMinorGcSuspended": str(self.minor_suspended).lower()}
 
     def details(self) -> dict[str, Any]:
         """``GET /api/v1/bookie/gc_details``."""

@@ -244,16 +244,34 @@ async def test_a_nearly_full_disk_pauses_compaction_but_not_deletion(tmp_path: P
     config = _config(tmp_path)
     async with _half_dead_logs(config) as (bookie, collector):
         before = _log_files(config)
-        collector.suspend_compaction(major=True, minor=True)  # full: compaction needs room to copy
+        collector.pause_for_disks(major=True, minor=True)  # full: compaction needs room to copy
         run = await collector.collect(force_major=True, force_minor=True)
         assert run is not None and run.deleted_ledgers == 1 and run.compaction is None
         assert _log_files(config) == before  # every log still holds a live entry of ledger 2
         details = collector.details()
         assert details["majorCompactionSuspended"] and details["minorCompactionSuspended"]
-        collector.suspend_compaction(major=True, minor=False)  # above the warning share only
+        collector.pause_for_disks(major=True, minor=False)  # above the warning share only
         run = await collector.collect(force_major=True, force_minor=True)
         assert run is not None and run.compaction == "minor"
-        collector.suspend_compaction(major=False, minor=False)
+        collector.pause_for_disks(major=False, minor=False)
+        run = await collector.collect(force_major=True)
+        assert run is not None and run.compaction == "major" and run.compacted.logs > 0
+        await _assert_readable(bookie, 2, 120)
+
+
+async def test_the_disks_cannot_resume_what_an_operator_suspended(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with _half_dead_logs(config) as (bookie, collector):
+        collector.suspend_by_operator(major=True)
+        collector.pause_for_disks(major=True, minor=True)
+        collector.pause_for_disks(major=False, minor=False)  # space back: the operator's stays
+        assert collector.suspension() == {"isMajorGcSuspended": "true", "isMinorGcSuspended": "false"}
+        run = await collector.collect(force_major=True, force_minor=True)
+        assert run is not None and run.compaction == "minor"
+        collector.pause_for_disks(major=True, minor=True)
+        collector.suspend_by_operator(major=False)  # the operator's resume cannot undo the disks'
+        assert collector.major_suspended and collector.minor_suspended
+        collector.pause_for_disks(major=False, minor=False)
         run = await collector.collect(force_major=True)
         assert run is not None and run.compaction == "major" and run.compacted.logs > 0
         await _assert_readable(bookie, 2, 120)
