@@ -5,7 +5,10 @@ text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``)
 ``/api/v1/bookie/gc_details``, and ``/api/v1/bookie/gc/suspend_compaction`` (``GET``; ``PUT
 {"suspendMajor": true, "suspendMinor": true}``) and ``/api/v1/bookie/gc/resume_compaction``
 (``PUT {"resumeMajor": true, "resumeMinor": true}``); on a storage bookie, ``GET /api/v1/bookie/state`` and
-``/api/v1/bookie/state/readonly`` (``GET``, and ``PUT {"readOnly": true|false}``).
+``/api/v1/bookie/state/readonly`` (``GET``, and ``PUT {"readOnly": true|false}``). Always:
+``GET /api/v1/bookie/is_ready`` (200 once the bookie serves and is registered, 503 before and
+while it shuts down: a readiness probe) and ``GET /api/v1/bookie/info`` (free and total bytes of
+the ledger directories' disks), when the daemon gives them.
 
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
@@ -22,7 +25,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from bookie.api import JournalMark
+from bookie.api import DiskInfo, JournalMark
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,8 @@ class _AdminServer(ThreadingHTTPServer):
     last_log_marks: Callable[[], Sequence[JournalMark]] | None = None
     gc: GcControl | None = None
     state: StateControl | None = None
+    readiness: Callable[[], str | None] | None = None  # why the bookie is not ready (None: it is)
+    disk_info: Callable[[], DiskInfo] | None = None
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
@@ -74,6 +79,19 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         elif path == "/api/v1/bookie/last_log_mark" and self.server.last_log_marks is not None:
             self._reply(200, _marks_json(self.server.last_log_marks()), "application/json")
+        elif path == "/api/v1/bookie/is_ready" and self.server.readiness is not None:
+            why_not = self.server.readiness()
+            if why_not is None:
+                self._reply(200, b"", "text/plain; charset=utf-8")
+            else:
+                self._reply(503, f"bookie is not ready: {why_not}\n".encode(), "text/plain; charset=utf-8")
+        elif path == "/api/v1/bookie/info" and self.server.disk_info is not None:
+            try:
+                info = self.server.disk_info()
+            except OSError as exc:
+                self._json(500, {"error": f"cannot read the disk space: {exc}"})
+                return
+            self._json(200, {"freeSpace": info.free_bytes, "totalSpace": info.total_bytes})
         elif path == "/api/v1/bookie/gc" and self.server.gc is not None:
             # BookKeeper's answer, a string "true"/"false"
             self._json(200, {"is_in_force_gc": str(self.server.gc.forced_running).lower()})
@@ -215,8 +233,14 @@ class BookieHttpServer:
         last_log_marks: Callable[[], Sequence[JournalMark]] | None = None,
         gc: GcControl | None = None,
         state: StateControl | None = None,
+        readiness: Callable[[], str | None] | None = None,
+        disk_info: Callable[[], DiskInfo] | None = None,
     ) -> None:
+        """``readiness`` says why the bookie is not ready, or None when it is; ``disk_info``
+        gives the space for ``/api/v1/bookie/info``."""
         self._last_log_marks = last_log_marks
+        self._readiness = readiness
+        self._disk_info = disk_info
         self._gc = gc
         self._state = state
         self._registry = registry
@@ -233,6 +257,8 @@ class BookieHttpServer:
         server.last_log_marks = self._last_log_marks
         server.gc = self._gc
         server.state = self._state
+        server.readiness = self._readiness
+        server.disk_info = self._disk_info
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)

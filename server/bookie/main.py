@@ -93,6 +93,7 @@ class BookieDaemon:
         self.disks: DiskMonitor | None = None
         self._stopping = asyncio.Event()
         self.exit_code = 0
+        self._not_ready: str | None = "starting"  # GET /api/v1/bookie/is_ready: None once ready
 
     async def start(self) -> None:
         """Bind, check the cookie, open storage, serve, then register.
@@ -122,10 +123,12 @@ class BookieDaemon:
         if config.http_enabled:
             self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
                                          last_log_marks=self.core.last_log_marks, gc=self.gc,
-                                         state=self.state)
+                                         state=self.state, readiness=lambda: self._not_ready,
+                                         disk_info=self.core.disk_info)
             http_port = await asyncio.to_thread(self.http.start)
         if self._registration is not None:
             await self._register(self._registration, http_port)
+        self._not_ready = None
         log.info(
             "bookie %s ready: grpc %s:%d, http %s",
             config.bookie_id,
@@ -179,6 +182,7 @@ class BookieDaemon:
         return GarbageCollector(core, lister, self.config.gc, GcStats(self.registry))
 
     def request_stop(self) -> None:
+        self._not_ready = "shutting down"
         self._stopping.set()
 
     async def wait_stopped(self) -> None:
@@ -187,6 +191,7 @@ class BookieDaemon:
     async def close(self) -> None:
         """Stop collecting, unregister, drain requests, flush and checkpoint storage, stop HTTP.
         Idempotent."""
+        self._not_ready = "shutting down"
         if self.disks is not None:
             disks, self.disks = self.disks, None
             await _logged(disks.close(), "stop the disk monitor")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -67,6 +68,10 @@ def test_http_heartbeat_and_metrics(bookie: BookieProcess, stub: bookie_pb2_grpc
     metrics = http_get(bookie, "/metrics")
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 3.0' in metrics
     assert "bookkeeper_server_READ_ENTRY_REQUEST_bucket" in metrics
+    assert http_get(bookie, "/api/v1/bookie/is_ready") == ""  # 200: serving and registered
+    info = json.loads(http_get(bookie, "/api/v1/bookie/info"))
+    grpc_info = stub.GetBookieInfo(S.GetBookieInfoRequest(requested=S.TOTAL_DISK_CAPACITY))
+    assert info["totalSpace"] == grpc_info.total_disk_capacity >= info["freeSpace"] > 0
 
 
 def test_sigterm_exits_zero_and_data_survives_a_clean_restart(

@@ -125,12 +125,12 @@ def test_bookie_env_overrides_are_valid_bookkeeper_keys(services: dict[str, Any]
 
 
 @pytest.mark.parametrize("name", BOOKIES)
-def test_bookie_healthcheck_probes_its_own_heartbeat(services: dict[str, Any], name: str) -> None:
+def test_bookie_healthcheck_probes_its_own_readiness(services: dict[str, Any], name: str) -> None:
     bookie = services[name]
     http_port = option_value(pybk_args(bookie), "--http-port")
     test = bookie["healthcheck"]["test"]
     assert test[:3] == ["CMD", "curl", "-f"], "curl without -f passes on HTTP errors"
-    assert test[3] == f"http://localhost:{http_port}/heartbeat"
+    assert test[3] == f"http://localhost:{http_port}/api/v1/bookie/is_ready"
 
 
 def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str, Any]) -> None:
