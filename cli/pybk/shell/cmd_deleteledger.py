@@ -6,12 +6,10 @@ script without input) nothing is deleted and the exit code is 2: pass ``-f`` in 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
 from typing import Any
 
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, non_negative, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, ask, non_negative, usage_error
 
 
 def register(commands: Any) -> None:
@@ -22,22 +20,13 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-async def _ask(ledger_id: int) -> str | None:
-    """The user's answer, or None when stdin has none to give."""
-    if sys.stdin is None or sys.stdin.closed:
-        return None
-    print(f"Are you sure to delete ledger {ledger_id}? (y/N) ", end="", file=sys.stderr, flush=True)
-    line = await asyncio.to_thread(sys.stdin.readline)
-    return line.strip().lower() if line else None
-
-
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     meta = await ctx.metadata(watch_bookies=False)
     manager = meta.ledger_manager
     # Ask only about a ledger that exists (NoSuchLedgerError -> exit 1 before any prompt).
     await manager.read_ledger_metadata(args.ledger_id)
     if not args.force:
-        answer = await _ask(args.ledger_id)
+        answer = await ask(f"Are you sure to delete ledger {args.ledger_id}?")
         if answer is None:
             return usage_error(ctx, f"deleteledger: no confirmation on stdin for ledger {args.ledger_id}; "
                                     "pass -f to delete without asking")

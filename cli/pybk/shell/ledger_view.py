@@ -8,8 +8,10 @@ Passwords are never printed (``has_password`` only), as BookKeeper's ``toSafeStr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import datetime
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +33,16 @@ async def shell_client(ctx: ShellContext, config: ClientConfig | None = None) ->
     closes the session."""
     meta = await ctx.metadata()
     return BookKeeper(ClientContext.create(meta, config or ClientConfig()), owns_metadata=False)
+
+
+async def ask(question: str) -> str | None:
+    """The user's answer on stdin (stripped, lower case), or None when stdin has none to give
+    (closed, /dev/null, a script without input)."""
+    if sys.stdin is None or sys.stdin.closed:
+        return None
+    print(f"{question} (y/N) ", end="", file=sys.stderr, flush=True)
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return line.strip().lower() if line else None
 
 
 def usage_error(ctx: ShellContext, message: str) -> int:
