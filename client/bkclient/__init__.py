@@ -43,6 +43,7 @@ from bkproto.errors import (
     WriteError,
 )
 
+from .admin import BookKeeperAdmin, FragmentPlan, LedgerRecovery
 from .bookkeeper import BookKeeper
 from .config import ClientConfig
 from .entry import LastConfirmedAndEntry, LedgerEntry
@@ -54,6 +55,7 @@ __all__ = [
     "BKError",
     "BadRequestError",
     "BookKeeper",
+    "BookKeeperAdmin",
     "BookieIOError",
     "BookieUnavailableError",
     "ClientClosedError",
@@ -61,6 +63,7 @@ __all__ = [
     "DigestMismatchError",
     "DigestType",
     "DuplicateEntryIdError",
+    "FragmentPlan",
     "IllegalOpError",
     "IncorrectParameterError",
     "LastConfirmedAndEntry",
@@ -69,6 +72,7 @@ __all__ = [
     "LedgerExistsError",
     "LedgerFencedError",
     "LedgerMetadata",
+    "LedgerRecovery",
     "LedgerRecoveryError",
     "LedgerState",
     "MetadataStoreError",

@@ -137,6 +137,7 @@ class EntryRead:
 
     entry: LedgerEntry
     last_add_confirmed: int  # max of the piggybacked LAC in the header and the bookie's known LAC
+    body: bytes  # as stored (header, digest, payload): re-replication copies it byte for byte
 
 
 class ReadEntryOp:
@@ -169,7 +170,7 @@ class ReadEntryOp:
             log.warning("bookie %s returned a corrupt copy: %s", bookie_id, exc)
             raise DigestMismatchError(f"bookie {bookie_id}: {exc}") from exc
         entry = LedgerEntry(self._ledger_id, self._entry_id, verified.payload)
-        return EntryRead(entry, max(verified.last_add_confirmed, result.max_lac))
+        return EntryRead(entry, max(verified.last_add_confirmed, result.max_lac), result.body)
 
     async def run(self) -> EntryRead:
         replicas = self._replicas

@@ -1,0 +1,166 @@
+"""Re-replication of lost bookies' data (BookKeeper's ``BookKeeperAdmin.recoverBookieData``, run by
+``bookkeeper shell recover``; here ``pybk shell recover``).
+
+For every ledger that names a lost bookie, each segment holding it is copied to a new bookie
+and the metadata swapped (:mod:`bkclient.ops.replicate`), so every entry is on Qw live bookies
+again. Which ledgers need what:
+
+- a closed ledger: every segment naming a lost bookie, the last one up to the last entry;
+- an open ledger whose last segment names a lost bookie: the writer may still be adding there,
+  so, as BookKeeper does, the ledger is first fenced and closed (opened with recovery); a live
+  writer then gets LedgerFencedError. ``skip_open_ledgers`` leaves every open ledger alone;
+- an open ledger whose last segment is clean (its writer already replaced the bookie): the
+  earlier segments are copied and the writer carries on; its next ensemble change re-reads the
+  metadata the copy changed (CAS).
+
+The password and digest type come from the ledger's metadata, as in BookKeeper.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from bkclient.bookkeeper import BookKeeper
+from bkclient.digest import DigestManager
+from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
+from bkmeta.model import LedgerMetadata
+from bkproto.errors import BKError, IncorrectParameterError
+
+log = logging.getLogger(__name__)
+
+
+def check_bookie_id(bookie_id: str) -> None:
+    """Raise IncorrectParameterError unless ``bookie_id`` is ``host:port``."""
+    host, _, port = bookie_id.rpartition(":")
+    if not host or not port.isdigit():
+        raise IncorrectParameterError(f"bookie id {bookie_id!r} is not host:port")
+
+
+@dataclass(frozen=True)
+class FragmentPlan:
+    """One segment's entries and its ensemble before and after (``new`` is None when no bookie
+    could be found for it)."""
+
+    first_entry_id: int
+    last_entry_id: int
+    old: tuple[str, ...]
+    new: tuple[str, ...] | None
+
+
+@dataclass
+class LedgerRecovery:
+    """What happened to one ledger that named a lost bookie."""
+
+    ledger_id: int
+    fenced: bool = False  # it was open with a lost bookie in its last segment: fenced and closed
+    fragments: list[FragmentPlan] = field(default_factory=list)
+    entries_copied: int = 0
+    skipped: str | None = None  # why nothing was done (skip_open_ledgers)
+    error: str | None = None  # why it is not (fully) re-replicated; run the tool again
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class BookKeeperAdmin:
+    """Cluster administration over a connected :class:`BookKeeper` (which the caller closes)."""
+
+    def __init__(self, bk: BookKeeper) -> None:
+        self._bk = bk
+
+    async def recover_bookies(
+        self,
+        lost: Collection[str],
+        *,
+        ledger_ids: Collection[int] | None = None,
+        dry_run: bool = False,
+        skip_open_ledgers: bool = False,
+    ) -> list[LedgerRecovery]:
+        """Re-replicate the data of the ``lost`` bookies (ids ``host:port``), in every ledger or
+        in ``ledger_ids``; returns one report per ledger that named one of them. With
+        ``dry_run`` nothing is copied, fenced or changed: the reports give the plan."""
+        lost_set = frozenset(lost)
+        if not lost_set:
+            raise IncorrectParameterError("name at least one bookie to recover")
+        for bookie_id in lost_set:
+            check_bookie_id(bookie_id)
+        ids = sorted(ledger_ids) if ledger_ids is not None else await self._bk.list_ledgers()
+        reports = []
+        for ledger_id in ids:
+            report = await self.recover_ledger(ledger_id, lost_set, dry_run=dry_run,
+                                               skip_open_ledgers=skip_open_ledgers)
+            if report is not None:
+                reports.append(report)
+        return reports
+
+    async def recover_ledger(
+        self, ledger_id: int, lost: frozenset[str], *, dry_run: bool = False, skip_open_ledgers: bool = False
+    ) -> LedgerRecovery | None:
+        """One ledger; None when it names none of the ``lost`` bookies."""
+        bk = self._bk
+        md = await bk.ledger_metadata(ledger_id)
+        if lost.isdisjoint(md.all_bookies()):
+            return None
+        report = LedgerRecovery(ledger_id)
+        try:
+            if not md.is_closed:
+                if skip_open_ledgers:
+                    report.skipped = "open ledger (skip_open_ledgers)"
+                    return report
+                if not lost.isdisjoint(md.last_ensemble):
+                    report.fenced = True
+                    if not dry_run:
+                        log.info("ledger %d: open, a lost bookie in its last segment: fencing it", ledger_id)
+                        handle = await bk.open_ledger(ledger_id, md.password, recovery=True)
+                        await handle.close()
+                        md = handle.metadata
+            await self._recover_fragments(md, ledger_id, lost, dry_run, report)
+        except BKError as exc:
+            report.error = f"{type(exc).__name__}: {exc}"
+            log.warning("ledger %d: not re-replicated: %s", ledger_id, report.error)
+        return report
+
+    async def _recover_fragments(
+        self, md: LedgerMetadata, ledger_id: int, lost: frozenset[str], dry_run: bool, report: LedgerRecovery
+    ) -> None:
+        ctx = self._bk.ctx
+        digest = DigestManager(ledger_id, md.password, md.digest_type)
+        last_entry = md.last_entry_id if md.is_closed else -1  # an open ledger's last segment is clean
+        first_error: BKError | None = None
+        for fragment in fragments_with(md, ledger_id, lost, last_entry):
+            try:
+                targets = self._targets(md, fragment, lost)
+            except BKError as exc:
+                report.fragments.append(FragmentPlan(fragment.first_entry_id, fragment.last_entry_id,
+                                                     fragment.ensemble, None))
+                first_error = first_error or exc
+                continue
+            new = tuple(targets.get(i, bookie) for i, bookie in enumerate(fragment.ensemble))
+            report.fragments.append(FragmentPlan(fragment.first_entry_id, fragment.last_entry_id,
+                                                 fragment.ensemble, new))
+            if dry_run:
+                continue
+            replicator = FragmentReplicator(ctx, digest, md, fragment, targets)
+            try:
+                await replicator.run()
+            except BKError as exc:
+                first_error = first_error or exc
+            report.entries_copied += replicator.entries_copied
+        if first_error is not None:
+            raise first_error
+
+    def _targets(self, md: LedgerMetadata, fragment: Fragment, lost: frozenset[str]) -> Mapping[int, str]:
+        """A new bookie for each lost slot: writable, not in the segment, not lost, and not
+        given to another slot of it."""
+        ctx = self._bk.ctx
+        racks = ctx.writable_bookie_racks()
+        ensemble = list(fragment.ensemble)
+        targets: dict[int, str] = {}
+        for slot in fragment.lost_slots:
+            targets[slot] = ctx.placement.replace_bookie(ensemble, slot, md.write_quorum_size, racks,
+                                                         lost | set(ensemble))
+            ensemble[slot] = targets[slot]  # so the next slot's choice sees it (racks, no repeats)
+        return targets

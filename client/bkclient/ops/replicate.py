@@ -1,0 +1,169 @@
+"""Re-replication of one ledger fragment: the entries a lost bookie held, copied to a new bookie,
+then the bookie swapped in the ledger's metadata (BookKeeper's LedgerFragmentReplicator).
+
+A fragment is one segment of the metadata with the slots of the lost bookies in it. For each entry
+of the segment whose write set holds such a slot, the entry is read from the other replicas
+(digest verified) and written to the slot's new bookie as a RECOVERY_ADD, byte for byte as stored:
+the copy is identical to the lost one, and a fenced bookie takes it. Only once every copy is
+acknowledged (so durable on the new bookie) does the metadata name the new bookie, by CAS, so a
+reader never goes to a bookie that lacks the entries it is named for.
+
+A segment with no entry (a writer's ensemble change just before close) copies nothing; its
+metadata is still updated, so the lost bookie drops out of the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from bkclient.digest import DigestManager
+from bkclient.distribution import RoundRobinDistribution
+from bkclient.ops.read import ReadEntryOp
+from bkclient.ops.recovery import RecoveryContext
+from bkmeta.model import LedgerMetadata, Versioned
+from bkproto.errors import BKError, LedgerRecoveryError, MetadataVersionError
+
+log = logging.getLogger(__name__)
+
+COPIES_IN_FLIGHT = 32  # entries read and written at once per fragment: the tool's bounded window
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """Entries ``first_entry_id..last_entry_id`` of one segment (none when last < first), and
+    the slots in ``ensemble`` whose bookies are lost."""
+
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    ensemble: tuple[str, ...]
+    lost_slots: tuple[int, ...]
+
+    @property
+    def entry_count(self) -> int:
+        return max(0, self.last_entry_id - self.first_entry_id + 1)
+
+
+def fragments_with(
+    md: LedgerMetadata, ledger_id: int, lost: frozenset[str], last_entry_id: int
+) -> list[Fragment]:
+    """The segments of ``md`` that name a bookie of ``lost``; the last one ends at
+    ``last_entry_id`` (the ledger's last entry when it is closed)."""
+    found = []
+    segments = md.segments
+    for index, segment in enumerate(segments):
+        slots = tuple(i for i, bookie in enumerate(segment.bookies) if bookie in lost)
+        if not slots:
+            continue
+        end = segments[index + 1].first_entry_id - 1 if index + 1 < len(segments) else last_entry_id
+        found.append(Fragment(ledger_id, segment.first_entry_id, end, segment.bookies, slots))
+    return found
+
+
+class FragmentReplicator:
+    """Copies one fragment to ``targets`` (slot -> new bookie), then swaps them into the metadata."""
+
+    def __init__(
+        self,
+        ctx: RecoveryContext,
+        digest: DigestManager,
+        md: LedgerMetadata,
+        fragment: Fragment,
+        targets: Mapping[int, str],
+    ) -> None:
+        if set(targets) != set(fragment.lost_slots):
+            raise ValueError(f"targets {dict(targets)} do not cover the lost slots {fragment.lost_slots}")
+        self._ctx = ctx
+        self._digest = digest
+        self._fragment = fragment
+        self._targets = dict(targets)
+        self._distribution = RoundRobinDistribution(
+            md.ensemble_size, md.write_quorum_size, md.ack_quorum_size
+        )
+        self._lost = {fragment.ensemble[slot] for slot in fragment.lost_slots}
+        self.entries_copied = 0
+
+    async def run(self) -> Versioned[LedgerMetadata]:
+        await self.copy()
+        return await self.swap_in_metadata()
+
+    async def copy(self) -> None:
+        """Every entry the lost slots held, acknowledged by its new bookie."""
+        fragment = self._fragment
+        window = asyncio.Semaphore(COPIES_IN_FLIGHT)
+        failures: list[BaseException] = []
+
+        async def copy_one(entry_id: int, slots: Sequence[int]) -> None:
+            try:
+                await self._copy_entry(entry_id, slots)
+            except BKError as exc:
+                failures.append(exc)
+            finally:
+                window.release()
+
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for entry_id in range(fragment.first_entry_id, fragment.last_entry_id + 1):
+                slots = [s for s in fragment.lost_slots if self._distribution.has_entry(entry_id, s)]
+                if not slots:
+                    continue
+                await window.acquire()
+                if failures:
+                    window.release()
+                    break
+                tasks.append(asyncio.create_task(copy_one(entry_id, slots)))
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        if failures:
+            raise LedgerRecoveryError(
+                f"ledger {fragment.ledger_id}: cannot re-replicate entries {fragment.first_entry_id}.."
+                f"{fragment.last_entry_id}: {failures[0]}"
+            ) from failures[0]
+
+    async def _copy_entry(self, entry_id: int, slots: Sequence[int]) -> None:
+        fragment = self._fragment
+        write_set = [fragment.ensemble[i] for i in self._distribution.write_set(entry_id)]
+        # the lost bookies last: one may only be stopped (a decommission), and then still answers
+        replicas = sorted(write_set, key=lambda bookie: bookie in self._lost)
+        read = await ReadEntryOp(self._ctx, self._digest, fragment.ledger_id, entry_id, replicas).run()
+        await asyncio.gather(*(
+            self._ctx.bookie(self._targets[slot]).add(
+                fragment.ledger_id, entry_id, self._digest.master_key, read.body, recovery=True
+            )
+            for slot in slots
+        ))
+        self.entries_copied += 1
+
+    async def swap_in_metadata(self) -> Versioned[LedgerMetadata]:
+        """Name the new bookies in the fragment's segment, by CAS. A slot that no longer holds
+        its lost bookie (another tool run replaced it meanwhile) is left as it is."""
+        fragment = self._fragment
+        while True:
+            versioned = await self._ctx.ledger_manager.read_ledger_metadata(fragment.ledger_id)
+            md = versioned.value
+            segment = next((s for s in md.segments if s.first_entry_id == fragment.first_entry_id), None)
+            if segment is None:
+                raise LedgerRecoveryError(
+                    f"ledger {fragment.ledger_id}: the segment at entry {fragment.first_entry_id} is gone"
+                )
+            updated = md
+            for slot, new in self._targets.items():
+                old = fragment.ensemble[slot]
+                if segment.bookies[slot] == old:
+                    updated = updated.replace_bookie(fragment.first_entry_id, old, new)
+                elif segment.bookies[slot] != new:
+                    log.warning("ledger %d: slot %d of the segment at entry %d is now %s, not %s; left as is",
+                                fragment.ledger_id, slot, fragment.first_entry_id, segment.bookies[slot], old)
+            if updated == md:
+                return versioned
+            try:
+                return await self._ctx.ledger_manager.write_ledger_metadata(
+                    fragment.ledger_id, updated, versioned.version
+                )
+            except MetadataVersionError:
+                log.info("ledger %d: metadata changed while re-replicating, retrying", fragment.ledger_id)

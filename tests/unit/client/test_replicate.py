@@ -1,0 +1,136 @@
+"""Re-replication of a lost bookie's fragments against memory bookies and a CAS store: which
+entries are copied and where, byte for byte, and how the metadata swap behaves under races."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from tests.unit.client.test_read_fakes import (
+    LEDGER,
+    PASSWORD,
+    FakeContext,
+    Writer,
+    make_cluster,
+    make_metadata,
+)
+
+from bkclient.digest import DigestManager
+from bkclient.distribution import RoundRobinDistribution
+from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
+from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
+from bkproto.errors import LedgerRecoveryError
+
+B = [f"127.0.0.1:{3181 + i}" for i in range(6)]
+
+
+def closed(writer: Writer, segments: tuple[Segment, ...]) -> LedgerMetadata:
+    return make_metadata(list(segments[0].bookies), 2, 2, segments=segments, state=LedgerState.CLOSED,
+                         last_entry_id=writer.next_id - 1, length=writer.length)
+
+
+def setup(ctx: FakeContext, segments: tuple[Segment, ...], entries_per_segment: list[int]) -> LedgerMetadata:
+    """Write each segment's entries to its ensemble, then store the closed metadata."""
+    writer = Writer(ctx, make_metadata(list(segments[0].bookies), 2, 2, segments=segments))
+    for count in entries_per_segment:
+        writer.write(count)
+    md = closed(writer, segments)
+    ctx.ledger_manager.ledgers[LEDGER] = Versioned(md, 1)
+    return md
+
+
+def replicator(
+    ctx: FakeContext, md: LedgerMetadata, fragment: Fragment, targets: dict[int, str]
+) -> FragmentReplicator:
+    return FragmentReplicator(ctx, DigestManager(LEDGER, PASSWORD, DigestType.CRC32C), md, fragment, targets)
+
+
+def test_fragments_are_the_segments_naming_a_lost_bookie_with_their_ranges() -> None:
+    segments = (
+        Segment(0, (B[0], B[1], B[2])), Segment(10, (B[3], B[1], B[2])), Segment(25, (B[3], B[4], B[0]))
+    )
+    md = make_metadata([B[0], B[1], B[2]], 2, 2, segments=segments)
+    found = fragments_with(md, LEDGER, frozenset({B[0]}), 40)
+    ranges = [(f.first_entry_id, f.last_entry_id, f.lost_slots) for f in found]
+    assert ranges == [(0, 9, (0,)), (25, 40, (2,))]
+    assert fragments_with(md, LEDGER, frozenset({B[5]}), 40) == []
+
+
+async def test_a_lost_bookie_entries_are_copied_byte_for_byte_and_the_metadata_swapped() -> None:
+    ctx = make_cluster(6)
+    segments = (Segment(0, (B[0], B[1], B[2])), Segment(30, (B[3], B[1], B[0])))
+    md = setup(ctx, segments, [30, 20])
+    originals = dict(ctx.bookies[B[0]].entries[LEDGER])
+    ctx.bookies[B[0]].down = True
+    for fragment, target in zip(fragments_with(md, LEDGER, frozenset({B[0]}), 49), (B[4], B[5]), strict=True):
+        current = ctx.ledger_manager.ledgers[LEDGER].value
+        op = replicator(ctx, current, fragment, {fragment.lost_slots[0]: target})
+        await op.run()
+        held = ctx.bookies[target].entries[LEDGER]
+        dist = RoundRobinDistribution(3, 2, 2)
+        expected = [e for e in range(fragment.first_entry_id, fragment.last_entry_id + 1)
+                    if dist.has_entry(e, fragment.lost_slots[0])]
+        assert sorted(held) == expected and op.entries_copied == len(expected)
+        assert all(held[e] == originals[e] for e in expected)  # identical to the lost copies
+        assert sorted(ctx.bookies[target].recovery_adds) == [(LEDGER, e) for e in expected]
+    final = ctx.ledger_manager.ledgers[LEDGER].value
+    assert [s.bookies for s in final.segments] == [(B[4], B[1], B[2]), (B[3], B[1], B[5])]
+    assert B[0] not in final.all_bookies() and final.state == LedgerState.CLOSED
+
+
+async def test_an_entry_no_replica_holds_fails_the_fragment_and_leaves_the_metadata() -> None:
+    ctx = make_cluster(5)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [12])
+    del ctx.bookies[B[1]].entries[LEDGER][4]  # entry 4: on slots 1 and 2; slot 2 is lost
+    ctx.bookies[B[2]].down = True
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[2]}), 11)
+    with pytest.raises(LedgerRecoveryError, match=r"cannot re-replicate entries 0\.\.11"):
+        await replicator(ctx, md, fragment, {2: B[3]}).run()
+    assert ctx.ledger_manager.writes == []  # the metadata still names the lost bookie
+
+
+async def test_the_swap_retries_on_a_concurrent_change_and_keeps_it() -> None:
+    ctx = make_cluster(5)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [9])
+    ctx.bookies[B[0]].down = True
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 8)
+    op = replicator(ctx, md, fragment, {0: B[3]})
+    await op.copy()
+    # meanwhile someone else changes the metadata (here: custom metadata, a new version)
+    other = Versioned(dataclasses.replace(md, custom_metadata={"k": b"v"}), 2)
+    ctx.ledger_manager.ledgers[LEDGER] = other
+    swapped = await op.swap_in_metadata()
+    assert swapped.version == 3 and swapped.value.custom_metadata == {"k": b"v"}
+    assert swapped.value.segments[0].bookies == (B[3], B[1], B[2])
+    # a second run finds the slot already replaced: nothing to write
+    assert (await op.swap_in_metadata()).version == 3
+
+
+async def test_an_empty_segment_copies_nothing_but_drops_the_lost_bookie() -> None:
+    ctx = make_cluster(5)
+    segments = (Segment(0, (B[1], B[2], B[3])), Segment(6, (B[0], B[2], B[3])))
+    md = setup(ctx, segments, [6])  # closed at entry 5: the second segment holds nothing
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 5)
+    assert fragment.entry_count == 0
+    op = replicator(ctx, md, fragment, {0: B[4]})
+    swapped = await op.run()
+    assert op.entries_copied == 0 and LEDGER not in ctx.bookies[B[4]].entries
+    assert swapped.value.segments[1].bookies == (B[4], B[2], B[3])
+
+
+async def test_copies_stay_within_the_window() -> None:
+    ctx = make_cluster(5)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [200])
+    ctx.bookies[B[0]].down = True
+    target = ctx.bookies[B[3]]
+    target.gate.clear()  # the new bookie holds every add until released
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 199)
+    run = asyncio.create_task(replicator(ctx, md, fragment, {0: B[3]}).run())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    waiting = len(ctx.bookies[B[1]].reads) + len(ctx.bookies[B[2]].reads)
+    assert 0 < waiting <= 32  # COPIES_IN_FLIGHT reads, then the window is full
+    target.gate.set()
+    await run
+    assert len(target.entries[LEDGER]) == 133  # slot 0 holds entries 0, 2, 3, 5, ... (e % 3 != 1)
