@@ -1,0 +1,142 @@
+"""``pybk shell recover``: a bookie is killed for good and its data copied to the others, on real
+bookie processes and a real ZooKeeper. Three ledgers name it: a closed one, an open one whose
+writer already moved on (it keeps writing through the recovery), and an open one whose writer is
+gone (it is fenced and closed). Afterwards no metadata names the dead bookie and every replica
+each entry's write set names really holds it (read from each bookie directly)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import grpc
+import pytest
+from tests.support.bookies import BookieFactory, BookieProcess
+
+from bkclient import BookKeeper, DigestType, LedgerState, WriteHandle
+from bkclient.distribution import RoundRobinDistribution
+from bkmeta.metadata_client import MetadataClient
+from bkmeta.model import LedgerMetadata
+from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = b"recover"
+
+
+def pybk_shell(zk: str, *args: str, as_json: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pybk", "shell", "--zk", zk, *(["--json"] if as_json else []), *args],
+        check=False, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+
+
+async def _ledger_on(bk: BookKeeper, bookie_id: str) -> WriteHandle:
+    """A new E3 Qw2 Qa2 ledger whose ensemble holds ``bookie_id``."""
+    for _ in range(50):
+        handle = await bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
+        if bookie_id in handle.ensemble:
+            return handle
+        await handle.close()
+    raise AssertionError(f"no ensemble with {bookie_id} in 50 tries")
+
+
+def _replicas_hold_every_entry(md: LedgerMetadata, ledger_id: int, addresses: dict[str, str]) -> None:
+    """Each entry is on every bookie its write set names (raw reads, one bookie at a time)."""
+    distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+    for entry_id in range(md.last_entry_id + 1):
+        ensemble = md.ensemble_for(entry_id)
+        for slot in distribution.write_set(entry_id):
+            with grpc.insecure_channel(addresses[ensemble[slot]]) as channel:
+                reply = bookie_pb2_grpc.BookieStub(channel).ReadEntry(
+                    bookie_pb2.ReadRequest(ledger_id=ledger_id, entry_id=entry_id), timeout=10
+                )
+            assert reply.status == bookie_pb2.EOK, (ledger_id, entry_id, ensemble[slot])
+
+
+async def test_a_dead_bookie_is_re_replicated_and_writers_carry_on(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    bookies: list[BookieProcess] = [await asyncio.to_thread(bookie_factory, zk=zk_hosts) for _ in range(4)]
+    addresses = {b.bookie_id: b.address for b in bookies}
+    victim = bookies[0]
+    data = {name: [os.urandom(300) for _ in range(60)] for name in ("closed", "moved", "orphan")}
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
+        closed = await _ledger_on(bk, victim.bookie_id)
+        moved = await _ledger_on(bk, victim.bookie_id)
+        for payload in data["closed"]:
+            await closed.append(payload)
+        await closed.close()
+        for payload in data["moved"][:30]:
+            await moved.append(payload)
+        async with await BookKeeper.connect(zk_hosts) as gone:  # a writer that dies: never closes
+            orphan = await _ledger_on(gone, victim.bookie_id)
+            for payload in data["orphan"]:
+                await orphan.append(payload)
+
+        await asyncio.to_thread(victim.kill9)
+        for payload in data["moved"][30:45]:  # the writer replaces the dead bookie itself
+            await moved.append(payload)
+        assert moved.ensemble_changes == 1 and victim.bookie_id not in moved.ensemble
+
+        plan = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "--dry-run")
+        assert plan.returncode == 0, plan.stderr
+        planned = {r["ledger_id"]: r for r in json.loads(plan.stdout)["ledgers"]}
+        assert set(planned) == {closed.ledger_id, moved.ledger_id, orphan.ledger_id}
+        assert planned[orphan.ledger_id]["fenced"] and not planned[moved.ledger_id]["fenced"]
+        assert (await bk.ledger_metadata(orphan.ledger_id)).state == LedgerState.OPEN  # untouched
+
+        done = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "-f")
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = json.loads(done.stdout)
+        assert report["failed"] == [] and report["entries_copied"] > 0
+
+        for payload in data["moved"][45:]:  # its metadata changed under it: the writer carries on
+            await moved.append(payload)
+        await moved.close()
+        for name, handle in (("closed", closed), ("moved", moved), ("orphan", orphan)):
+            md = await bk.ledger_metadata(handle.ledger_id)
+            assert md.is_closed and victim.bookie_id not in md.all_bookies(), (name, md.segments)
+            reader = await bk.open_ledger(handle.ledger_id, PASSWORD, recovery=False)
+            assert [e.data async for e in reader.read(0, md.last_entry_id)] == data[name], name
+            await asyncio.to_thread(_replicas_hold_every_entry, md, handle.ledger_id, addresses)
+
+        again = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "-f")
+        assert again.returncode == 0 and json.loads(again.stdout)["ledgers"] == []  # nothing left
+
+
+async def test_recover_refuses_without_confirmation_and_reports_what_it_cannot_do(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts) for _ in range(3)]
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
+        ledger = await bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
+        for i in range(10):
+            await ledger.append(b"entry %d" % i)
+        await ledger.close()
+    victim = bookies[1]
+    await asyncio.to_thread(victim.kill9)
+    unconfirmed = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id)
+    assert unconfirmed.returncode == 2 and "pass -f" in unconfirmed.stderr
+    bad = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", "nohost", "-f")
+    assert bad.returncode == 2 and "is not host:port" in bad.stderr
+    # two live bookies, both already in the ensemble: nowhere to copy to
+    stuck = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "-f")
+    assert stuck.returncode == 1
+    (report,) = json.loads(stuck.stdout)["ledgers"]
+    assert report["ledger_id"] == ledger.ledger_id and "NotEnoughBookies" in report["error"]
+    assert report["fragments"][0]["new"] is None
+    text = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "-f", as_json=False)
+    assert text.returncode == 1
+    assert f"ledger {ledger.ledger_id}: 0 entries copied" in text.stdout
+    assert "entries 0..9: [" in text.stdout and "-> [no bookie available]" in text.stdout
+    assert "FAILED: NotEnoughBookiesError" in text.stdout and "1 failed" in text.stdout
