@@ -26,7 +26,7 @@ from bkclient.bookkeeper import BookKeeper
 from bkclient.digest import DigestManager
 from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
 from bkmeta.model import LedgerMetadata
-from bkproto.errors import BKError, IncorrectParameterError
+from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,12 @@ class BookKeeperAdmin:
     async def recover_ledger(
         self, ledger_id: int, lost: frozenset[str], *, dry_run: bool = False, skip_open_ledgers: bool = False
     ) -> LedgerRecovery | None:
-        """One ledger; None when it names none of the ``lost`` bookies."""
+        """One ledger; None when it names none of the ``lost`` bookies (or was deleted)."""
         bk = self._bk
-        md = await bk.ledger_metadata(ledger_id)
+        try:
+            md = await bk.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return None  # deleted since it was listed: nothing left to protect
         if lost.isdisjoint(md.all_bookies()):
             return None
         report = LedgerRecovery(ledger_id)
@@ -118,6 +121,9 @@ class BookKeeperAdmin:
                         await handle.close()
                         md = handle.metadata
             await self._recover_fragments(md, ledger_id, lost, dry_run, report)
+        except NoSuchLedgerError:
+            log.info("ledger %d: deleted while being re-replicated", ledger_id)
+            return None
         except BKError as exc:
             report.error = f"{type(exc).__name__}: {exc}"
             log.warning("ledger %d: not re-replicated: %s", ledger_id, report.error)

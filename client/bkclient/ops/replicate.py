@@ -25,6 +25,7 @@ from bkclient.ops.read import ReadEntryOp
 from bkclient.ops.recovery import RecoveryContext
 from bkmeta.model import LedgerMetadata, Versioned
 from bkproto.errors import BKError, LedgerRecoveryError, MetadataVersionError
+from bkproto.errors import TimeoutError as BKTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +132,22 @@ class FragmentReplicator:
         # the lost bookies last: one may only be stopped (a decommission), and then still answers
         replicas = sorted(write_set, key=lambda bookie: bookie in self._lost)
         read = await ReadEntryOp(self._ctx, self._digest, fragment.ledger_id, entry_id, replicas).run()
-        await asyncio.gather(*(
-            self._ctx.bookie(self._targets[slot]).add(
-                fragment.ledger_id, entry_id, self._digest.master_key, read.body, recovery=True
-            )
-            for slot in slots
-        ))
+        await asyncio.gather(*(self._write(self._targets[slot], entry_id, read.body) for slot in slots))
         self.entries_copied += 1
+
+    async def _write(self, bookie_id: str, entry_id: int, body: bytes) -> None:
+        """One copy, acknowledged within the client's add timeout (a bookie that hangs would
+        otherwise hold the tool forever)."""
+        timeout = self._ctx.config.add_entry_timeout_s
+        add = self._ctx.bookie(bookie_id).add(
+            self._fragment.ledger_id, entry_id, self._digest.master_key, body, recovery=True
+        )
+        try:
+            await asyncio.wait_for(add, timeout)
+        except TimeoutError:  # the builtin, from wait_for
+            raise BKTimeoutError(
+                f"bookie {bookie_id}: the copy of entry {entry_id} was not acknowledged in {timeout:g} s"
+            ) from None
 
     async def swap_in_metadata(self) -> Versioned[LedgerMetadata]:
         """Name the new bookies in the fragment's segment, by CAS. A slot that no longer holds

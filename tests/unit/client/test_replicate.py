@@ -16,11 +16,12 @@ from tests.unit.client.test_read_fakes import (
     make_metadata,
 )
 
+from bkclient.admin import BookKeeperAdmin
 from bkclient.digest import DigestManager
 from bkclient.distribution import RoundRobinDistribution
 from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
-from bkproto.errors import LedgerRecoveryError
+from bkproto.errors import IncorrectParameterError, LedgerRecoveryError, NoSuchLedgerError
 
 B = [f"127.0.0.1:{3181 + i}" for i in range(6)]
 
@@ -134,3 +135,32 @@ async def test_copies_stay_within_the_window() -> None:
     target.gate.set()
     await run
     assert len(target.entries[LEDGER]) == 133  # slot 0 holds entries 0, 2, 3, 5, ... (e % 3 != 1)
+
+
+async def test_a_new_bookie_that_never_acknowledges_fails_the_fragment_in_time() -> None:
+    ctx = make_cluster(5, add_entry_timeout_s=0.2)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [5])
+    ctx.bookies[B[0]].down = True
+    ctx.bookies[B[3]].gate.clear()  # takes the adds and never answers
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 4)
+    async with asyncio.timeout(5):
+        with pytest.raises(LedgerRecoveryError, match=r"not acknowledged in 0\.2 s"):
+            await replicator(ctx, md, fragment, {0: B[3]}).run()
+    assert ctx.ledger_manager.writes == []
+
+
+class _DeletedLedgers:
+    """A client whose only ledger is deleted between the listing and the metadata read."""
+
+    async def list_ledgers(self) -> list[int]:
+        return [LEDGER]
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        raise NoSuchLedgerError(f"ledger {ledger_id}")
+
+
+async def test_a_ledger_deleted_meanwhile_is_not_a_failure() -> None:
+    admin = BookKeeperAdmin(_DeletedLedgers())  # type: ignore[arg-type]
+    assert await admin.recover_bookies([B[0]]) == []
+    with pytest.raises(IncorrectParameterError, match="is not host:port"):
+        await admin.recover_bookies(["no-port"])
