@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import enum
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -143,6 +144,7 @@ class BookieStateManager:
             registry=registry,
         )
         self._status_files = status_files
+        self._persist_lock = threading.Lock()  # HTTP threads persist one at a time
         if settings.force_read_only:
             self._reasons = {ReadOnlyReason.FORCED: "from the configuration"}
         elif status_files is not None:
@@ -237,9 +239,11 @@ class BookieStateManager:
 
     def persist_manual(self) -> None:
         """Keep the operator's current choice for the next start, if persistence is on. From any
-        thread but the loop's: it fsyncs. It writes the state as it is when it runs, so after
-        concurrent changes the last write holds the last choice."""
-        if self._status_files is not None:
+        thread but the loop's: it fsyncs. The state is read under the same lock as the write, so
+        after concurrent changes the last write, which follows the last change, holds it."""
+        if self._status_files is None:
+            return
+        with self._persist_lock:
             self._status_files.write(ReadOnlyReason.MANUAL in self._reasons)
 
     def _restore_manual(self, status_files: BookieStatusFiles) -> None:

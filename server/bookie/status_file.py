@@ -86,4 +86,3 @@ class BookieStatusFiles:
                 log.error("bookie status %s persisted nowhere: a restart will not keep it",
                           status.line().strip())
             return written > 0
-

@@ -414,3 +414,35 @@ async def test_a_persisted_read_only_is_ignored_without_persistence_or_read_only
     no_read_only = ReadOnlySettings(read_only_mode_enabled=False)
     async with make_bookie(config) as bookie, Harness(bookie, no_read_only, files):
         assert not bookie.read_only
+
+
+class PreemptedFirst:
+    """A lock whose first taker is preempted just before it gets it: the race of two HTTP threads
+    persisting at once, made certain."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._first = True
+
+    def __enter__(self) -> None:
+        if self._first:
+            self._first = False
+            time.sleep(0.3)
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+async def test_concurrent_admin_changes_persist_the_last_one(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    files = BookieStatusFiles(config.ledger_dirs)
+    loop = asyncio.get_running_loop()
+    async with make_bookie(config) as bookie, Harness(bookie, SETTINGS, files) as h:
+        h.state._persist_lock = PreemptedFirst()  # type: ignore[assignment]
+        drain = loop.run_in_executor(None, h.state.set_manual_threadsafe, True, 5.0)
+        await asyncio.sleep(0.1)  # applied; its thread is about to persist
+        assert not await loop.run_in_executor(None, h.state.set_manual_threadsafe, False, 5.0)
+        await drain
+        status = files.read()
+        assert not bookie.read_only and status is not None and not status.read_only
