@@ -86,6 +86,7 @@ class DbLedgerStorage:
         self._flush_done = asyncio.Event()
         # held by the flush's worker thread: abandon() waits on it before closing the indexes
         self._flush_thread_busy = threading.Lock()
+        self._abandoned = False  # set by abandon() under that lock: a later flush writes nothing
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -196,7 +197,8 @@ class DbLedgerStorage:
         """Crash simulation for in-process tests: stop the journal thread, start no flush and no
         checkpoint; only release the RocksDB handles (their lock) so the same process can reopen.
         A flush already on its worker thread is hurried and waited for (a crash just after it):
-        closing RocksDB under it would fail it, or fail this call with "Already borrowed"."""
+        closing RocksDB under it would fail it, or fail this call with "Already borrowed". One
+        not yet on its thread writes nothing (a crash just before it)."""
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -204,6 +206,7 @@ class DbLedgerStorage:
             journal.abandon()
         self._pacer.hurry()
         with self._flush_thread_busy:
+            self._abandoned = True
             for d in self.dirs:
                 d.close_indexes()
 
@@ -310,6 +313,8 @@ class DbLedgerStorage:
         mark of the swap (``marks``, one per journal). ``flushed`` gets the ids of the ledgers
         written and indexed, directory by directory, for :meth:`_keep_unflushed`."""
         with self._flush_thread_busy:
+            if self._abandoned:
+                return  # the simulated crash came first
             per_dir: list[list[tuple[int, dict[int, bytes]]]] = [[] for _ in self.dirs]
             n = len(self.dirs)
             for ledger in half.sorted_ledgers():

@@ -179,3 +179,21 @@ async def test_a_crash_during_a_paced_flush_leaves_the_flush_whole(tmp_path: Pat
     await flush  # finished without error
     async with make_bookie(config) as reopened:
         assert [await reopened.read_entry(3, e) for e in range(2000)] == [body(3, e) for e in range(2000)]
+
+
+async def test_a_crash_just_before_a_flush_starts_writes_nothing_after_it(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    bookie = make_bookie(config)
+    await bookie.start()
+    await add_all(bookie, [add_op(4, e) for e in range(300)])
+    storage = bookie.storage
+    storage._start_flush()  # created, not yet on its thread
+    flush = storage._flush_task
+    assert flush is not None
+    bookie.abandon()
+    await asyncio.gather(flush, return_exceptions=True)
+    assert storage.health.index_failure is None and storage.health.flush_failure is None
+    assert not list((tmp_path / "ledgers" / "current").glob("*.log"))  # no entry log written
+    async with make_bookie(config) as reopened:  # everything from the journal
+        assert reopened.storage.replayed_records >= 300
+        assert [await reopened.read_entry(4, e) for e in range(300)] == [body(4, e) for e in range(300)]
