@@ -128,7 +128,8 @@ class BookieDaemon:
             http_port = await asyncio.to_thread(self.http.start)
         if self._registration is not None:
             await self._register(self._registration, http_port)
-        self._not_ready = None
+        if self._not_ready == "starting":  # not if a stop came meanwhile
+            self._not_ready = None
         log.info(
             "bookie %s ready: grpc %s:%d, http %s",
             config.bookie_id,
