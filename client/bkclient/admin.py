@@ -41,10 +41,11 @@ def check_bookie_id(bookie_id: str) -> None:
 @dataclass(frozen=True)
 class FragmentPlan:
     """One segment's entries and its ensemble before and after (``new`` is None when no bookie
-    could be found for it)."""
+    could be found for it). ``last_entry_id`` is None in a dry run's plan for the last segment of
+    a ledger that would be fenced: where it ends is what the recovery will find."""
 
     first_entry_id: int
-    last_entry_id: int
+    last_entry_id: int | None
     old: tuple[str, ...]
     new: tuple[str, ...] | None
 
@@ -105,6 +106,8 @@ class BookKeeperAdmin:
             md = await bk.ledger_metadata(ledger_id)
         except NoSuchLedgerError:
             return None  # deleted since it was listed: nothing left to protect
+        except BKError as exc:  # say, ZooKeeper trouble: this ledger fails, the others go on
+            return LedgerRecovery(ledger_id, error=f"{type(exc).__name__}: {exc}")
         if lost.isdisjoint(md.all_bookies()):
             return None
         report = LedgerRecovery(ledger_id)
@@ -134,19 +137,22 @@ class BookKeeperAdmin:
     ) -> None:
         ctx = self._bk.ctx
         digest = DigestManager(ledger_id, md.password, md.digest_type)
-        last_entry = md.last_entry_id if md.is_closed else -1  # an open ledger's last segment is clean
+        # Still open here: its last segment is clean, or this is a dry run that did not fence it
+        # (then that segment's end is unknown until recovery).
+        last_entry = md.last_entry_id if md.is_closed else -1
+        last_first = md.segments[-1].first_entry_id
         first_error: BKError | None = None
         for fragment in fragments_with(md, ledger_id, lost, last_entry):
+            unknown_end = not md.is_closed and fragment.first_entry_id == last_first
+            end = None if unknown_end else fragment.last_entry_id
             try:
                 targets = self._targets(md, fragment, lost)
             except BKError as exc:
-                report.fragments.append(FragmentPlan(fragment.first_entry_id, fragment.last_entry_id,
-                                                     fragment.ensemble, None))
+                report.fragments.append(FragmentPlan(fragment.first_entry_id, end, fragment.ensemble, None))
                 first_error = first_error or exc
                 continue
             new = tuple(targets.get(i, bookie) for i, bookie in enumerate(fragment.ensemble))
-            report.fragments.append(FragmentPlan(fragment.first_entry_id, fragment.last_entry_id,
-                                                 fragment.ensemble, new))
+            report.fragments.append(FragmentPlan(fragment.first_entry_id, end, fragment.ensemble, new))
             if dry_run:
                 continue
             replicator = FragmentReplicator(ctx, digest, md, fragment, targets)

@@ -90,6 +90,9 @@ async def test_a_dead_bookie_is_re_replicated_and_writers_carry_on(
         planned = {r["ledger_id"]: r for r in json.loads(plan.stdout)["ledgers"]}
         assert set(planned) == {closed.ledger_id, moved.ledger_id, orphan.ledger_id}
         assert planned[orphan.ledger_id]["fenced"] and not planned[moved.ledger_id]["fenced"]
+        # the orphan's last segment ends where recovery will close it; the closed one's is known
+        assert planned[orphan.ledger_id]["fragments"][-1]["last_entry_id"] is None
+        assert planned[closed.ledger_id]["fragments"][-1]["last_entry_id"] == 59
         assert (await bk.ledger_metadata(orphan.ledger_id)).state == LedgerState.OPEN  # untouched
 
         done = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "-f")

@@ -41,8 +41,12 @@ def _text(report: LedgerRecovery, dry_run: bool) -> list[str]:
         head += " (open: would be fenced and closed first)" if dry_run else " (open: fenced and closed first)"
     lines = [head + ("" if dry_run else f": {report.entries_copied} entries copied")]
     for plan in report.fragments:
-        entries = (f"entries {plan.first_entry_id}..{plan.last_entry_id}"
-                   if plan.last_entry_id >= plan.first_entry_id else "no entries")
+        if plan.last_entry_id is None:
+            entries = f"entries {plan.first_entry_id}.. (to the end recovery finds)"
+        elif plan.last_entry_id >= plan.first_entry_id:
+            entries = f"entries {plan.first_entry_id}..{plan.last_entry_id}"
+        else:
+            entries = "no entries"
         new = ", ".join(plan.new) if plan.new is not None else "no bookie available"
         lines.append(f"  {entries}: [{', '.join(plan.old)}] -> [{new}]")
     if report.error:

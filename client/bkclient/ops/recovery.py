@@ -65,6 +65,15 @@ class LedgerMetadataStore(Protocol):
     def unwatch_ledger(self, ledger_id: int, callback: LedgerWatcher) -> None: ...
 
 
+async def recovery_add(
+    ctx: ReadContext, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes
+) -> None:
+    """One RECOVERY_ADD (taken by a fenced bookie too), acknowledged within the client's add
+    timeout or ``TimeoutError``: the bookie client itself never gives up on an add."""
+    add = ctx.bookie(bookie_id).add(ledger_id, entry_id, master_key, body, recovery=True)
+    await asyncio.wait_for(add, ctx.config.add_entry_timeout_s)
+
+
 class RecoveryContext(ReadContext, Protocol):
     @property
     def ledger_manager(self) -> LedgerMetadataStore: ...
@@ -235,7 +244,6 @@ class LedgerRecoveryOp:
     async def _re_add(self, found: FoundEntry) -> None:
         """RECOVERY_ADD the entry to its write set until Qa bookies hold it, replacing bookies
         that fail or do not answer in time."""
-        timeout = self._ctx.config.add_entry_timeout_s
         changes = 0
         acked: set[str] = set()
         while True:
@@ -246,19 +254,9 @@ class LedgerRecoveryOp:
                 return
             targets = [b for b in replicas if b not in acked]
             results = await asyncio.gather(
-                *(
-                    asyncio.wait_for(
-                        self._ctx.bookie(b).add(
-                            self._ledger_id,
-                            found.entry_id,
-                            self._digest.master_key,
-                            found.body,
-                            recovery=True,
-                        ),
-                        timeout,
-                    )
-                    for b in targets
-                ),
+                *(recovery_add(self._ctx, b, self._ledger_id, found.entry_id, self._digest.master_key,
+                               found.body)
+                  for b in targets),
                 return_exceptions=True,
             )
             failed: list[str] = []

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from bkclient.digest import DigestManager
 from bkclient.distribution import RoundRobinDistribution
 from bkclient.ops.read import ReadEntryOp
-from bkclient.ops.recovery import RecoveryContext
+from bkclient.ops.recovery import RecoveryContext, recovery_add
 from bkmeta.model import LedgerMetadata, Versioned
 from bkproto.errors import BKError, LedgerRecoveryError, MetadataVersionError
 from bkproto.errors import TimeoutError as BKTimeoutError
@@ -92,34 +92,30 @@ class FragmentReplicator:
         return await self.swap_in_metadata()
 
     async def copy(self) -> None:
-        """Every entry the lost slots held, acknowledged by its new bookie."""
+        """Every entry the lost slots held, acknowledged by its new bookie. ``COPIES_IN_FLIGHT``
+        workers pull entry ids from one iterator, so memory stays flat however long the
+        fragment; the first failure stops them."""
         fragment = self._fragment
-        window = asyncio.Semaphore(COPIES_IN_FLIGHT)
-        failures: list[BaseException] = []
+        todo = (
+            (entry_id, slots)
+            for entry_id in range(fragment.first_entry_id, fragment.last_entry_id + 1)
+            if (slots := [s for s in fragment.lost_slots if self._distribution.has_entry(entry_id, s)])
+        )
+        failures: list[BKError] = []
 
-        async def copy_one(entry_id: int, slots: Sequence[int]) -> None:
-            try:
-                await self._copy_entry(entry_id, slots)
-            except BKError as exc:
-                failures.append(exc)
-            finally:
-                window.release()
-
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            for entry_id in range(fragment.first_entry_id, fragment.last_entry_id + 1):
-                slots = [s for s in fragment.lost_slots if self._distribution.has_entry(entry_id, s)]
-                if not slots:
-                    continue
-                await window.acquire()
+        async def worker() -> None:
+            for entry_id, slots in todo:
                 if failures:
-                    window.release()
-                    break
-                tasks.append(asyncio.create_task(copy_one(entry_id, slots)))
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
+                    return
+                try:
+                    await self._copy_entry(entry_id, slots)
+                except BKError as exc:
+                    failures.append(exc)
+                    return
+
+        async with asyncio.TaskGroup() as workers:
+            for _ in range(COPIES_IN_FLIGHT):
+                workers.create_task(worker())
         if failures:
             raise LedgerRecoveryError(
                 f"ledger {fragment.ledger_id}: cannot re-replicate entries {fragment.first_entry_id}.."
@@ -136,17 +132,13 @@ class FragmentReplicator:
         self.entries_copied += 1
 
     async def _write(self, bookie_id: str, entry_id: int, body: bytes) -> None:
-        """One copy, acknowledged within the client's add timeout (a bookie that hangs would
-        otherwise hold the tool forever)."""
-        timeout = self._ctx.config.add_entry_timeout_s
-        add = self._ctx.bookie(bookie_id).add(
-            self._fragment.ledger_id, entry_id, self._digest.master_key, body, recovery=True
-        )
         try:
-            await asyncio.wait_for(add, timeout)
+            await recovery_add(self._ctx, bookie_id, self._fragment.ledger_id, entry_id,
+                               self._digest.master_key, body)
         except TimeoutError:  # the builtin, from wait_for
             raise BKTimeoutError(
-                f"bookie {bookie_id}: the copy of entry {entry_id} was not acknowledged in {timeout:g} s"
+                f"bookie {bookie_id}: the copy of entry {entry_id} was not acknowledged in"
+                f" {self._ctx.config.add_entry_timeout_s:g} s"
             ) from None
 
     async def swap_in_metadata(self) -> Versioned[LedgerMetadata]:
