@@ -24,23 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62kproto/v1/bookie.proto\x12\nbkproto.v1\"w\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\r\n\x05\x66lags\x18\x05 \x01(\r\x12\x13\n\x0bwrite_flags\x18\x06 \x01(\r\"k\n\x0b\x41\x64\x64Response\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\"9\n\x11\x41\x64\x64\x45ntriesRequest\x12$\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\x16.bkproto.v1.AddRequest\">\n\x12\x41\x64\x64\x45ntriesResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.bkproto.v1.AddResponse\"\x95\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\r\n\x05\x66lags\x18\x03 \x01(\r\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x19\n\x0cprevious_lac\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x42\x0f\n\r_previous_lac\"\xa9\x01\n\x0cReadResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\x12\x1c\n\x14lac_update_timestamp\x18\x06 \x01(\x03\x12\x0f\n\x07message\x18\x07 \x01(\t\"\x9e\x01\n\x11ReadStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\'\n\x04read\x18\x02 \x01(\x0b\x32\x17.bkproto.v1.ReadRequestH\x00\x12\x34\n\x0bstride_poll\x18\x04 \x01(\x0b\x32\x1d.bkproto.v1.StridePollRequestH\x00\x12\x0e\n\x06\x63\x61ncel\x18\x03 \x01(\x08\x42\x06\n\x04kind\"\x91\x01\n\x12ReadStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12(\n\x04read\x18\x02 \x01(\x0b\x32\x18.bkproto.v1.ReadResponseH\x00\x12\x35\n\x0bstride_poll\x18\x03 \x01(\x0b\x32\x1e.bkproto.v1.StridePollResponseH\x00\x42\x06\n\x04kind\"\x88\x01\n\x11StridePollRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x0e\n\x06stride\x18\x03 \x01(\x05\x12\x11\n\tmax_count\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\"\xa9\x01\n\x12StridePollResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x03\x12\x0e\n\x06stride\x18\x04 \x01(\x05\x12\x0e\n\x06\x62odies\x18\x05 \x03(\x0c\x12\x0f\n\x07max_lac\x18\x06 \x01(\x03\x12\x0f\n\x07message\x18\x07 \x01(\t\"e\n\x12ReadEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x11\n\tmax_count\x18\x03 \x01(\x05\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\"\x9a\x01\n\x13ReadEntriesResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x03\x12\x0e\n\x06\x62odies\x18\x04 \x03(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\x12\x0f\n\x07message\x18\x06 \x01(\t\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x88\x01\n\x0fReadLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08lac_body\x18\x03 \x01(\x0c\x12\x17\n\x0flast_entry_body\x18\x04 \x01(\x0c\x12\x0f\n\x07message\x18\x05 \x01(\t\"S\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"^\n\x10WriteLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0f\n\x07message\x18\x03 \x01(\t\"\'\n\x12\x46orceLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"a\n\x13\x46orceLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0f\n\x07message\x18\x03 \x01(\t\")\n\x14GetBookieInfoRequest\x12\x11\n\trequested\x18\x01 \x01(\x04\"\x86\x01\n\x15GetBookieInfoResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x1b\n\x13total_disk_capacity\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ree_disk_space\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\"4\n\x1fGetListOfEntriesOfLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\")\n\nEntryRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\"\x96\x01\n GetListOfEntriesOfLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12&\n\x06ranges\x18\x03 \x03(\x0b\x32\x16.bkproto.v1.EntryRange\x12\x0f\n\x07message\x18\x04 \x01(\t*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\xfb\x03*.\n\x07\x41\x64\x64\x46lag\x12\x11\n\rADD_FLAG_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01*3\n\tWriteFlag\x12\x13\n\x0fWRITE_FLAG_NONE\x10\x00\x12\x11\n\rDEFERRED_SYNC\x10\x01*E\n\x08ReadFlag\x12\x12\n\x0eREAD_FLAG_NONE\x10\x00\x12\x10\n\x0c\x46\x45NCE_LEDGER\x10\x01\x12\x13\n\x0f\x45NTRY_PIGGYBACK\x10\x02*T\n\x0e\x42ookieInfoFlag\x12\x14\n\x10\x42OOKIE_INFO_NONE\x10\x00\x12\x17\n\x13TOTAL_DISK_CAPACITY\x10\x01\x12\x13\n\x0f\x46REE_DISK_SPACE\x10\x02\x32\x9f\x06\n\x06\x42ookie\x12O\n\nAddEntries\x12\x1d.bkproto.v1.AddEntriesRequest\x1a\x1e.bkproto.v1.AddEntriesResponse(\x01\x30\x01\x12;\n\x08\x41\x64\x64\x45ntry\x12\x16.bkproto.v1.AddRequest\x1a\x17.bkproto.v1.AddResponse\x12>\n\tReadEntry\x12\x17.bkproto.v1.ReadRequest\x1a\x18.bkproto.v1.ReadResponse\x12O\n\nReadStream\x12\x1d.bkproto.v1.ReadStreamRequest\x1a\x1e.bkproto.v1.ReadStreamResponse(\x01\x30\x01\x12N\n\x0bReadEntries\x12\x1e.bkproto.v1.ReadEntriesRequest\x1a\x1f.bkproto.v1.ReadEntriesResponse\x12\x42\n\x07ReadLac\x12\x1a.bkproto.v1.ReadLacRequest\x1a\x1b.bkproto.v1.ReadLacResponse\x12\x45\n\x08WriteLac\x12\x1b.bkproto.v1.WriteLacRequest\x1a\x1c.bkproto.v1.WriteLacResponse\x12N\n\x0b\x46orceLedger\x12\x1e.bkproto.v1.ForceLedgerRequest\x1a\x1f.bkproto.v1.ForceLedgerResponse\x12T\n\rGetBookieInfo\x12 .bkproto.v1.GetBookieInfoRequest\x1a!.bkproto.v1.GetBookieInfoResponse\x12u\n\x18GetListOfEntriesOfLedger\x12+.bkproto.v1.GetListOfEntriesOfLedgerRequest\x1a,.bkproto.v1.GetListOfEntriesOfLedgerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62kproto/v1/bookie.proto\x12\nbkproto.v1\"w\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\r\n\x05\x66lags\x18\x05 \x01(\r\x12\x13\n\x0bwrite_flags\x18\x06 \x01(\r\"k\n\x0b\x41\x64\x64Response\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\"9\n\x11\x41\x64\x64\x45ntriesRequest\x12$\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\x16.bkproto.v1.AddRequest\">\n\x12\x41\x64\x64\x45ntriesResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.bkproto.v1.AddResponse\"\x95\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\r\n\x05\x66lags\x18\x03 \x01(\r\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x19\n\x0cprevious_lac\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x42\x0f\n\r_previous_lac\"\xa9\x01\n\x0cReadResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\x12\x1c\n\x14lac_update_timestamp\x18\x06 \x01(\x03\x12\x0f\n\x07message\x18\x07 \x01(\t\"\x9e\x01\n\x11ReadStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\'\n\x04read\x18\x02 \x01(\x0b\x32\x17.bkproto.v1.ReadRequestH\x00\x12\x34\n\x0bstride_poll\x18\x04 \x01(\x0b\x32\x1d.bkproto.v1.StridePollRequestH\x00\x12\x0e\n\x06\x63\x61ncel\x18\x03 \x01(\x08\x42\x06\n\x04kind\"\x91\x01\n\x12ReadStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12(\n\x04read\x18\x02 \x01(\x0b\x32\x18.bkproto.v1.ReadResponseH\x00\x12\x35\n\x0bstride_poll\x18\x03 \x01(\x0b\x32\x1e.bkproto.v1.StridePollResponseH\x00\x42\x06\n\x04kind\"\x88\x01\n\x11StridePollRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x0e\n\x06stride\x18\x03 \x01(\x05\x12\x11\n\tmax_count\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\"\xa9\x01\n\x12StridePollResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x03\x12\x0e\n\x06stride\x18\x04 \x01(\x05\x12\x0e\n\x06\x62odies\x18\x05 \x03(\x0c\x12\x0f\n\x07max_lac\x18\x06 \x01(\x03\x12\x0f\n\x07message\x18\x07 \x01(\t\"u\n\x12ReadEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x11\n\tmax_count\x18\x03 \x01(\x05\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\x12\x0e\n\x06stride\x18\x05 \x01(\x05\"\x9a\x01\n\x13ReadEntriesResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x03\x12\x0e\n\x06\x62odies\x18\x04 \x03(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\x12\x0f\n\x07message\x18\x06 \x01(\t\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x88\x01\n\x0fReadLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08lac_body\x18\x03 \x01(\x0c\x12\x17\n\x0flast_entry_body\x18\x04 \x01(\x0c\x12\x0f\n\x07message\x18\x05 \x01(\t\"S\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"^\n\x10WriteLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0f\n\x07message\x18\x03 \x01(\t\"\'\n\x12\x46orceLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"a\n\x13\x46orceLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0f\n\x07message\x18\x03 \x01(\t\")\n\x14GetBookieInfoRequest\x12\x11\n\trequested\x18\x01 \x01(\x04\"\x86\x01\n\x15GetBookieInfoResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x1b\n\x13total_disk_capacity\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ree_disk_space\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\"4\n\x1fGetListOfEntriesOfLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\")\n\nEntryRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\"\x96\x01\n GetListOfEntriesOfLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkproto.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12&\n\x06ranges\x18\x03 \x03(\x0b\x32\x16.bkproto.v1.EntryRange\x12\x0f\n\x07message\x18\x04 \x01(\t*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\xfb\x03*.\n\x07\x41\x64\x64\x46lag\x12\x11\n\rADD_FLAG_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01*3\n\tWriteFlag\x12\x13\n\x0fWRITE_FLAG_NONE\x10\x00\x12\x11\n\rDEFERRED_SYNC\x10\x01*E\n\x08ReadFlag\x12\x12\n\x0eREAD_FLAG_NONE\x10\x00\x12\x10\n\x0c\x46\x45NCE_LEDGER\x10\x01\x12\x13\n\x0f\x45NTRY_PIGGYBACK\x10\x02*T\n\x0e\x42ookieInfoFlag\x12\x14\n\x10\x42OOKIE_INFO_NONE\x10\x00\x12\x17\n\x13TOTAL_DISK_CAPACITY\x10\x01\x12\x13\n\x0f\x46REE_DISK_SPACE\x10\x02\x32\x9f\x06\n\x06\x42ookie\x12O\n\nAddEntries\x12\x1d.bkproto.v1.AddEntriesRequest\x1a\x1e.bkproto.v1.AddEntriesResponse(\x01\x30\x01\x12;\n\x08\x41\x64\x64\x45ntry\x12\x16.bkproto.v1.AddRequest\x1a\x17.bkproto.v1.AddResponse\x12>\n\tReadEntry\x12\x17.bkproto.v1.ReadRequest\x1a\x18.bkproto.v1.ReadResponse\x12O\n\nReadStream\x12\x1d.bkproto.v1.ReadStreamRequest\x1a\x1e.bkproto.v1.ReadStreamResponse(\x01\x30\x01\x12N\n\x0bReadEntries\x12\x1e.bkproto.v1.ReadEntriesRequest\x1a\x1f.bkproto.v1.ReadEntriesResponse\x12\x42\n\x07ReadLac\x12\x1a.bkproto.v1.ReadLacRequest\x1a\x1b.bkproto.v1.ReadLacResponse\x12\x45\n\x08WriteLac\x12\x1b.bkproto.v1.WriteLacRequest\x1a\x1c.bkproto.v1.WriteLacResponse\x12N\n\x0b\x46orceLedger\x12\x1e.bkproto.v1.ForceLedgerRequest\x1a\x1f.bkproto.v1.ForceLedgerResponse\x12T\n\rGetBookieInfo\x12 .bkproto.v1.GetBookieInfoRequest\x1a!.bkproto.v1.GetBookieInfoResponse\x12u\n\x18GetListOfEntriesOfLedger\x12+.bkproto.v1.GetListOfEntriesOfLedgerRequest\x1a,.bkproto.v1.GetListOfEntriesOfLedgerResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bkproto.v1.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=2524
-  _globals['_STATUSCODE']._serialized_end=2707
-  _globals['_ADDFLAG']._serialized_start=2709
-  _globals['_ADDFLAG']._serialized_end=2755
-  _globals['_WRITEFLAG']._serialized_start=2757
-  _globals['_WRITEFLAG']._serialized_end=2808
-  _globals['_READFLAG']._serialized_start=2810
-  _globals['_READFLAG']._serialized_end=2879
-  _globals['_BOOKIEINFOFLAG']._serialized_start=2881
-  _globals['_BOOKIEINFOFLAG']._serialized_end=2965
+  _globals['_STATUSCODE']._serialized_start=2540
+  _globals['_STATUSCODE']._serialized_end=2723
+  _globals['_ADDFLAG']._serialized_start=2725
+  _globals['_ADDFLAG']._serialized_end=2771
+  _globals['_WRITEFLAG']._serialized_start=2773
+  _globals['_WRITEFLAG']._serialized_end=2824
+  _globals['_READFLAG']._serialized_start=2826
+  _globals['_READFLAG']._serialized_end=2895
+  _globals['_BOOKIEINFOFLAG']._serialized_start=2897
+  _globals['_BOOKIEINFOFLAG']._serialized_end=2981
   _globals['_ADDREQUEST']._serialized_start=39
   _globals['_ADDREQUEST']._serialized_end=158
   _globals['_ADDRESPONSE']._serialized_start=160
@@ -62,31 +62,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STRIDEPOLLRESPONSE']._serialized_start=1165
   _globals['_STRIDEPOLLRESPONSE']._serialized_end=1334
   _globals['_READENTRIESREQUEST']._serialized_start=1336
-  _globals['_READENTRIESREQUEST']._serialized_end=1437
-  _globals['_READENTRIESRESPONSE']._serialized_start=1440
-  _globals['_READENTRIESRESPONSE']._serialized_end=1594
-  _globals['_READLACREQUEST']._serialized_start=1596
-  _globals['_READLACREQUEST']._serialized_end=1631
-  _globals['_READLACRESPONSE']._serialized_start=1634
-  _globals['_READLACRESPONSE']._serialized_end=1770
-  _globals['_WRITELACREQUEST']._serialized_start=1772
-  _globals['_WRITELACREQUEST']._serialized_end=1855
-  _globals['_WRITELACRESPONSE']._serialized_start=1857
-  _globals['_WRITELACRESPONSE']._serialized_end=1951
-  _globals['_FORCELEDGERREQUEST']._serialized_start=1953
-  _globals['_FORCELEDGERREQUEST']._serialized_end=1992
-  _globals['_FORCELEDGERRESPONSE']._serialized_start=1994
-  _globals['_FORCELEDGERRESPONSE']._serialized_end=2091
-  _globals['_GETBOOKIEINFOREQUEST']._serialized_start=2093
-  _globals['_GETBOOKIEINFOREQUEST']._serialized_end=2134
-  _globals['_GETBOOKIEINFORESPONSE']._serialized_start=2137
-  _globals['_GETBOOKIEINFORESPONSE']._serialized_end=2271
-  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_start=2273
-  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_end=2325
-  _globals['_ENTRYRANGE']._serialized_start=2327
-  _globals['_ENTRYRANGE']._serialized_end=2368
-  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_start=2371
-  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_end=2521
-  _globals['_BOOKIE']._serialized_start=2968
-  _globals['_BOOKIE']._serialized_end=3767
+  _globals['_READENTRIESREQUEST']._serialized_end=1453
+  _globals['_READENTRIESRESPONSE']._serialized_start=1456
+  _globals['_READENTRIESRESPONSE']._serialized_end=1610
+  _globals['_READLACREQUEST']._serialized_start=1612
+  _globals['_READLACREQUEST']._serialized_end=1647
+  _globals['_READLACRESPONSE']._serialized_start=1650
+  _globals['_READLACRESPONSE']._serialized_end=1786
+  _globals['_WRITELACREQUEST']._serialized_start=1788
+  _globals['_WRITELACREQUEST']._serialized_end=1871
+  _globals['_WRITELACRESPONSE']._serialized_start=1873
+  _globals['_WRITELACRESPONSE']._serialized_end=1967
+  _globals['_FORCELEDGERREQUEST']._serialized_start=1969
+  _globals['_FORCELEDGERREQUEST']._serialized_end=2008
+  _globals['_FORCELEDGERRESPONSE']._serialized_start=2010
+  _globals['_FORCELEDGERRESPONSE']._serialized_end=2107
+  _globals['_GETBOOKIEINFOREQUEST']._serialized_start=2109
+  _globals['_GETBOOKIEINFOREQUEST']._serialized_end=2150
+  _globals['_GETBOOKIEINFORESPONSE']._serialized_start=2153
+  _globals['_GETBOOKIEINFORESPONSE']._serialized_end=2287
+  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_start=2289
+  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_end=2341
+  _globals['_ENTRYRANGE']._serialized_start=2343
+  _globals['_ENTRYRANGE']._serialized_end=2384
+  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_start=2387
+  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_end=2537
+  _globals['_BOOKIE']._serialized_start=2984
+  _globals['_BOOKIE']._serialized_end=3783
 # @@protoc_insertion_point(module_scope)

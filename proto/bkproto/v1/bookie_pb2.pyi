@@ -195,16 +195,18 @@ class StridePollResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., stride: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., max_lac: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReadEntriesRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "max_count", "max_bytes")
+    __slots__ = ("ledger_id", "first_entry_id", "max_count", "max_bytes", "stride")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     max_count: int
     max_bytes: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    stride: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., stride: _Optional[int] = ...) -> None: ...
 
 class ReadEntriesResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "max_lac", "message")

@@ -1,10 +1,12 @@
-"""ReadEntries: consecutive entries in one response (catch-up reads and the shell's readledger)."""
+"""ReadEntries: consecutive entries in one response (catch-up reads and the shell's readledger), or
+every ``stride``-th one (a re-replicating client's share of this bookie, pybookkeeper extension)."""
 
 from __future__ import annotations
 
 from bkproto.v1 import bookie_pb2
 from bookie.errors import bad_request
 from bookie.handlers.common import UnaryHandler, require_ledger_id, status_code
+from bookie.handlers.stride_poll import MAX_STRIDE
 from bookie.stats import OpLatency
 
 
@@ -30,9 +32,12 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, bookie_pb2.
         require_ledger_id(ledger_id)
         if first < 0:
             raise bad_request(f"first entry id {first} is negative")
+        stride = request.stride or 1
+        if not 1 <= stride <= MAX_STRIDE:
+            raise bad_request(f"stride {stride} is outside 1..{MAX_STRIDE}")
         # 0 bytes means "no preference"; either way the response stays under the message limit.
         max_count, max_bytes = self.limits.read_batch(request.max_count, request.max_bytes)
-        bodies = await self.core.read_entries(ledger_id, first, max_count, max_bytes)
+        bodies = await self.core.read_entries(ledger_id, first, max_count, max_bytes, stride=stride)
         return bookie_pb2.ReadEntriesResponse(
             status=bookie_pb2.EOK,
             ledger_id=ledger_id,

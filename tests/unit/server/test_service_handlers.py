@@ -177,6 +177,15 @@ async def test_reads(harness: Harness) -> None:
         S.ReadEntriesRequest(ledger_id=8, first_entry_id=0, max_count=0)
     )
     assert bad_count.status == S.EBADREQ
+    strided = await harness.stub.ReadEntries(
+        S.ReadEntriesRequest(ledger_id=8, first_entry_id=0, max_count=10, stride=2)
+    )
+    assert (strided.status, list(strided.bodies)) == (S.EOK, [body(8, 0), body(8, 2, 1)])
+    for stride in (-1, 1025):
+        bad_stride = await harness.stub.ReadEntries(
+            S.ReadEntriesRequest(ledger_id=8, first_entry_id=0, max_count=10, stride=stride)
+        )
+        assert bad_stride.status == S.EBADREQ and "stride" in bad_stride.message
 
 
 async def test_fencing_read(harness: Harness) -> None:
