@@ -499,11 +499,19 @@ class BookieClient:
         return StrideResult(list(response.bodies), response.max_lac)
 
     async def read_entries(
-        self, ledger_id: int, first: int, max_count: int, max_bytes: int, *, timeout: float | None = None  # noqa: ASYNC109 - the gRPC deadline
+        self,
+        ledger_id: int,
+        first: int,
+        max_count: int,
+        max_bytes: int,
+        *,
+        stride: int = 1,
+        timeout: float | None = None,  # noqa: ASYNC109 - the gRPC deadline
     ) -> list[bytes]:
-        """Consecutive entry bodies from ``first`` (at least one if ``first`` exists)."""
+        """Entry bodies ``first``, ``first + stride``, ... (at least one if ``first`` exists),
+        up to the first this bookie does not hold."""
         request = bookie_pb2.ReadEntriesRequest(
-            ledger_id=ledger_id, first_entry_id=first, max_count=max_count, max_bytes=max_bytes
+            ledger_id=ledger_id, first_entry_id=first, max_count=max_count, max_bytes=max_bytes, stride=stride
         )
         response = await self._unary(self._stub.ReadEntries, request, timeout)
         return list(response.bodies)

@@ -68,6 +68,7 @@ class BookieReader(Protocol):
         max_count: int,
         max_bytes: int,
         *,
+        stride: int = 1,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> list[bytes]: ...
 

@@ -3,8 +3,9 @@ then the bookie swapped in the ledger's metadata (BookKeeper's LedgerFragmentRep
 
 A fragment is one segment of the metadata with the slots of the lost bookies in it. For each entry
 of the segment whose write set holds such a slot, the entry is read from the other replicas
-(digest verified) and written to the slot's new bookie as a RECOVERY_ADD, byte for byte as stored:
-the copy is identical to the lost one, and a fenced bookie takes it. Only once every copy is
+(digest verified, in chunks: see :meth:`FragmentReplicator.copy`) and written to the slot's new
+bookie as a RECOVERY_ADD, byte for byte as stored: the copy is identical to the lost one, and a
+fenced bookie takes it. Only once every copy is
 acknowledged (so durable on the new bookie) does the metadata name the new bookie, by CAS, so a
 reader never goes to a bookie that lacks the entries it is named for.
 
@@ -24,12 +25,10 @@ from bkclient.distribution import RoundRobinDistribution
 from bkclient.ops.read import ReadEntryOp
 from bkclient.ops.recovery import RecoveryContext, recovery_add
 from bkmeta.model import LedgerMetadata, Versioned
-from bkproto.errors import BKError, LedgerRecoveryError, MetadataVersionError
+from bkproto.errors import BKError, DigestMismatchError, LedgerRecoveryError, MetadataVersionError
 from bkproto.errors import TimeoutError as BKTimeoutError
 
 log = logging.getLogger(__name__)
-
-COPIES_IN_FLIGHT = 32  # entries read and written at once per fragment: the tool's bounded window
 
 
 @dataclass(frozen=True)
@@ -92,44 +91,92 @@ class FragmentReplicator:
         return await self.swap_in_metadata()
 
     async def copy(self) -> None:
-        """Every entry the lost slots held, acknowledged by its new bookie. ``COPIES_IN_FLIGHT``
-        workers pull entry ids from one iterator, so memory stays flat however long the
-        fragment; the first failure stops them."""
+        """Every entry the lost slots held, acknowledged by its new bookie.
+
+        The entries of one residue modulo E share a write set, so they are copied as one lane:
+        a surviving replica serves them in chunks (ReadEntries with stride E: about a thousand
+        entries per call instead of one), the chunk goes to the new bookies, then the next.
+        The lanes run side by side; memory is one chunk per lane. An entry no chunk serves (a
+        replica without it, a corrupt copy) is read alone from every replica, which either finds
+        it or says why it is lost; the first failure stops every lane."""
         fragment = self._fragment
-        todo = (
-            (entry_id, slots)
-            for entry_id in range(fragment.first_entry_id, fragment.last_entry_id + 1)
-            if (slots := [s for s in fragment.lost_slots if self._distribution.has_entry(entry_id, s)])
-        )
+        size = len(fragment.ensemble)
         failures: list[BKError] = []
 
-        async def worker() -> None:
-            for entry_id, slots in todo:
-                if failures:
-                    return
-                try:
-                    await self._copy_entry(entry_id, slots)
-                except BKError as exc:
-                    failures.append(exc)
-                    return
+        async def lane(first: int, slots: list[int]) -> None:
+            try:
+                await self._copy_lane(first, slots, failures)
+            except BKError as exc:
+                failures.append(exc)
 
-        async with asyncio.TaskGroup() as workers:
-            for _ in range(COPIES_IN_FLIGHT):
-                workers.create_task(worker())
+        async with asyncio.TaskGroup() as lanes:
+            for first in range(fragment.first_entry_id, min(fragment.first_entry_id + size,
+                                                            fragment.last_entry_id + 1)):
+                slots = [s for s in fragment.lost_slots if self._distribution.has_entry(first, s)]
+                if slots:
+                    lanes.create_task(lane(first, slots))
         if failures:
             raise LedgerRecoveryError(
                 f"ledger {fragment.ledger_id}: cannot re-replicate entries {fragment.first_entry_id}.."
                 f"{fragment.last_entry_id}: {failures[0]}"
             ) from failures[0]
 
-    async def _copy_entry(self, entry_id: int, slots: Sequence[int]) -> None:
+    async def _copy_lane(self, first: int, slots: Sequence[int], failures: Sequence[BKError]) -> None:
         fragment = self._fragment
-        write_set = [fragment.ensemble[i] for i in self._distribution.write_set(entry_id)]
+        stride = len(fragment.ensemble)
+        write_set = [fragment.ensemble[i] for i in self._distribution.write_set(first)]
         # the lost bookies last: one may only be stopped (a decommission), and then still answers
-        replicas = sorted(write_set, key=lambda bookie: bookie in self._lost)
-        read = await ReadEntryOp(self._ctx, self._digest, fragment.ledger_id, entry_id, replicas).run()
-        await asyncio.gather(*(self._write(self._targets[slot], entry_id, read.body) for slot in slots))
-        self.entries_copied += 1
+        sources = sorted(write_set, key=lambda bookie: bookie in self._lost)
+        last = fragment.last_entry_id
+        # the next chunk is read while this one is written: two chunks per lane at most
+        reading: asyncio.Future[list[bytes]] | None = asyncio.ensure_future(
+            self._read_chunk(first, stride, sources)
+        )
+        entry_id = first
+        try:
+            while reading is not None and not failures:
+                bodies = await reading
+                following = entry_id + len(bodies) * stride
+                reading = (asyncio.ensure_future(self._read_chunk(following, stride, sources))
+                           if following <= last else None)
+                await asyncio.gather(*(
+                    self._write(self._targets[slot], entry_id + k * stride, body)
+                    for k, body in enumerate(bodies)
+                    for slot in slots
+                ))
+                self.entries_copied += len(bodies)
+                entry_id = following
+        finally:
+            if reading is not None:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+
+    async def _read_chunk(self, entry_id: int, stride: int, sources: Sequence[str]) -> list[bytes]:
+        """Verified bodies of ``entry_id``, ``entry_id + stride``, ... (at least the first)."""
+        config = self._ctx.config
+        ledger_id = self._fragment.ledger_id
+        count = min(config.read_batch_max_entries, (self._fragment.last_entry_id - entry_id) // stride + 1)
+        for source in sources:
+            try:
+                bodies = await self._ctx.bookie(source).read_entries(
+                    ledger_id, entry_id, count, config.read_batch_max_bytes, stride=stride,
+                    timeout=config.read_entry_timeout_s,
+                )
+            except BKError as exc:
+                log.debug("ledger %d: bulk read from %d on %s failed: %s", ledger_id, entry_id, source, exc)
+                continue
+            verified: list[bytes] = []
+            for k, body in enumerate(bodies[:count]):
+                try:
+                    self._digest.verify_entry(entry_id + k * stride, body)
+                except DigestMismatchError as exc:
+                    log.warning("bookie %s returned a corrupt copy: %s", source, exc)
+                    break
+                verified.append(body)
+            if verified:
+                return verified
+        read = await ReadEntryOp(self._ctx, self._digest, ledger_id, entry_id, sources).run()
+        return [read.body]
 
     async def _write(self, bookie_id: str, entry_id: int, body: bytes) -> None:
         try:

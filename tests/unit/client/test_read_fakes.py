@@ -133,13 +133,14 @@ class MemoryBookie:
         max_count: int,
         max_bytes: int,
         *,
+        stride: int = 1,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> list[bytes]:
         await self._enter()
         self.batch_reads.append((ledger_id, first, max_count))
         out = [self._body(ledger_id, first)]
         size = len(out[0])
-        entry_id = first + 1
+        entry_id = first + stride
         ledger = self.entries[ledger_id]
         while len(out) < max_count and entry_id in ledger:
             body = self._body(ledger_id, entry_id)
@@ -147,7 +148,7 @@ class MemoryBookie:
                 break
             out.append(body)
             size += len(body)
-            entry_id += 1
+            entry_id += stride
         return out
 
     async def stride_poll(

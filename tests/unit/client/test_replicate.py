@@ -26,17 +26,16 @@ from bkproto.errors import IncorrectParameterError, LedgerRecoveryError, NoSuchL
 B = [f"127.0.0.1:{3181 + i}" for i in range(6)]
 
 
-def closed(writer: Writer, segments: tuple[Segment, ...]) -> LedgerMetadata:
-    return make_metadata(list(segments[0].bookies), 2, 2, segments=segments, state=LedgerState.CLOSED,
-                         last_entry_id=writer.next_id - 1, length=writer.length)
-
-
-def setup(ctx: FakeContext, segments: tuple[Segment, ...], entries_per_segment: list[int]) -> LedgerMetadata:
+def setup(
+    ctx: FakeContext, segments: tuple[Segment, ...], entries_per_segment: list[int], write_quorum: int = 2
+) -> LedgerMetadata:
     """Write each segment's entries to its ensemble, then store the closed metadata."""
-    writer = Writer(ctx, make_metadata(list(segments[0].bookies), 2, 2, segments=segments))
+    ensemble = list(segments[0].bookies)
+    writer = Writer(ctx, make_metadata(ensemble, write_quorum, 2, segments=segments))
     for count in entries_per_segment:
         writer.write(count)
-    md = closed(writer, segments)
+    md = make_metadata(ensemble, write_quorum, 2, segments=segments, state=LedgerState.CLOSED,
+                       last_entry_id=writer.next_id - 1, length=writer.length)
     ctx.ledger_manager.ledgers[LEDGER] = Versioned(md, 1)
     return md
 
@@ -120,8 +119,8 @@ async def test_an_empty_segment_copies_nothing_but_drops_the_lost_bookie() -> No
     assert swapped.value.segments[1].bookies == (B[4], B[2], B[3])
 
 
-async def test_copies_stay_within_the_window() -> None:
-    ctx = make_cluster(5)
+async def test_copies_go_in_chunks_at_most_two_per_lane_at_a_time() -> None:
+    ctx = make_cluster(5, read_batch_max_entries=20)
     md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [200])
     ctx.bookies[B[0]].down = True
     target = ctx.bookies[B[3]]
@@ -130,11 +129,27 @@ async def test_copies_stay_within_the_window() -> None:
     run = asyncio.create_task(replicator(ctx, md, fragment, {0: B[3]}).run())
     for _ in range(50):
         await asyncio.sleep(0)
-    waiting = len(ctx.bookies[B[1]].reads) + len(ctx.bookies[B[2]].reads)
-    assert 0 < waiting <= 32  # COPIES_IN_FLIGHT reads, then the window is full
+    # slot 0 holds entries e % 3 == 0 (copied from B[1]) and e % 3 == 2 (from B[2]): two lanes,
+    # each with one chunk of 20 waiting for the new bookie and the next one read ahead
+    reads = [r for b in (B[1], B[2]) for r in ctx.bookies[b].batch_reads]
+    assert sorted(reads) == [(LEDGER, 0, 20), (LEDGER, 2, 20), (LEDGER, 60, 20), (LEDGER, 62, 20)]
+    assert not any(bookie.reads for bookie in ctx.bookies.values())  # no entry read alone
     target.gate.set()
     await run
     assert len(target.entries[LEDGER]) == 133  # slot 0 holds entries 0, 2, 3, 5, ... (e % 3 != 1)
+    assert len(ctx.bookies[B[1]].batch_reads) == len(ctx.bookies[B[2]].batch_reads) == 4  # 67 and 66 entries
+
+
+async def test_a_corrupt_copy_ends_a_chunk_and_the_next_replica_serves_the_rest() -> None:
+    ctx = make_cluster(5)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [30], write_quorum=3)
+    originals = dict(ctx.bookies[B[0]].entries[LEDGER])
+    ctx.bookies[B[0]].down = True
+    ctx.bookies[B[1]].corrupt.add((LEDGER, 6))
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 29)
+    await replicator(ctx, md, fragment, {0: B[3]}).run()
+    assert ctx.bookies[B[3]].entries[LEDGER] == originals  # entry 6 too, the good copy
+    assert (LEDGER, 6, 8) in ctx.bookies[B[2]].batch_reads  # the rest of that lane (6, 9, ... 27) from B[2]
 
 
 async def test_a_new_bookie_that_never_acknowledges_fails_the_fragment_in_time() -> None:
