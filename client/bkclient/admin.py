@@ -38,6 +38,10 @@ def check_bookie_id(bookie_id: str) -> None:
         raise IncorrectParameterError(f"bookie id {bookie_id!r} is not host:port")
 
 
+# LedgerRecovery.skipped when fence_open_ledgers is off and an open ledger still writes to a lost bookie
+WRITER_MAY_REPLACE = "open, its writer may still replace the lost bookie"
+
+
 @dataclass(frozen=True)
 class FragmentPlan:
     """One segment's entries and its ensemble before and after (``new`` is None when no bookie
@@ -79,10 +83,13 @@ class BookKeeperAdmin:
         ledger_ids: Collection[int] | None = None,
         dry_run: bool = False,
         skip_open_ledgers: bool = False,
+        fence_open_ledgers: bool = True,
     ) -> list[LedgerRecovery]:
         """Re-replicate the data of the ``lost`` bookies (ids ``host:port``), in every ledger or
         in ``ledger_ids``; returns one report per ledger that named one of them. With
-        ``dry_run`` nothing is copied, fenced or changed: the reports give the plan."""
+        ``dry_run`` nothing is copied, fenced or changed: the reports give the plan. Without
+        ``fence_open_ledgers``, an open ledger still writing to a lost bookie is skipped (its
+        writer may yet replace it; autorecovery's grace period)."""
         lost_set = frozenset(lost)
         if not lost_set:
             raise IncorrectParameterError("name at least one bookie to recover")
@@ -92,13 +99,20 @@ class BookKeeperAdmin:
         reports = []
         for ledger_id in ids:
             report = await self.recover_ledger(ledger_id, lost_set, dry_run=dry_run,
-                                               skip_open_ledgers=skip_open_ledgers)
+                                               skip_open_ledgers=skip_open_ledgers,
+                                               fence_open_ledgers=fence_open_ledgers)
             if report is not None:
                 reports.append(report)
         return reports
 
     async def recover_ledger(
-        self, ledger_id: int, lost: frozenset[str], *, dry_run: bool = False, skip_open_ledgers: bool = False
+        self,
+        ledger_id: int,
+        lost: frozenset[str],
+        *,
+        dry_run: bool = False,
+        skip_open_ledgers: bool = False,
+        fence_open_ledgers: bool = True,
     ) -> LedgerRecovery | None:
         """One ledger; None when it names none of the ``lost`` bookies (or was deleted)."""
         bk = self._bk
@@ -117,6 +131,9 @@ class BookKeeperAdmin:
                     report.skipped = "open ledger (skip_open_ledgers)"
                     return report
                 if not lost.isdisjoint(md.last_ensemble):
+                    if not fence_open_ledgers:
+                        report.skipped = WRITER_MAY_REPLACE
+                        return report
                     report.fenced = True
                     if not dry_run:
                         log.info("ledger %d: open, a lost bookie in its last segment: fencing it", ledger_id)
