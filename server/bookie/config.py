@@ -104,6 +104,7 @@ class Key:
     help: str = ""
     gc_field: str | None = None  # GcSettings field the value goes to, if a garbage-collection key
     read_only_field: str | None = None  # ReadOnlySettings field, if a read-only-mode / disk key
+    autorecovery_field: str | None = None  # AutoRecoverySettings field (read by pybk autorecovery)
 
 
 KEYS: dict[str, Key] = {
@@ -187,6 +188,19 @@ KEYS: dict[str, Key] = {
         _int(0), help="bytes every directory needs free for a read-only bookie to take recovery adds"
         " (1.2 x logSizeLimit)", read_only_field="min_usable_high_priority_bytes",
     ),
+    # autorecovery (`pybk autorecovery` reads the same file, as BookKeeper's AutoRecoveryMain does)
+    "lostBookieRecoveryDelay": Key(
+        _int(0), help="seconds a bookie must be gone before its data is re-replicated (0)",
+        autorecovery_field="lost_bookie_delay_s",
+    ),
+    "auditorPeriodicBookieCheckInterval": Key(
+        _int(0), help="seconds between full checks for lost bookies, besides every change (86400; 0: off)",
+        autorecovery_field="check_interval_s",
+    ),
+    "openLedgerRereplicationGracePeriod": Key(
+        _seconds_from_ms(0), help="ms an open ledger's writer gets to replace a lost bookie before the"
+        " ledger is fenced (30000)", autorecovery_field="open_ledger_grace_s",
+    ),
     # storage: directories
     "journalDirectories": Key(_dirs, "journal_dirs"),
     "journalDirectory": Key(_dirs, "journal_dirs", help="single journal directory (older key)"),
@@ -215,6 +229,15 @@ KEYS: dict[str, Key] = {
 
 
 @dataclass(frozen=True)
+class AutoRecoverySettings:
+    """What ``pybk autorecovery`` does when a bookie is lost (BookKeeper's keys in comments)."""
+
+    lost_bookie_delay_s: float = 0.0  # lostBookieRecoveryDelay
+    check_interval_s: float = 86_400.0  # auditorPeriodicBookieCheckInterval; 0: only on changes
+    open_ledger_grace_s: float = 30.0  # openLedgerRereplicationGracePeriod
+
+
+@dataclass(frozen=True)
 class BookieConfig:
     """The validated configuration of one bookie daemon."""
 
@@ -230,6 +253,7 @@ class BookieConfig:
     shutdown_grace_s: float = 5.0
     gc: GcSettings = field(default_factory=GcSettings)
     read_only: ReadOnlySettings = field(default_factory=ReadOnlySettings)
+    autorecovery: AutoRecoverySettings = field(default_factory=AutoRecoverySettings)
     journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
@@ -333,6 +357,10 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         shutdown_grace_s=values.get("shutdownGracePeriodMs", 5000) / 1000.0,
         gc=_gc_settings(values),
         read_only=_read_only_settings(values, storage),
+        autorecovery=AutoRecoverySettings(**{
+            spec.autorecovery_field: values[key] for key, spec in KEYS.items()
+            if spec.autorecovery_field and key in values
+        }),
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,

@@ -70,7 +70,7 @@ def option_value(argv: list[str], flag: str) -> str:
 
 def test_compose_uses_current_spec_and_expected_services(compose: dict[str, Any]) -> None:
     assert "version" not in compose, "top-level version is obsolete in the compose spec"
-    assert set(compose["services"]) == {"zookeeper", "init-cluster", *BOOKIES, "prometheus"}
+    assert set(compose["services"]) == {"zookeeper", "init-cluster", *BOOKIES, "autorecovery", "prometheus"}
 
 
 def test_zookeeper_is_39_with_a_healthcheck(services: dict[str, Any]) -> None:
@@ -92,6 +92,17 @@ def test_init_cluster_is_a_one_shot_initnewcluster_after_zookeeper_is_healthy(
     assert option_value(argv, "--zk") == "zookeeper:2181"
     assert init["depends_on"]["zookeeper"]["condition"] == "service_healthy"
     assert init.get("restart", "no") == "no"
+
+
+def test_autorecovery_runs_on_the_cluster_with_valid_keys(services: dict[str, Any]) -> None:
+    service = services["autorecovery"]
+    assert built_from_our_dockerfile(service)
+    argv = pybk_args(service)
+    assert parse_pybk(argv).command == "autorecovery"
+    assert option_value(argv, "--zk") == "zookeeper:2181"
+    assert service["depends_on"]["init-cluster"]["condition"] == "service_completed_successfully"
+    env = {str(k): str(v) for k, v in service["environment"].items()}
+    assert load_config(None, env).autorecovery.lost_bookie_delay_s == 60
 
 
 @pytest.mark.parametrize("name", BOOKIES)
@@ -204,6 +215,6 @@ def test_the_files_the_dockerfile_copies_build_a_wheel_with_every_package(tmp_pa
         names = archive.namelist()
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "pybk = pybk.main:main" in archive.read(entry_points).decode()
-    for package in ("bkproto", "bkmeta", "bookie", "bkclient", "pybk"):
+    for package in ("bkproto", "bkmeta", "bookie", "autorecovery", "bkclient", "pybk"):
         assert f"{package}/__init__.py" in names
     assert "bkproto/v1/bookie_pb2.py" in names  # generated code ships in the image

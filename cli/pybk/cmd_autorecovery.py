@@ -1,0 +1,84 @@
+"""``pybk autorecovery``: re-replicate lost bookies' data automatically, until SIGTERM/SIGINT
+(BookKeeper's ``bookkeeper autorecovery``; see :mod:`autorecovery.service`).
+
+Run one or more per cluster: they elect one leader, the others stand by. Configuration is read
+like a bookie's (``--conf`` bk_server.conf keys, then ``BK_<key>`` environment variables, then
+flags): ``zkServers``, ``lostBookieRecoveryDelay``, ``auditorPeriodicBookieCheckInterval``,
+``openLedgerRereplicationGracePeriod``. A configuration error exits with code 2; ZooKeeper
+unreachable at start with code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from autorecovery import AutoRecovery
+from bkclient import BKError, BookKeeper
+from bookie.config import BookieConfig, ConfigError, load_config
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "autorecovery",
+        help="re-replicate the data of lost bookies automatically (run one or more per cluster)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
+    parser.add_argument("--zk", help="ZooKeeper connect string (zkServers)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    overrides = {"zkServers": args.zk} if args.zk else {}
+    try:
+        config = load_config(args.conf, os.environ, overrides)
+    except ConfigError as exc:
+        print(f"pybk autorecovery: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if config.zk_servers is None:
+        print("pybk autorecovery: configuration error: zkServers is 'none'", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(config, config.zk_servers))
+
+
+async def _serve(config: BookieConfig, zk_servers: str) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    identity = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        async with await BookKeeper.connect(zk_servers) as bk:
+            service = AutoRecovery(bk, config.autorecovery, identity)
+            await service.start()
+            settings = config.autorecovery
+            log.info("autorecovery %s running (lostBookieRecoveryDelay %g s, grace for open ledgers %g s)",
+                     identity, settings.lost_bookie_delay_s, settings.open_ledger_grace_s)
+            try:
+                await stop.wait()
+            finally:
+                await service.close()
+    except BKError as exc:
+        log.error("autorecovery failed: %s", exc)
+        return 1
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    log.info("autorecovery %s stopped", identity)
+    return 0

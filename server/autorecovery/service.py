@@ -1,0 +1,169 @@
+"""Automatic re-replication of lost bookies (BookKeeper's AutoRecovery: auditor plus replication
+worker, here one leader-elected loop).
+
+Any number of ``pybk autorecovery`` processes may run; one leads (:mod:`autorecovery.leader`) and
+the others wait to take over. The leader checks the cluster whenever the set of registered
+bookies changes, and every ``auditorPeriodicBookieCheckInterval``:
+
+1. A bookie is *lost* when some ledger's metadata names it but it is registered neither as
+   writable nor as read-only. A bookie back within ``lostBookieRecoveryDelay`` is left alone, so a
+   restart does not copy its data needlessly.
+2. For the bookies lost longer than that, every ledger naming them is re-replicated
+   (:meth:`bkclient.BookKeeperAdmin.recover_bookies`). An open ledger still writing to a lost
+   bookie is left to its writer, which replaces the bookie at its next add, for
+   ``openLedgerRereplicationGracePeriod``; after that it is fenced and closed, as in BookKeeper.
+3. Anything not done (no bookie to copy to, an unreadable entry, a writer's grace) is retried.
+
+The check reads every ledger's metadata, so its cost grows with the number of ledgers; it runs on
+bookie changes, retries and the periodic interval only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from bkclient import BookKeeper, BookKeeperAdmin, LedgerRecovery, NoSuchLedgerError
+from bkclient.admin import WRITER_MAY_REPLACE
+from bookie.config import AutoRecoverySettings
+
+from .leader import LeaderElection
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 10.0  # until the next check when something was left undone
+_LEADER_ERROR_PAUSE_S = 5.0
+
+
+class AutoRecovery:
+    """``start()``/``close()`` own the election and the leader's loop; ``bk`` is the caller's."""
+
+    def __init__(self, bk: BookKeeper, settings: AutoRecoverySettings, identity: str) -> None:
+        self._bk = bk
+        self._settings = settings
+        layout = bk.ctx.metadata.layout
+        self._election = LeaderElection(
+            bk.ctx.metadata.zk, f"{layout.underreplication}/auditorelection/leader", identity
+        )
+        self._missing_since: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.checks = 0  # finished checks while leading (tests and logs)
+        self.entries_copied = 0
+
+    @property
+    def is_leader(self) -> bool:
+        return self._election.is_leader
+
+    async def start(self) -> None:
+        await self._election.start()
+        self._task = asyncio.create_task(self._run(), name="autorecovery")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._election.close()
+
+    async def _run(self) -> None:
+        while True:
+            await self._election.lead()
+            work = asyncio.create_task(self._lead())
+            lost = asyncio.create_task(self._election.lost())
+            try:
+                await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (work, lost):
+                    task.cancel()
+                await asyncio.gather(work, lost, return_exceptions=True)
+            if work.done() and not work.cancelled() and work.exception() is not None:
+                log.error("autorecovery leader loop failed: %r; starting over", work.exception())
+                await asyncio.sleep(_LEADER_ERROR_PAUSE_S)
+
+    async def _lead(self) -> None:
+        """Check, then wait for a change of the registered bookies or the next check's time."""
+        watcher = self._bk.ctx.bookie_watcher
+        changed = asyncio.Event()
+
+        def on_change(*_: object) -> None:
+            changed.set()
+
+        watcher.add_listener(on_change)
+        try:
+            while True:
+                changed.clear()
+                wait_s = await self.check()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), wait_s)
+        finally:
+            watcher.remove_listener(on_change)
+
+    async def check(self) -> float:
+        """One pass; returns the seconds until the next one is due without a bookie change."""
+        settings = self._settings
+        loop = asyncio.get_running_loop()
+        missing = await self._missing_bookies()
+        now = loop.time()
+        for bookie_id in sorted(missing - set(self._missing_since)):
+            log.warning("bookie %s is gone (named by ledgers, not registered); re-replicating its data"
+                        " after lostBookieRecoveryDelay (%g s)", bookie_id, settings.lost_bookie_delay_s)
+        for bookie_id in sorted(set(self._missing_since) - missing):
+            log.info("bookie %s is back or no longer named by any ledger", bookie_id)
+        self._missing_since = {b: self._missing_since.get(b, now) for b in missing}
+        due = {b for b, since in self._missing_since.items() if now - since >= settings.lost_bookie_delay_s}
+        wake = [settings.check_interval_s] if settings.check_interval_s > 0 else []
+        wake += [since + settings.lost_bookie_delay_s - now for b, since in self._missing_since.items()
+                 if b not in due]
+        if due and not await self._recover(due, now):
+            wake.append(RETRY_S)
+        self.checks += 1
+        return max(0.1, min(wake)) if wake else 3600.0
+
+    async def _missing_bookies(self) -> set[str]:
+        bk = self._bk
+        registered = set(bk.ctx.bookie_watcher.all_bookies())
+        named: set[str] = set()
+        for ledger_id in await bk.list_ledgers():
+            try:
+                named |= (await bk.ledger_metadata(ledger_id)).all_bookies()
+            except NoSuchLedgerError:
+                continue  # deleted since listed
+        return named - registered
+
+    async def _recover(self, due: set[str], now: float) -> bool:
+        """Re-replicate the ``due`` bookies' data; True when nothing was left undone."""
+        grace = self._settings.open_ledger_grace_s
+        graced = frozenset(b for b in due if now - self._missing_since[b] >= grace)
+        admin = BookKeeperAdmin(self._bk)
+        log.warning("bookies lost: %s; re-replicating their ledgers", ", ".join(sorted(due)))
+        final: list[LedgerRecovery] = []
+        for first in await admin.recover_bookies(due, fence_open_ledgers=False):
+            report: LedgerRecovery | None = first
+            if first.skipped == WRITER_MAY_REPLACE:
+                if graced and await self._writes_to(first.ledger_id, graced):
+                    report = await admin.recover_ledger(first.ledger_id, frozenset(due))  # fenced now
+                else:
+                    log.info("ledger %d: open on a lost bookie; its writer has until the grace period"
+                             " ends to replace it", first.ledger_id)
+            if report is not None:  # None: deleted meanwhile
+                final.append(report)
+        self._log(final)
+        return all(r.ok and r.skipped is None for r in final)
+
+    async def _writes_to(self, ledger_id: int, bookies: frozenset[str]) -> bool:
+        try:
+            md = await self._bk.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return False
+        return not md.is_closed and not bookies.isdisjoint(md.last_ensemble)
+
+    def _log(self, reports: list[LedgerRecovery]) -> None:
+        for report in reports:
+            self.entries_copied += report.entries_copied
+            if report.ok:
+                log.info("ledger %d re-replicated: %d entries copied%s", report.ledger_id,
+                         report.entries_copied, " (fenced first)" if report.fenced else "")
+            else:
+                log.warning("ledger %d not re-replicated: %s; will retry", report.ledger_id, report.error)

@@ -1,0 +1,139 @@
+"""``pybk autorecovery`` on real bookie processes and a real ZooKeeper: a bookie killed for good
+has its data re-replicated without an operator, an idle open ledger on it is fenced once its
+writer's grace is over, and only one of several autorecovery processes leads."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.integration.test_recover_bookie import PASSWORD, _ledger_on, _replicas_hold_every_entry
+from tests.support.bookies import BookieFactory, BookieProcess
+
+from autorecovery import LeaderElection
+from bkclient import BookKeeper, LedgerFencedError
+from bkmeta.metadata_client import MetadataClient
+from bkmeta.zk import ZkClient
+
+pytestmark = pytest.mark.integration
+
+
+def _start_autorecovery(zk_hosts: str, log_path: Path, **conf: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **{f"BK_{key}": value for key, value in conf.items()}}
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pybk", "autorecovery", "--zk", zk_hosts],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )
+
+
+async def _logged(log_path: Path, text: str, timeout_s: float = 15.0) -> None:
+    """Until the service's log holds ``text`` (it reports only in its log)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while text not in (log := await asyncio.to_thread(log_path.read_text)):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"no {text!r} in the autorecovery log:\n{log}")
+        await asyncio.sleep(0.2)
+
+
+async def test_a_lost_bookie_is_re_replicated_without_an_operator(
+    zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    fast_expiry = {"zkTimeout": "4000"}  # its registration goes 4 s after a kill -9
+    bookies: list[BookieProcess] = [
+        await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=fast_expiry) for _ in range(4)
+    ]
+    addresses = {b.bookie_id: b.address for b in bookies}
+    victim = bookies[0]
+    log_path = tmp_path / "autorecovery.log"
+    service = _start_autorecovery(zk_hosts, log_path, openLedgerRereplicationGracePeriod="2000",
+                                  auditorPeriodicBookieCheckInterval="0")
+    try:
+        async with await BookKeeper.connect(zk_hosts) as bk:
+            await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
+            closed = await _ledger_on(bk, victim.bookie_id)
+            data = [os.urandom(200) for _ in range(50)]
+            for payload in data:
+                await closed.append(payload)
+            await closed.close()
+            idle = await _ledger_on(bk, victim.bookie_id)  # open, and its writer adds nothing more
+            for payload in data[:20]:
+                await idle.append(payload)
+
+            await asyncio.to_thread(victim.kill9)
+            async with asyncio.timeout(60):
+                while True:
+                    mds = [await bk.ledger_metadata(h.ledger_id) for h in (closed, idle)]
+                    if all(victim.bookie_id not in md.all_bookies() for md in mds):
+                        break
+                    await asyncio.sleep(0.5)
+            closed_md, idle_md = mds
+            assert idle_md.is_closed and idle_md.last_entry_id == 19  # fenced and closed at its end
+            with pytest.raises(LedgerFencedError):
+                await idle.append(b"too late")
+            expected_data = ((closed_md, closed.ledger_id, data), (idle_md, idle.ledger_id, data[:20]))
+            for md, ledger_id, expected in expected_data:
+                reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
+                assert [e.data async for e in reader.read(0, md.last_entry_id)] == expected
+                await asyncio.to_thread(_replicas_hold_every_entry, md, ledger_id, addresses)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        exit_code = await asyncio.to_thread(service.wait, 30)
+    log = log_path.read_text()
+    assert exit_code == 0, log
+    assert "leading autorecovery" in log and "bookies lost: " + victim.bookie_id in log
+
+
+async def test_a_bookie_back_within_the_delay_is_left_alone(
+    zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    fast_expiry = {"zkTimeout": "4000"}
+    bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=fast_expiry) for _ in range(4)]
+    victim = bookies[0]
+    log_path = tmp_path / "autorecovery.log"
+    service = _start_autorecovery(zk_hosts, log_path, lostBookieRecoveryDelay="3600")
+    try:
+        async with await BookKeeper.connect(zk_hosts) as bk:
+            await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
+            ledger = await _ledger_on(bk, victim.bookie_id)
+            await ledger.append(b"kept where it is")
+            await ledger.close()
+            await asyncio.to_thread(victim.kill9)
+            await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id not in w.all_bookies(), 30.0)
+            await _logged(log_path, "is gone")  # the leader saw it go
+            await asyncio.to_thread(victim.start)  # back well within the delay
+            await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id in w.all_bookies(), 30.0)
+            await _logged(log_path, "is back")
+            assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
+    finally:
+        service.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(service.wait, 30)
+    assert "re-replicating their ledgers" not in log_path.read_text()
+
+
+async def test_one_leader_at_a_time(zk_hosts: str) -> None:
+    path = "/ledgers/underreplication/auditorelection/leader"
+    async with ZkClient.for_hosts(zk_hosts) as zk_a, ZkClient.for_hosts(zk_hosts) as zk_b:
+        first, second = LeaderElection(zk_a, path, "a"), LeaderElection(zk_b, path, "b")
+        await first.start()
+        await second.start()
+        await asyncio.wait_for(first.lead(), 10)
+        waiting = asyncio.create_task(second.lead())
+        await asyncio.sleep(0.5)
+        assert first.is_leader and not second.is_leader and not waiting.done()
+        assert (await zk_a.get(path))[0] == b"a"
+        await first.close()  # steps down: the other takes over at once
+        await asyncio.wait_for(waiting, 10)
+        assert second.is_leader and not first.is_leader
+        assert (await zk_b.get(path))[0] == b"b"
+        await second.close()
+        assert await zk_a.exists(path) is None
