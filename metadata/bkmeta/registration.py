@@ -154,14 +154,6 @@ class BookieRegistration:
             # Probably our previous incarnation (kill -9, quick restart): wait for its session to expire.
             await asyncio.sleep(0.25)
 
-    async def _delete_own_node(self, path: str) -> None:
-        try:
-            _, stat = await self._zk.get(path)
-            if stat.ephemeralOwner == self._zk.session_id:
-                await self._zk.delete(path, stat.version)
-        except ZkNoNodeError:
-            pass
-
     async def set_read_only(self, read_only: bool) -> None:
         """Move the registration between ``available/`` and ``available/readonly/``.
 
@@ -173,7 +165,7 @@ class BookieRegistration:
                 return
             # New node first, then the old one: clients never see the bookie vanish entirely.
             await self._create_own_node(self._path_for(read_only))
-            await self._delete_own_node(self._path_for(not read_only))
+            await self._zk.delete_own_ephemeral(self._path_for(not read_only))
             changed = read_only != self._read_only
             self._read_only = read_only
             if changed:
@@ -206,7 +198,7 @@ class BookieRegistration:
                 log.warning("ZooKeeper unreachable; %s expires with the session", self.path)
                 return
             try:
-                await self._delete_own_node(self.path)
+                await self._zk.delete_own_ephemeral(self.path)
             except MetadataStoreError:
                 log.warning("could not delete %s on close; it expires with the session", self.path)
 

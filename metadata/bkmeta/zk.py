@@ -382,6 +382,18 @@ class ZkClient:
                 return  # an earlier try deleted it before the connection dropped
             raise
 
+    async def delete_own_ephemeral(self, path: str) -> bool:
+        """Delete ``path`` if it is an ephemeral of this session (never another session's node,
+        say a successor's after this session expired); returns whether it was deleted."""
+        try:
+            _, stat = await self.get(path)
+            if stat.ephemeralOwner != self.session_id:
+                return False
+            await self.delete(path, stat.version)
+        except ZkNoNodeError:
+            return False
+        return True
+
     async def delete_recursive(self, path: str) -> None:
         """Delete ``path`` and everything under it (children first); a missing node is fine."""
         try:

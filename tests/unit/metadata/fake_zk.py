@@ -51,6 +51,15 @@ class FakeZk:
             raise ZkNoNodeError(path)
         del self.nodes[path]
 
+    async def delete_own_ephemeral(self, path: str) -> bool:
+        """Every node here is this session's: like ``ZkClient``, a get then a delete."""
+        try:
+            await self.get(path)
+            await self.delete(path)
+        except ZkNoNodeError:
+            return False
+        return True
+
     def add_session_listener(self, listener: Any) -> None:
         pass
 
