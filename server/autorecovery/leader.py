@@ -2,9 +2,13 @@
 
 The leader holds one ephemeral znode, ``<ledgers root>/underreplication/auditorelection/leader``,
 whose content is its id. The others watch it and try again when it goes: when the leader closes,
-or when its ZooKeeper session expires. A leader whose own session expires stops being one at
-once (:meth:`LeaderElection.lost` fires), before anyone else can take over, so two processes never
-act as leader together.
+or when its ZooKeeper session expires.
+
+A leader steps down (:meth:`LeaderElection.lost` returns) as soon as it cannot be sure it still
+holds the znode: when its connection drops (its session may expire unseen, and a successor take
+over, before it hears of it; Curator's LeaderLatch does the same), and when the znode is deleted.
+Once reconnected with the same session and the znode still its own, it leads again. It only ever
+deletes the znode if its own session created it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError
 from bkproto.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
@@ -30,6 +34,7 @@ class LeaderElection:
         self._leading = False
         self._changed = asyncio.Event()  # a watch fired or the session changed: look again
         self._lost = asyncio.Event()
+        self._watching: asyncio.Task[bool] | None = None  # the leader's watch on its own znode
 
     @property
     def is_leader(self) -> bool:
@@ -39,14 +44,16 @@ class LeaderElection:
         self._zk.add_session_listener(self._on_session)
 
     async def close(self) -> None:
-        """Step down (the znode goes, so another process takes over at once)."""
+        """Step down; the znode goes at once if this session holds it, so another process takes
+        over without waiting for a session expiry."""
         self._zk.remove_session_listener(self._on_session)
-        if self._leading:
-            self._leading = False
-            try:
-                await self._zk.delete(self._path)
-            except (ZkNoNodeError, MetadataStoreError) as exc:
-                log.info("leader znode %s not deleted (%s); it goes with the session", self._path, exc)
+        self._step_down(None)
+        if self._watching is not None:
+            self._watching.cancel()
+        try:
+            await self._zk.delete_own_ephemeral(self._path)
+        except MetadataStoreError as exc:
+            log.info("leader znode %s not deleted (%s); it goes with the session", self._path, exc)
 
     async def lead(self) -> None:
         """Return once this process is the leader."""
@@ -55,26 +62,50 @@ class LeaderElection:
             try:
                 await self._zk.create(self._path, self._identity, ephemeral=True, makepath=True)
             except ZkNodeExistsError:
-                if not await self._watch_holder():
-                    continue  # gone meanwhile: try again now
-                await self._changed.wait()
+                if await self._holds_it():  # reconnected with the same session
+                    self._become_leader()
+                    continue
+                if await self._watch():
+                    await self._changed.wait()
                 continue
             except MetadataStoreError as exc:
                 log.warning("cannot campaign for leadership at %s: %s; retrying", self._path, exc)
                 await asyncio.sleep(_RETRY_S)
                 continue
-            self._lost = asyncio.Event()
-            self._leading = True
-            log.info("leading autorecovery (%s)", self._path)
+            self._become_leader()
 
     async def lost(self) -> None:
-        """Return once this process stopped being the leader (its session expired)."""
+        """Return once this process stopped being the leader."""
         await self._lost.wait()
 
-    async def _watch_holder(self) -> bool:
-        """Watch the leader znode; False if it is already gone."""
+    def _become_leader(self) -> None:
+        self._lost = asyncio.Event()
+        self._leading = True
+        log.info("leading autorecovery (%s)", self._path)
+        # while leading, the same watch tells it that someone deleted the znode
+        self._changed.clear()
+        self._watching = asyncio.create_task(self._watch(), name="autorecovery-leader-watch")
+
+    def _step_down(self, why: str | None) -> None:
+        if self._leading:
+            if why is not None:
+                log.warning("autorecovery leadership given up: %s", why)
+            self._leading = False
+            self._lost.set()
+
+    async def _holds_it(self) -> bool:
+        try:
+            _, stat = await self._zk.get(self._path)
+        except MetadataStoreError:
+            return False
+        return bool(stat.ephemeralOwner == self._zk.session_id)
+
+    async def _watch(self) -> bool:
+        """Watch the znode (deleted: campaign again, or step down if leading); False if it is
+        already gone."""
         def on_event(event: WatchedEvent) -> None:
             if event.type == EventType.DELETED:
+                self._step_down("the leader znode was deleted")
                 self._changed.set()
 
         try:
@@ -83,12 +114,11 @@ class LeaderElection:
             log.warning("cannot watch %s: %s; retrying", self._path, exc)
             await asyncio.sleep(_RETRY_S)
             return False
+        if stat is None:
+            self._step_down("the leader znode is gone")
         return stat is not None
 
     def _on_session(self, event: SessionEvent) -> None:
-        if event is SessionEvent.EXPIRED and self._leading:
-            log.warning("autorecovery leadership lost: the ZooKeeper session expired")
-            self._leading = False
-            self._lost.set()
-        if event in (SessionEvent.EXPIRED, SessionEvent.NEW_SESSION):
-            self._changed.set()  # the watch went with the session: campaign again
+        if event in (SessionEvent.DISCONNECTED, SessionEvent.EXPIRED):
+            self._step_down(f"ZooKeeper session {event.value}")
+        self._changed.set()  # reconnected or a new session: campaign again (the watch may be gone)
