@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 # Module names under ``pybk`` that each add one sub-command with ``register(subparsers)``.
 COMMAND_MODULES: tuple[str, ...] = (
-    "pybk.cmd_autorecovery",
     "pybk.bench",
+    "pybk.cmd_autorecovery",
     "pybk.cmd_bookie",
     "pybk.cmd_localcluster",
     "pybk.cmd_zookeeper",

@@ -18,6 +18,7 @@ The password and digest type come from the ledger's metadata, as in BookKeeper.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -38,8 +39,11 @@ def check_bookie_id(bookie_id: str) -> None:
         raise IncorrectParameterError(f"bookie id {bookie_id!r} is not host:port")
 
 
-# LedgerRecovery.skipped when fence_open_ledgers is off and an open ledger still writes to a lost bookie
-WRITER_MAY_REPLACE = "open, its writer may still replace the lost bookie"
+class SkipReason(enum.Enum):
+    """Why a ledger naming a lost bookie was left alone (:attr:`LedgerRecovery.skipped`)."""
+
+    OPEN_LEDGER = "open ledger (skip_open_ledgers)"
+    WRITER_MAY_REPLACE = "open, its writer may still replace the lost bookie (fence_open_ledgers off)"
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class LedgerRecovery:
     fenced: bool = False  # it was open with a lost bookie in its last segment: fenced and closed
     fragments: list[FragmentPlan] = field(default_factory=list)
     entries_copied: int = 0
-    skipped: str | None = None  # why nothing was done (skip_open_ledgers)
+    skipped: SkipReason | None = None  # why nothing was done
     error: str | None = None  # why it is not (fully) re-replicated; run the tool again
 
     @property
@@ -128,11 +132,11 @@ class BookKeeperAdmin:
         try:
             if not md.is_closed:
                 if skip_open_ledgers:
-                    report.skipped = "open ledger (skip_open_ledgers)"
+                    report.skipped = SkipReason.OPEN_LEDGER
                     return report
                 if not lost.isdisjoint(md.last_ensemble):
                     if not fence_open_ledgers:
-                        report.skipped = WRITER_MAY_REPLACE
+                        report.skipped = SkipReason.WRITER_MAY_REPLACE
                         return report
                     report.fenced = True
                     if not dry_run:

@@ -25,14 +25,17 @@ import contextlib
 import logging
 
 from bkclient import BookKeeper, BookKeeperAdmin, LedgerRecovery, NoSuchLedgerError
-from bkclient.admin import WRITER_MAY_REPLACE
+from bkclient.admin import SkipReason
 from bookie.config import AutoRecoverySettings
 
 from .leader import LeaderElection
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 10.0  # until the next check when something was left undone
+RETRY_S = 10.0  # until the next check when something was left undone; doubles while it stays so
+MAX_RETRY_S = 300.0
+MIN_CHECK_GAP_S = 1.0  # a burst of bookie changes is one check, not one per change
+_IDLE_WAIT_S = 3600.0  # periodic checks off and nothing pending: only changes wake it
 _LEADER_ERROR_PAUSE_S = 5.0
 
 
@@ -47,6 +50,7 @@ class AutoRecovery:
             bk.ctx.metadata.zk, f"{layout.underreplication}/auditorelection/leader", identity
         )
         self._missing_since: dict[str, float] = {}
+        self._retry_s = RETRY_S
         self._task: asyncio.Task[None] | None = None
         self.checks = 0  # finished checks while leading (tests and logs)
         self.entries_copied = 0
@@ -70,6 +74,9 @@ class AutoRecovery:
     async def _run(self) -> None:
         while True:
             await self._election.lead()
+            # a new term: how long a bookie has been gone was not watched while standing by
+            self._missing_since = {}
+            self._retry_s = RETRY_S
             work = asyncio.create_task(self._lead())
             lost = asyncio.create_task(self._election.lost())
             try:
@@ -95,8 +102,9 @@ class AutoRecovery:
             while True:
                 changed.clear()
                 wait_s = await self.check()
+                await asyncio.sleep(MIN_CHECK_GAP_S)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), wait_s)
+                    await asyncio.wait_for(changed.wait(), max(0.0, wait_s - MIN_CHECK_GAP_S))
         finally:
             watcher.remove_listener(on_change)
 
@@ -116,21 +124,40 @@ class AutoRecovery:
         wake = [settings.check_interval_s] if settings.check_interval_s > 0 else []
         wake += [since + settings.lost_bookie_delay_s - now for b, since in self._missing_since.items()
                  if b not in due]
-        if due and not await self._recover(due, now):
-            wake.append(RETRY_S)
+        if due:
+            if await self._recover(due, now):
+                self._retry_s = RETRY_S
+            else:
+                wake.append(self._retry_s)
+                self._retry_s = min(self._retry_s * 2, MAX_RETRY_S)
         self.checks += 1
-        return max(0.1, min(wake)) if wake else 3600.0
+        return max(0.1, min(wake)) if wake else _IDLE_WAIT_S
 
     async def _missing_bookies(self) -> set[str]:
+        """Bookies some ledger names that are registered neither as writable nor read-only.
+
+        The watcher's view only shortlists them: a bookie may have registered during the scan
+        (and a new ledger named it), or be moving between ``available/`` and ``readonly/``, which
+        the watcher refreshes one at a time. So each is checked in ZooKeeper itself; a bookie
+        creates its new znode before deleting the old one, so one of the two always exists."""
         bk = self._bk
-        registered = set(bk.ctx.bookie_watcher.all_bookies())
         named: set[str] = set()
         for ledger_id in await bk.list_ledgers():
             try:
                 named |= (await bk.ledger_metadata(ledger_id)).all_bookies()
             except NoSuchLedgerError:
                 continue  # deleted since listed
-        return named - registered
+        shortlist = named - set(bk.ctx.bookie_watcher.all_bookies())
+        if not shortlist:
+            return set()
+        zk, layout = bk.ctx.metadata.zk, bk.ctx.metadata.layout
+        await zk.sync(layout.available)  # see every registration committed before now
+        gone = set()
+        for bookie_id in shortlist:
+            if (await zk.exists(layout.writable_bookie(bookie_id)) is None
+                    and await zk.exists(layout.readonly_bookie(bookie_id)) is None):
+                gone.add(bookie_id)
+        return gone
 
     async def _recover(self, due: set[str], now: float) -> bool:
         """Re-replicate the ``due`` bookies' data; True when nothing was left undone."""
@@ -141,7 +168,7 @@ class AutoRecovery:
         final: list[LedgerRecovery] = []
         for first in await admin.recover_bookies(due, fence_open_ledgers=False):
             report: LedgerRecovery | None = first
-            if first.skipped == WRITER_MAY_REPLACE:
+            if first.skipped is SkipReason.WRITER_MAY_REPLACE:
                 if graced and await self._writes_to(first.ledger_id, graced):
                     report = await admin.recover_ledger(first.ledger_id, frozenset(due))  # fenced now
                 else:

@@ -5,20 +5,23 @@ writer's grace is over, and only one of several autorecovery processes leads."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from tests.integration.test_recover_bookie import PASSWORD, _ledger_on, _replicas_hold_every_entry
 from tests.support.bookies import BookieFactory, BookieProcess
 
-from autorecovery import LeaderElection
+from autorecovery import AutoRecovery, LeaderElection
 from bkclient import BookKeeper, LedgerFencedError
 from bkmeta.metadata_client import MetadataClient
-from bkmeta.zk import ZkClient
+from bkmeta.zk import SessionEvent, ZkClient
+from bookie.config import AutoRecoverySettings
 
 pytestmark = pytest.mark.integration
 
@@ -120,20 +123,73 @@ async def test_a_bookie_back_within_the_delay_is_left_alone(
     assert "re-replicating their ledgers" not in log_path.read_text()
 
 
-async def test_one_leader_at_a_time(zk_hosts: str) -> None:
-    path = "/ledgers/underreplication/auditorelection/leader"
+LEADER = "/ledgers/underreplication/auditorelection/leader"
+Candidates = tuple[ZkClient, ZkClient, LeaderElection, LeaderElection, "asyncio.Task[None]"]
+
+
+@contextlib.asynccontextmanager
+async def _first_leads_second_waits(zk_hosts: str) -> AsyncIterator[Candidates]:
     async with ZkClient.for_hosts(zk_hosts) as zk_a, ZkClient.for_hosts(zk_hosts) as zk_b:
-        first, second = LeaderElection(zk_a, path, "a"), LeaderElection(zk_b, path, "b")
+        first, second = LeaderElection(zk_a, LEADER, "a"), LeaderElection(zk_b, LEADER, "b")
         await first.start()
         await second.start()
         await asyncio.wait_for(first.lead(), 10)
         waiting = asyncio.create_task(second.lead())
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.3)
         assert first.is_leader and not second.is_leader and not waiting.done()
-        assert (await zk_a.get(path))[0] == b"a"
+        yield zk_a, zk_b, first, second, waiting
+
+
+async def test_one_leader_at_a_time(zk_hosts: str) -> None:
+    async with _first_leads_second_waits(zk_hosts) as (zk_a, zk_b, first, second, waiting):
+        assert (await zk_a.get(LEADER))[0] == b"a"
         await first.close()  # steps down: the other takes over at once
         await asyncio.wait_for(waiting, 10)
         assert second.is_leader and not first.is_leader
-        assert (await zk_b.get(path))[0] == b"b"
+        assert (await zk_b.get(LEADER))[0] == b"b"
         await second.close()
-        assert await zk_a.exists(path) is None
+        assert await zk_a.exists(LEADER) is None
+
+
+async def test_a_leader_whose_znode_is_deleted_steps_down_and_never_deletes_a_successors(
+    zk_hosts: str,
+) -> None:
+    async with _first_leads_second_waits(zk_hosts) as (_, zk_b, first, second, waiting):
+        await zk_b.delete(LEADER)  # say, an operator's mistake
+        await asyncio.wait_for(first.lost(), 10)
+        await asyncio.wait_for(waiting, 10)
+        assert second.is_leader and not first.is_leader
+        await first.close()  # must not take the successor's znode with it
+        assert (await zk_b.get(LEADER))[0] == b"b"
+        await second.close()
+
+
+async def test_a_disconnected_leader_steps_down_then_leads_again_with_its_session(zk_hosts: str) -> None:
+    async with ZkClient.for_hosts(zk_hosts) as zk:
+        election = LeaderElection(zk, LEADER, "a")
+        await election.start()
+        await asyncio.wait_for(election.lead(), 10)
+        election._on_session(SessionEvent.DISCONNECTED)  # what ZkClient reports on a connection loss
+        await asyncio.wait_for(election.lost(), 1)
+        assert not election.is_leader
+        await asyncio.wait_for(election.lead(), 10)  # the znode is still this session's
+        assert election.is_leader
+        await election.close()
+
+
+async def test_a_bookie_the_watcher_has_not_seen_yet_is_not_lost(
+    zk_hosts: str, bookie_factory: BookieFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    for _ in range(3):
+        await asyncio.to_thread(bookie_factory, zk=zk_hosts)
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
+        ledger = await bk.create_ledger(3, 2, 2, password=PASSWORD)
+        await ledger.close()
+        service = AutoRecovery(bk, AutoRecoverySettings(), "test")
+        # a stale view (a registration it has not caught up with, or a move between available/
+        # and readonly/ half seen): ZooKeeper itself says every bookie is there
+        monkeypatch.setattr(bk.ctx.bookie_watcher, "all_bookies", dict)
+        assert await service._missing_bookies() == set()

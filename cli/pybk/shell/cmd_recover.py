@@ -35,7 +35,7 @@ def register(commands: Any) -> None:
 
 def _text(report: LedgerRecovery, dry_run: bool) -> list[str]:
     if report.skipped:
-        return [f"ledger {report.ledger_id}: skipped, {report.skipped}"]
+        return [f"ledger {report.ledger_id}: skipped, {report.skipped.value}"]
     head = f"ledger {report.ledger_id}"
     if report.fenced:
         head += " (open: would be fenced and closed first)" if dry_run else " (open: fenced and closed first)"
@@ -58,7 +58,7 @@ def _json(report: LedgerRecovery) -> dict[str, Any]:
     return {
         "ledger_id": report.ledger_id,
         "fenced": report.fenced,
-        "skipped": report.skipped,
+        "skipped": report.skipped.value if report.skipped is not None else None,
         "entries_copied": report.entries_copied,
         "error": report.error,
         "fragments": [

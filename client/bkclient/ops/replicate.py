@@ -96,32 +96,28 @@ class FragmentReplicator:
         The entries of one residue modulo E share a write set, so they are copied as one lane:
         a surviving replica serves them in chunks (ReadEntries with stride E: about a thousand
         entries per call instead of one), the chunk goes to the new bookies, then the next.
-        The lanes run side by side; memory is one chunk per lane. An entry no chunk serves (a
+        The lanes run side by side; memory is two chunks per lane. An entry no chunk serves (a
         replica without it, a corrupt copy) is read alone from every replica, which either finds
-        it or says why it is lost; the first failure stops every lane."""
+        it or says why it is lost; the first failure cancels every lane and its copies."""
         fragment = self._fragment
         size = len(fragment.ensemble)
-        failures: list[BKError] = []
-
-        async def lane(first: int, slots: list[int]) -> None:
-            try:
-                await self._copy_lane(first, slots, failures)
-            except BKError as exc:
-                failures.append(exc)
-
-        async with asyncio.TaskGroup() as lanes:
-            for first in range(fragment.first_entry_id, min(fragment.first_entry_id + size,
-                                                            fragment.last_entry_id + 1)):
-                slots = [s for s in fragment.lost_slots if self._distribution.has_entry(first, s)]
-                if slots:
-                    lanes.create_task(lane(first, slots))
-        if failures:
+        try:
+            async with asyncio.TaskGroup() as lanes:  # a lane that fails cancels the others
+                for first in range(fragment.first_entry_id, min(fragment.first_entry_id + size,
+                                                                fragment.last_entry_id + 1)):
+                    slots = [s for s in fragment.lost_slots if self._distribution.has_entry(first, s)]
+                    if slots:
+                        lanes.create_task(self._copy_lane(first, slots))
+        except* BKError as failed:
+            cause: BaseException = failed
+            while isinstance(cause, BaseExceptionGroup):  # lanes nest their chunks' task groups
+                cause = cause.exceptions[0]
             raise LedgerRecoveryError(
                 f"ledger {fragment.ledger_id}: cannot re-replicate entries {fragment.first_entry_id}.."
-                f"{fragment.last_entry_id}: {failures[0]}"
-            ) from failures[0]
+                f"{fragment.last_entry_id}: {cause}"
+            ) from cause
 
-    async def _copy_lane(self, first: int, slots: Sequence[int], failures: Sequence[BKError]) -> None:
+    async def _copy_lane(self, first: int, slots: Sequence[int]) -> None:
         fragment = self._fragment
         stride = len(fragment.ensemble)
         write_set = [fragment.ensemble[i] for i in self._distribution.write_set(first)]
@@ -134,16 +130,16 @@ class FragmentReplicator:
         )
         entry_id = first
         try:
-            while reading is not None and not failures:
+            while reading is not None:
                 bodies = await reading
                 following = entry_id + len(bodies) * stride
                 reading = (asyncio.ensure_future(self._read_chunk(following, stride, sources))
                            if following <= last else None)
-                await asyncio.gather(*(
-                    self._write(self._targets[slot], entry_id + k * stride, body)
-                    for k, body in enumerate(bodies)
-                    for slot in slots
-                ))
+                async with asyncio.TaskGroup() as writes:  # one failing cancels the others
+                    for k, body in enumerate(bodies):
+                        for slot in slots:
+                            target = self._targets[slot]
+                            writes.create_task(self._write(target, entry_id + k * stride, body))
                 self.entries_copied += len(bodies)
                 entry_id = following
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 import pytest
 from tests.unit.client.test_read_fakes import (
@@ -21,7 +22,12 @@ from bkclient.digest import DigestManager
 from bkclient.distribution import RoundRobinDistribution
 from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
-from bkproto.errors import IncorrectParameterError, LedgerRecoveryError, NoSuchLedgerError
+from bkproto.errors import (
+    BookieUnavailableError,
+    IncorrectParameterError,
+    LedgerRecoveryError,
+    NoSuchLedgerError,
+)
 
 B = [f"127.0.0.1:{3181 + i}" for i in range(6)]
 
@@ -179,3 +185,27 @@ async def test_a_ledger_deleted_meanwhile_is_not_a_failure() -> None:
     assert await admin.recover_bookies([B[0]]) == []
     with pytest.raises(IncorrectParameterError, match="is not host:port"):
         await admin.recover_bookies(["no-port"])
+
+
+async def test_a_failed_copy_cancels_the_rest_of_its_chunk() -> None:
+    ctx = make_cluster(5, add_entry_timeout_s=30)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [60])
+    ctx.bookies[B[0]].down = True
+    target = ctx.bookies[B[3]]
+    held = asyncio.Event()
+
+    def add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False) -> Any:
+        if entry_id == 0:  # the first copy fails at once, the others hang
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(BookieUnavailableError("bookie gone"))
+            return failed
+        return asyncio.ensure_future(held.wait())
+
+    target.add = add  # type: ignore[method-assign]
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 59)
+    with pytest.raises(LedgerRecoveryError, match="bookie gone"):
+        await asyncio.wait_for(replicator(ctx, md, fragment, {0: B[3]}).copy(), 5)
+    await asyncio.sleep(0)
+    left = [t for t in asyncio.all_tasks() if "_write" in repr(t.get_coro())]
+    assert left == []  # no copy keeps running after the fragment failed
+    held.set()
