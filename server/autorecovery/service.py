@@ -130,6 +130,10 @@ class AutoRecovery:
             else:
                 wake.append(self._retry_s)
                 self._retry_s = min(self._retry_s * 2, MAX_RETRY_S)
+            # an open ledger left to its writer is fenced as soon as the grace ends, not at a retry
+            grace = settings.open_ledger_grace_s
+            wake += [since + grace - now for b, since in self._missing_since.items()
+                     if b in due and now - since < grace]
         self.checks += 1
         return max(0.1, min(wake)) if wake else _IDLE_WAIT_S
 
