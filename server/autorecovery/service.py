@@ -112,7 +112,8 @@ class AutoRecovery:
         """One pass; returns the seconds until the next one is due without a bookie change."""
         settings = self._settings
         loop = asyncio.get_running_loop()
-        missing = await self._missing_bookies()
+        named = await self._ledgers_by_bookie()
+        missing = await self._unregistered(set(named))
         now = loop.time()
         for bookie_id in sorted(missing - set(self._missing_since)):
             log.warning("bookie %s is gone (named by ledgers, not registered); re-replicating its data"
@@ -125,7 +126,8 @@ class AutoRecovery:
         wake += [since + settings.lost_bookie_delay_s - now for b, since in self._missing_since.items()
                  if b not in due]
         if due:
-            if await self._recover(due, now):
+            ledgers = set().union(*(named[b] for b in due))
+            if await self._recover(due, ledgers, now):
                 self._retry_s = RETRY_S
             else:
                 wake.append(self._retry_s)
@@ -137,20 +139,27 @@ class AutoRecovery:
         self.checks += 1
         return max(0.1, min(wake)) if wake else _IDLE_WAIT_S
 
-    async def _missing_bookies(self) -> set[str]:
-        """Bookies some ledger names that are registered neither as writable nor read-only.
+    async def _ledgers_by_bookie(self) -> dict[str, set[int]]:
+        """Every bookie some ledger's metadata names, with those ledgers."""
+        bk = self._bk
+        named: dict[str, set[int]] = {}
+        for ledger_id in await bk.list_ledgers():
+            try:
+                bookies = (await bk.ledger_metadata(ledger_id)).all_bookies()
+            except NoSuchLedgerError:
+                continue  # deleted since listed
+            for bookie_id in bookies:
+                named.setdefault(bookie_id, set()).add(ledger_id)
+        return named
+
+    async def _unregistered(self, named: set[str]) -> set[str]:
+        """Those of ``named`` registered neither as writable nor as read-only.
 
         The watcher's view only shortlists them: a bookie may have registered during the scan
         (and a new ledger named it), or be moving between ``available/`` and ``readonly/``, which
         the watcher refreshes one at a time. So each is checked in ZooKeeper itself; a bookie
         creates its new znode before deleting the old one, so one of the two always exists."""
         bk = self._bk
-        named: set[str] = set()
-        for ledger_id in await bk.list_ledgers():
-            try:
-                named |= (await bk.ledger_metadata(ledger_id)).all_bookies()
-            except NoSuchLedgerError:
-                continue  # deleted since listed
         shortlist = named - set(bk.ctx.bookie_watcher.all_bookies())
         if not shortlist:
             return set()
@@ -163,14 +172,15 @@ class AutoRecovery:
                 gone.add(bookie_id)
         return gone
 
-    async def _recover(self, due: set[str], now: float) -> bool:
-        """Re-replicate the ``due`` bookies' data; True when nothing was left undone."""
+    async def _recover(self, due: set[str], ledgers: set[int], now: float) -> bool:
+        """Re-replicate the ``due`` bookies' data (in ``ledgers``, those naming them, as the
+        check just read); True when nothing was left undone."""
         grace = self._settings.open_ledger_grace_s
         graced = frozenset(b for b in due if now - self._missing_since[b] >= grace)
         admin = BookKeeperAdmin(self._bk)
         log.warning("bookies lost: %s; re-replicating their ledgers", ", ".join(sorted(due)))
         final: list[LedgerRecovery] = []
-        for first in await admin.recover_bookies(due, fence_open_ledgers=False):
+        for first in await admin.recover_bookies(due, ledger_ids=ledgers, fence_open_ledgers=False):
             report: LedgerRecovery | None = first
             if first.skipped is SkipReason.WRITER_MAY_REPLACE:
                 if graced and await self._writes_to(first.ledger_id, graced):

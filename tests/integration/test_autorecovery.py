@@ -192,4 +192,6 @@ async def test_a_bookie_the_watcher_has_not_seen_yet_is_not_lost(
         # a stale view (a registration it has not caught up with, or a move between available/
         # and readonly/ half seen): ZooKeeper itself says every bookie is there
         monkeypatch.setattr(bk.ctx.bookie_watcher, "all_bookies", dict)
-        assert await service._missing_bookies() == set()
+        named = await service._ledgers_by_bookie()
+        assert named == {b: {ledger.ledger_id} for b in ledger.ensemble}
+        assert await service._unregistered(set(named)) == set()
