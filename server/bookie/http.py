@@ -5,10 +5,10 @@ text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``)
 ``/api/v1/bookie/gc_details``, and ``/api/v1/bookie/gc/suspend_compaction`` (``GET``; ``PUT
 {"suspendMajor": true, "suspendMinor": true}``) and ``/api/v1/bookie/gc/resume_compaction``
 (``PUT {"resumeMajor": true, "resumeMinor": true}``); on a storage bookie, ``GET /api/v1/bookie/state`` and
-``/api/v1/bookie/state/readonly`` (``GET``, and ``PUT {"readOnly": true|false}``). Always:
-``GET /api/v1/bookie/is_ready`` (200 once the bookie serves and is registered, 503 before and
-while it shuts down: a readiness probe) and ``GET /api/v1/bookie/info`` (free and total bytes of
-the ledger directories' disks), when the daemon gives them.
+``/api/v1/bookie/state/readonly`` (``GET``, and ``PUT {"readOnly": true|false}``). The daemon
+also gives ``GET /api/v1/bookie/is_ready`` (200 once the bookie serves and is registered, 503
+before and while it shuts down: a readiness probe) and ``GET /api/v1/bookie/info`` (free and
+total bytes of the ledger directories' disks).
 
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.

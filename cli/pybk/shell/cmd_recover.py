@@ -96,13 +96,13 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
             skip_open_ledgers=args.skip_open_ledgers,
         )
     failed = [r.ledger_id for r in reports if not r.ok]
+    copied = sum(r.entries_copied for r in reports)
     lines = [line for r in reports for line in _text(r, args.dry_run)]
-    summary = (f"{len(reports)} ledger(s) named {', '.join(lost)}; "
-               f"{sum(r.entries_copied for r in reports)} entries copied; "
+    summary = (f"{len(reports)} ledger(s) named {', '.join(lost)}; {copied} entries copied; "
                f"{len(failed)} failed" + (f": {failed} (run again)" if failed else ""))
     ctx.emit(
         {"bookies": lost, "dry_run": args.dry_run, "ledgers": [_json(r) for r in reports],
-         "entries_copied": sum(r.entries_copied for r in reports), "failed": failed},
+         "entries_copied": copied, "failed": failed},
         "\n".join([*lines, summary]),
     )
     return EXIT_FAILED if failed else 0
