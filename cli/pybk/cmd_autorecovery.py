@@ -20,9 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from autorecovery import AutoRecovery
 from bkclient import BKError, BookKeeper
 from bookie.config import BookieConfig, ConfigError, load_config
+from bookie.http import BookieHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers)")
+    parser.add_argument("--http-port", type=int,
+                        help="serve /heartbeat and Prometheus /metrics on this port (0 = any; default off)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(func=run)
 
@@ -54,18 +59,23 @@ def run(args: argparse.Namespace) -> int:
     if config.zk_servers is None:
         print("pybk autorecovery: configuration error: zkServers is 'none'", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(config, config.zk_servers))
+    return asyncio.run(_serve(config, config.zk_servers, args.http_port))
 
 
-async def _serve(config: BookieConfig, zk_servers: str) -> int:
+async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     identity = f"{socket.gethostname()}:{os.getpid()}"
+    registry = CollectorRegistry()
+    http: BookieHttpServer | None = None
+    if http_port is not None:
+        http = BookieHttpServer(registry, config.bind_address, http_port)
+        log.info("autorecovery metrics on http port %d", await asyncio.to_thread(http.start))
     try:
         async with await BookKeeper.connect(zk_servers) as bk:
-            service = AutoRecovery(bk, config.autorecovery, identity)
+            service = AutoRecovery(bk, config.autorecovery, identity, registry)
             await service.start()
             settings = config.autorecovery
             log.info("autorecovery %s running (lostBookieRecoveryDelay %g s, grace for open ledgers %g s)",
@@ -80,5 +90,7 @@ async def _serve(config: BookieConfig, zk_servers: str) -> int:
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+        if http is not None:
+            await asyncio.to_thread(http.close)
     log.info("autorecovery %s stopped", identity)
     return 0

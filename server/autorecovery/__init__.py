@@ -5,5 +5,6 @@ from __future__ import annotations
 
 from .leader import LeaderElection
 from .service import AutoRecovery
+from .stats import AutoRecoveryStats
 
-__all__ = ["AutoRecovery", "LeaderElection"]
+__all__ = ["AutoRecovery", "AutoRecoveryStats", "LeaderElection"]

@@ -24,11 +24,14 @@ import asyncio
 import contextlib
 import logging
 
+from prometheus_client import CollectorRegistry
+
 from bkclient import BookKeeper, BookKeeperAdmin, LedgerRecovery, NoSuchLedgerError
 from bkclient.admin import SkipReason
 from bookie.config import AutoRecoverySettings
 
 from .leader import LeaderElection
+from .stats import AutoRecoveryStats
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,13 @@ _LEADER_ERROR_PAUSE_S = 5.0
 class AutoRecovery:
     """``start()``/``close()`` own the election and the leader's loop; ``bk`` is the caller's."""
 
-    def __init__(self, bk: BookKeeper, settings: AutoRecoverySettings, identity: str) -> None:
+    def __init__(
+        self,
+        bk: BookKeeper,
+        settings: AutoRecoverySettings,
+        identity: str,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self._bk = bk
         self._settings = settings
         layout = bk.ctx.metadata.layout
@@ -52,8 +61,7 @@ class AutoRecovery:
         self._missing_since: dict[str, float] = {}
         self._retry_s = RETRY_S
         self._task: asyncio.Task[None] | None = None
-        self.checks = 0  # finished checks while leading (tests and logs)
-        self.entries_copied = 0
+        self.stats = AutoRecoveryStats(registry or CollectorRegistry())
 
     @property
     def is_leader(self) -> bool:
@@ -79,9 +87,11 @@ class AutoRecovery:
             self._retry_s = RETRY_S
             work = asyncio.create_task(self._lead())
             lost = asyncio.create_task(self._election.lost())
+            self.stats.leader.set(1)
             try:
                 await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
             finally:
+                self.stats.leader.set(0)
                 for task in (work, lost):
                     task.cancel()
                 await asyncio.gather(work, lost, return_exceptions=True)
@@ -136,7 +146,8 @@ class AutoRecovery:
             grace = settings.open_ledger_grace_s
             wake += [since + grace - now for b, since in self._missing_since.items()
                      if b in due and now - since < grace]
-        self.checks += 1
+        self.stats.checks.inc()
+        self.stats.lost_bookies.set(len(missing))
         return max(0.1, min(wake)) if wake else _IDLE_WAIT_S
 
     async def _ledgers_by_bookie(self) -> dict[str, set[int]]:
@@ -190,7 +201,7 @@ class AutoRecovery:
                              " ends to replace it", first.ledger_id)
             if report is not None:  # None: deleted meanwhile
                 final.append(report)
-        self._log(final)
+        self._record(final)
         return all(r.ok and r.skipped is None for r in final)
 
     async def _writes_to(self, ledger_id: int, bookies: frozenset[str]) -> bool:
@@ -200,9 +211,12 @@ class AutoRecovery:
             return False
         return not md.is_closed and not bookies.isdisjoint(md.last_ensemble)
 
-    def _log(self, reports: list[LedgerRecovery]) -> None:
+    def _record(self, reports: list[LedgerRecovery]) -> None:
         for report in reports:
-            self.entries_copied += report.entries_copied
+            self.stats.entries_copied.inc(report.entries_copied)
+            if report.skipped is not None:
+                continue  # left to its writer for now (logged above)
+            (self.stats.ledgers_rereplicated if report.ok else self.stats.ledger_failures).inc()
             if report.ok:
                 log.info("ledger %d re-replicated: %d entries copied%s", report.ledger_id,
                          report.entries_copied, " (fenced first)" if report.fenced else "")

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,12 +29,23 @@ pytestmark = pytest.mark.integration
 
 
 def _start_autorecovery(zk_hosts: str, log_path: Path, **conf: str) -> subprocess.Popen[bytes]:
+    """``pybk autorecovery`` with its metrics on a free port (logged), configured by BK_ vars."""
     env = {**os.environ, **{f"BK_{key}": value for key, value in conf.items()}}
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "pybk", "autorecovery", "--zk", zk_hosts],
+            [sys.executable, "-m", "pybk", "autorecovery", "--zk", zk_hosts, "--http-port", "0"],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )
+
+
+def _metrics(log_path: Path) -> dict[str, float]:
+    """The service's Prometheus samples (its port is in its log)."""
+    port = re.search(r"metrics on http port (\d+)", log_path.read_text())
+    assert port is not None, log_path.read_text()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port[1]}/metrics", timeout=10) as reply:
+        lines = reply.read().decode().splitlines()
+    return {name: float(value) for name, _, value in (line.partition(" ") for line in lines)
+            if name.startswith("autorecovery_")}
 
 
 async def _logged(log_path: Path, text: str, timeout_s: float = 15.0) -> None:
@@ -86,6 +99,11 @@ async def test_a_lost_bookie_is_re_replicated_without_an_operator(
                 reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
                 assert [e.data async for e in reader.read(0, md.last_entry_id)] == expected
                 await asyncio.to_thread(_replicas_hold_every_entry, md, ledger_id, addresses)
+            metrics = await asyncio.to_thread(_metrics, log_path)
+            assert metrics["autorecovery_leader"] == 1.0
+            assert metrics["autorecovery_ledgers_rereplicated_total"] == 2
+            assert metrics["autorecovery_ledger_failures_total"] == 0
+            assert metrics["autorecovery_entries_copied_total"] > 0
     finally:
         service.send_signal(signal.SIGTERM)
         exit_code = await asyncio.to_thread(service.wait, 30)
