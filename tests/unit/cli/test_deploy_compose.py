@@ -156,7 +156,7 @@ def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str,
         assert any(str(v).startswith(f"{name}-data:") for v in services[name]["volumes"])
 
 
-def test_prometheus_scrapes_every_bookie_metrics_port(services: dict[str, Any]) -> None:
+def test_prometheus_scrapes_every_bookie_and_autorecovery(services: dict[str, Any]) -> None:
     prom = services["prometheus"]
     mounts = [str(v) for v in prom["volumes"]]
     config_mount = next(m for m in mounts if m.endswith(":/etc/prometheus/prometheus.yml:ro"))
@@ -167,7 +167,8 @@ def test_prometheus_scrapes_every_bookie_metrics_port(services: dict[str, Any]) 
     scrape = load_yaml("prometheus.yml")["scrape_configs"]
     targets = {t for job in scrape for sc in job["static_configs"] for t in sc["targets"]}
     paths = {job.get("metrics_path", "/metrics") for job in scrape}
-    expected = {f"{name}:{option_value(pybk_args(services[name]), '--http-port')}" for name in BOOKIES}
+    scraped = (*BOOKIES, "autorecovery")
+    expected = {f"{name}:{option_value(pybk_args(services[name]), '--http-port')}" for name in scraped}
     assert targets == expected
     assert paths == {"/metrics"}
 
