@@ -43,7 +43,7 @@ from bkproto.errors import (
     WriteError,
 )
 
-from .admin import BookKeeperAdmin, FragmentPlan, LedgerRecovery
+from .admin import BookKeeperAdmin, Decommission, FragmentPlan, LedgerRecovery
 from .bookkeeper import BookKeeper
 from .config import ClientConfig
 from .entry import LastConfirmedAndEntry, LedgerEntry
@@ -60,6 +60,7 @@ __all__ = [
     "BookieUnavailableError",
     "ClientClosedError",
     "ClientConfig",
+    "Decommission",
     "DigestMismatchError",
     "DigestType",
     "DuplicateEntryIdError",

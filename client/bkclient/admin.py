@@ -18,6 +18,7 @@ The password and digest type come from the ledger's metadata, as in BookKeeper.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 from collections.abc import Collection, Mapping
@@ -27,7 +28,8 @@ from bkclient.bookkeeper import BookKeeper
 from bkclient.digest import DigestManager
 from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
 from bkmeta.model import LedgerMetadata
-from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError
+from bkmeta.zk import ZkNoNodeError
+from bkproto.errors import BKError, IllegalOpError, IncorrectParameterError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,15 @@ class LedgerRecovery:
         return self.error is None
 
 
+@dataclass
+class Decommission:
+    """What :meth:`BookKeeperAdmin.decommission_bookie` did."""
+
+    bookie_id: str
+    ledgers: list[LedgerRecovery]
+    cookie_deleted: bool  # only once no ledger names the bookie any more
+
+
 class BookKeeperAdmin:
     """Cluster administration over a connected :class:`BookKeeper` (which the caller closes)."""
 
@@ -108,6 +119,23 @@ class BookKeeperAdmin:
             if report is not None:
                 reports.append(report)
         return reports
+
+    async def decommission_bookie(self, bookie_id: str) -> Decommission:
+        """BookKeeper's decommissionbookie: re-replicate everything a stopped bookie held (open
+        ledgers writing to it are fenced), then delete its cookie, so that nothing names the id
+        and its old directories cannot rejoin the cluster (their cookie no longer matches).
+        Refused with IllegalOpError while the bookie is registered: stop it first."""
+        check_bookie_id(bookie_id)
+        if await self._bk.ctx.bookie_watcher.is_registered(bookie_id):
+            raise IllegalOpError(f"bookie {bookie_id} is still registered: stop it before decommissioning it")
+        reports = await self.recover_bookies([bookie_id])
+        if any(not r.ok or r.skipped is not None for r in reports):
+            return Decommission(bookie_id, reports, cookie_deleted=False)
+        meta = self._bk.ctx.metadata
+        with contextlib.suppress(ZkNoNodeError):  # never registered, or deleted by an earlier run
+            await meta.zk.delete(meta.layout.cookie(bookie_id))
+        log.info("bookie %s decommissioned: its ledgers are re-replicated and its cookie deleted", bookie_id)
+        return Decommission(bookie_id, reports, cookie_deleted=True)
 
     async def recover_ledger(
         self,

@@ -232,6 +232,18 @@ class BookieWatcher:
     def all_bookies(self) -> dict[str, BookieServiceInfo]:
         return {**self._readonly, **self._writable}
 
+    async def is_registered(self, bookie_id: str) -> bool:
+        """Whether ``bookie_id`` is registered now, writable or read-only, asked of ZooKeeper
+        itself (after a sync), not of this cached view: the view may lag a new registration,
+        and it refreshes ``available/`` and ``readonly/`` one at a time, so a bookie moving
+        between them can be missing from both for a moment. A bookie creates its new znode
+        before it deletes the old one, so one of the two always exists."""
+        await self._zk.sync(self._layout.available)
+        for path in (self._layout.writable_bookie(bookie_id), self._layout.readonly_bookie(bookie_id)):
+            if await self._zk.exists(path) is not None:
+                return True
+        return False
+
     def add_listener(self, listener: BookieSetListener) -> None:
         """``listener(writable, readonly)`` runs on the event loop after every change."""
         self._listeners.append(listener)

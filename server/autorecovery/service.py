@@ -164,24 +164,11 @@ class AutoRecovery:
         return named
 
     async def _unregistered(self, named: set[str]) -> set[str]:
-        """Those of ``named`` registered neither as writable nor as read-only.
-
-        The watcher's view only shortlists them: a bookie may have registered during the scan
-        (and a new ledger named it), or be moving between ``available/`` and ``readonly/``, which
-        the watcher refreshes one at a time. So each is checked in ZooKeeper itself; a bookie
-        creates its new znode before deleting the old one, so one of the two always exists."""
-        bk = self._bk
-        shortlist = named - set(bk.ctx.bookie_watcher.all_bookies())
-        if not shortlist:
-            return set()
-        zk, layout = bk.ctx.metadata.zk, bk.ctx.metadata.layout
-        await zk.sync(layout.available)  # see every registration committed before now
-        gone = set()
-        for bookie_id in shortlist:
-            if (await zk.exists(layout.writable_bookie(bookie_id)) is None
-                    and await zk.exists(layout.readonly_bookie(bookie_id)) is None):
-                gone.add(bookie_id)
-        return gone
+        """Those of ``named`` registered neither as writable nor as read-only. The watcher's
+        cached view only shortlists them; ZooKeeper itself decides (``is_registered``)."""
+        watcher = self._bk.ctx.bookie_watcher
+        shortlist = named - set(watcher.all_bookies())
+        return {bookie_id for bookie_id in shortlist if not await watcher.is_registered(bookie_id)}
 
     async def _recover(self, due: set[str], ledgers: set[int], now: float) -> bool:
         """Re-replicate the ``due`` bookies' data (in ``ledgers``, those naming them, as the
