@@ -14,7 +14,7 @@ import sys
 
 import grpc
 import pytest
-from tests.support.bookies import BookieFactory, BookieProcess
+from tests.support.bookies import BookieFactory, BookieProcess, BookieStartError
 
 from bkclient import BookKeeper, DigestType, LedgerState, WriteHandle
 from bkclient.distribution import RoundRobinDistribution
@@ -143,3 +143,43 @@ async def test_recover_refuses_without_confirmation_and_reports_what_it_cannot_d
     assert f"ledger {ledger.ledger_id}: 0 entries copied" in text.stdout
     assert "entries 0..9: [" in text.stdout and "-> [no bookie available]" in text.stdout
     assert "FAILED: NotEnoughBookiesError" in text.stdout and "1 failed" in text.stdout
+
+
+async def test_decommissioning_a_stopped_bookie_moves_its_data_and_retires_its_id(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+        bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts) for _ in range(4)]
+        addresses = {b.bookie_id: b.address for b in bookies}
+        retired = bookies[0]
+        async with await BookKeeper.connect(zk_hosts) as bk:
+            await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
+            ledger = await _ledger_on(bk, retired.bookie_id)
+            data = [os.urandom(100) for _ in range(30)]
+            for payload in data:
+                await ledger.append(payload)
+            await ledger.close()
+
+            running = await asyncio.to_thread(
+                pybk_shell, zk_hosts, "decommissionbookie", "--bookieid", retired.bookie_id, "-f"
+            )
+            assert running.returncode == 1 and "still registered: stop it" in running.stderr
+            assert await meta.zk.exists(meta.layout.cookie(retired.bookie_id)) is not None
+
+            await asyncio.to_thread(retired.stop)
+            done = await asyncio.to_thread(
+                pybk_shell, zk_hosts, "decommissionbookie", "--bookieid", retired.bookie_id, "-f"
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            report = json.loads(done.stdout)
+            assert report["decommissioned"] and report["entries_copied"] > 0
+            md = await bk.ledger_metadata(ledger.ledger_id)
+            assert retired.bookie_id not in md.all_bookies()
+            reader = await bk.open_ledger(ledger.ledger_id, PASSWORD, recovery=False)
+            assert [e.data async for e in reader.read(0, md.last_entry_id)] == data
+            await asyncio.to_thread(_replicas_hold_every_entry, md, ledger.ledger_id, addresses)
+        assert await meta.zk.exists(meta.layout.cookie(retired.bookie_id)) is None
+    # its old directories cannot rejoin: their cookie no longer matches the cluster's
+    with pytest.raises(BookieStartError, match=r"hold a cookie but \S+ does not exist"):
+        await asyncio.to_thread(retired.start)

@@ -31,13 +31,14 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_deleteledger",
     "pybk.shell.cmd_lastmark",
     "pybk.shell.cmd_recover",
+    "pybk.shell.cmd_decommissionbookie",
 )
 
 EXIT_ZK_UNREACHABLE = 3
 EXIT_CODES_HELP = """exit codes:
   0  success
   1  the operation failed (e.g. no such ledger, not enough bookies, a check failed)
-  2  bad arguments or usage (e.g. unknown flag, deleteledger or recover without -f and no answer on stdin)
+  2  bad arguments or usage (e.g. unknown flag, a command that asks first without -f and no answer on stdin)
   3  ZooKeeper unreachable"""
 
 # BookKeeper's key name, as for every BK_<key> override (design §6).

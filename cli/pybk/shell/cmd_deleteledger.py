@@ -9,7 +9,7 @@ import argparse
 from typing import Any
 
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, ask, non_negative, usage_error
+from pybk.shell.ledger_view import non_negative, refused
 
 
 def register(commands: Any) -> None:
@@ -25,14 +25,13 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     manager = meta.ledger_manager
     # Ask only about a ledger that exists (NoSuchLedgerError -> exit 1 before any prompt).
     await manager.read_ledger_metadata(args.ledger_id)
-    if not args.force:
-        answer = await ask(f"Are you sure to delete ledger {args.ledger_id}?")
-        if answer is None:
-            return usage_error(ctx, f"deleteledger: no confirmation on stdin for ledger {args.ledger_id}; "
-                                    "pass -f to delete without asking")
-        if answer not in ("y", "yes"):
-            ctx.emit({"ledger_id": args.ledger_id, "deleted": False}, f"ledger {args.ledger_id} not deleted")
-            return EXIT_FAILED
+    if not args.force and (exit_code := await refused(
+        ctx, f"Are you sure to delete ledger {args.ledger_id}?",
+        f"deleteledger: no confirmation on stdin for ledger {args.ledger_id};"
+        " pass -f to delete without asking",
+        ({"ledger_id": args.ledger_id, "deleted": False}, f"ledger {args.ledger_id} not deleted"),
+    )) is not None:
+        return exit_code
     await manager.remove_ledger_metadata(args.ledger_id)
     ctx.emit({"ledger_id": args.ledger_id, "deleted": True}, f"ledger {args.ledger_id} deleted")
     return 0

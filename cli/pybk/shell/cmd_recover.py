@@ -16,7 +16,7 @@ from typing import Any
 from bkclient import BookKeeperAdmin, IncorrectParameterError, LedgerRecovery
 from bkclient.admin import check_bookie_id
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, ask, non_negative, shell_client, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, non_negative, refused, shell_client, usage_error
 
 
 def register(commands: Any) -> None:
@@ -33,7 +33,8 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _text(report: LedgerRecovery, dry_run: bool) -> list[str]:
+def ledger_lines(report: LedgerRecovery, dry_run: bool = False) -> list[str]:
+    """One ledger's report as text lines (shared with ``decommissionbookie``)."""
     if report.skipped:
         return [f"ledger {report.ledger_id}: skipped, {report.skipped.value}"]
     head = f"ledger {report.ledger_id}"
@@ -54,7 +55,7 @@ def _text(report: LedgerRecovery, dry_run: bool) -> list[str]:
     return lines
 
 
-def _json(report: LedgerRecovery) -> dict[str, Any]:
+def ledger_json(report: LedgerRecovery) -> dict[str, Any]:
     return {
         "ledger_id": report.ledger_id,
         "fenced": report.fenced,
@@ -76,14 +77,12 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
             check_bookie_id(bookie_id)
         except IncorrectParameterError as exc:
             return usage_error(ctx, f"recover: {exc}")
-    if not (args.force or args.dry_run):
-        answer = await ask(f"Re-replicate the ledgers of {', '.join(lost)}, fencing open ledgers"
-                           f" that still write to them?")
-        if answer is None:
-            return usage_error(ctx, "recover: no confirmation on stdin; pass -f to recover without asking")
-        if answer not in ("y", "yes"):
-            ctx.emit({"recovered": False}, "nothing done")
-            return EXIT_FAILED
+    if not (args.force or args.dry_run) and (exit_code := await refused(
+        ctx, f"Re-replicate the ledgers of {', '.join(lost)}, fencing open ledgers that still write to them?",
+        "recover: no confirmation on stdin; pass -f to recover without asking",
+        ({"recovered": False}, "nothing done"),
+    )) is not None:
+        return exit_code
     async with await shell_client(ctx) as bk:
         meta = await ctx.metadata()
         still_there = sorted(set(lost) & set(meta.bookie_watcher.all_bookies()))
@@ -97,11 +96,11 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         )
     failed = [r.ledger_id for r in reports if not r.ok]
     copied = sum(r.entries_copied for r in reports)
-    lines = [line for r in reports for line in _text(r, args.dry_run)]
+    lines = [line for r in reports for line in ledger_lines(r, args.dry_run)]
     summary = (f"{len(reports)} ledger(s) named {', '.join(lost)}; {copied} entries copied; "
                f"{len(failed)} failed" + (f": {failed} (run again)" if failed else ""))
     ctx.emit(
-        {"bookies": lost, "dry_run": args.dry_run, "ledgers": [_json(r) for r in reports],
+        {"bookies": lost, "dry_run": args.dry_run, "ledgers": [ledger_json(r) for r in reports],
          "entries_copied": copied, "failed": failed},
         "\n".join([*lines, summary]),
     )

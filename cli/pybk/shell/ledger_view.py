@@ -45,6 +45,21 @@ async def ask(question: str) -> str | None:
     return line.strip().lower() if line else None
 
 
+async def refused(
+    ctx: ShellContext, question: str, no_answer: str, declined: tuple[dict[str, Any], str]
+) -> int | None:
+    """Ask ``question``; None when the user agreed, else the exit code to return: 2 with the
+    ``no_answer`` error when stdin gives no answer (pass -f in scripts), 1 after emitting
+    ``declined`` (JSON, text) when the user says no."""
+    answer = await ask(question)
+    if answer is None:
+        return usage_error(ctx, no_answer)
+    if answer not in ("y", "yes"):
+        ctx.emit(*declined)
+        return EXIT_FAILED
+    return None
+
+
 def usage_error(ctx: ShellContext, message: str) -> int:
     """A bad argument value found after parsing: same exit code as argparse's own errors."""
     ctx.error(message)
