@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from bkclient import BookKeeper, BookKeeperAdmin, LedgerRecovery, NoSuchLedgerError
 from bkclient.admin import SkipReason
 from bookie.config import AutoRecoverySettings
+from bookie.tasks import cancel_and_wait
 
 from .leader import LeaderElection
 from .stats import AutoRecoveryStats
@@ -73,10 +74,7 @@ class AutoRecovery:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self._election.close()
 
     async def _run(self) -> None:

@@ -14,7 +14,6 @@ taking adds before it does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge
 
 from bookie.state_manager import ReadOnlySettings
+from bookie.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +118,7 @@ class DiskMonitor:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     def check(self) -> DiskStatus:
         usages = [self._usage_of(d) for d in self._dirs]

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from bookie.status_file import BookieStatusFiles
 from bookie.storage.health import StorageHealth
+from bookie.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -169,9 +170,7 @@ class BookieStateManager:
     async def close(self) -> None:
         self.shutting_down = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     # ---- state --------------------------------------------------------------------------------
 

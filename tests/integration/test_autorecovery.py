@@ -16,16 +16,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.integration.test_recover_bookie import PASSWORD, _ledger_on, _replicas_hold_every_entry
-from tests.support.bookies import BookieFactory, BookieProcess
+from tests.integration.test_recover_bookie import (
+    PASSWORD,
+    _ledger_on,
+    _replicas_hold_every_entry,
+    new_cluster,
+)
+from tests.support.bookies import BookieFactory
 
 from autorecovery import AutoRecovery, LeaderElection
 from bkclient import BookKeeper, LedgerFencedError
-from bkmeta.metadata_client import MetadataClient
 from bkmeta.zk import SessionEvent, ZkClient
 from bookie.config import AutoRecoverySettings
 
 pytestmark = pytest.mark.integration
+
+FAST_EXPIRY = {"zkTimeout": "4000"}  # a killed bookie's registration goes 4 s after a kill -9
 
 
 def _start_autorecovery(zk_hosts: str, log_path: Path, **conf: str) -> subprocess.Popen[bytes]:
@@ -60,12 +66,7 @@ async def _logged(log_path: Path, text: str, timeout_s: float = 15.0) -> None:
 async def test_a_lost_bookie_is_re_replicated_without_an_operator(
     zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
 ) -> None:
-    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
-        await meta.init_new_cluster()
-    fast_expiry = {"zkTimeout": "4000"}  # its registration goes 4 s after a kill -9
-    bookies: list[BookieProcess] = [
-        await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=fast_expiry) for _ in range(4)
-    ]
+    bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
     addresses = {b.bookie_id: b.address for b in bookies}
     victim = bookies[0]
     log_path = tmp_path / "autorecovery.log"
@@ -115,10 +116,7 @@ async def test_a_lost_bookie_is_re_replicated_without_an_operator(
 async def test_a_bookie_back_within_the_delay_is_left_alone(
     zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
 ) -> None:
-    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
-        await meta.init_new_cluster()
-    fast_expiry = {"zkTimeout": "4000"}
-    bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=fast_expiry) for _ in range(4)]
+    bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
     victim = bookies[0]
     log_path = tmp_path / "autorecovery.log"
     service = _start_autorecovery(zk_hosts, log_path, lostBookieRecoveryDelay="3600")
@@ -198,10 +196,7 @@ async def test_a_disconnected_leader_steps_down_then_leads_again_with_its_sessio
 async def test_a_bookie_the_watcher_has_not_seen_yet_is_not_lost(
     zk_hosts: str, bookie_factory: BookieFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
-        await meta.init_new_cluster()
-    for _ in range(3):
-        await asyncio.to_thread(bookie_factory, zk=zk_hosts)
+    await new_cluster(zk_hosts, bookie_factory, 3)
     async with await BookKeeper.connect(zk_hosts) as bk:
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
         ledger = await bk.create_ledger(3, 2, 2, password=PASSWORD)

@@ -44,6 +44,15 @@ async def _ledger_on(bk: BookKeeper, bookie_id: str) -> WriteHandle:
     raise AssertionError(f"no ensemble with {bookie_id} in 50 tries")
 
 
+async def new_cluster(
+    zk_hosts: str, bookie_factory: BookieFactory, count: int, conf: dict[str, str] | None = None
+) -> list[BookieProcess]:
+    """A fresh cluster's metadata and ``count`` bookie processes on it."""
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    return [await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=conf) for _ in range(count)]
+
+
 def _replicas_hold_every_entry(md: LedgerMetadata, ledger_id: int, addresses: dict[str, str]) -> None:
     """Each entry is on every bookie its write set names (raw reads, one bookie at a time)."""
     distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
@@ -60,9 +69,7 @@ def _replicas_hold_every_entry(md: LedgerMetadata, ledger_id: int, addresses: di
 async def test_a_dead_bookie_is_re_replicated_and_writers_carry_on(
     zk_hosts: str, bookie_factory: BookieFactory
 ) -> None:
-    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
-        await meta.init_new_cluster()
-    bookies: list[BookieProcess] = [await asyncio.to_thread(bookie_factory, zk=zk_hosts) for _ in range(4)]
+    bookies = await new_cluster(zk_hosts, bookie_factory, 4)
     addresses = {b.bookie_id: b.address for b in bookies}
     victim = bookies[0]
     data = {name: [os.urandom(300) for _ in range(60)] for name in ("closed", "moved", "orphan")}
@@ -117,9 +124,7 @@ async def test_a_dead_bookie_is_re_replicated_and_writers_carry_on(
 async def test_recover_refuses_without_confirmation_and_reports_what_it_cannot_do(
     zk_hosts: str, bookie_factory: BookieFactory
 ) -> None:
-    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
-        await meta.init_new_cluster()
-    bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts) for _ in range(3)]
+    bookies = await new_cluster(zk_hosts, bookie_factory, 3)
     async with await BookKeeper.connect(zk_hosts) as bk:
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
         ledger = await bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
@@ -148,9 +153,8 @@ async def test_recover_refuses_without_confirmation_and_reports_what_it_cannot_d
 async def test_decommissioning_a_stopped_bookie_moves_its_data_and_retires_its_id(
     zk_hosts: str, bookie_factory: BookieFactory
 ) -> None:
-    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
-        await meta.init_new_cluster()
-        bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts) for _ in range(4)]
+    bookies = await new_cluster(zk_hosts, bookie_factory, 4)
+    async with await MetadataClient.connect(zk_hosts) as meta:
         addresses = {b.bookie_id: b.address for b in bookies}
         retired = bookies[0]
         async with await BookKeeper.connect(zk_hosts) as bk:
