@@ -44,7 +44,8 @@ from bkproto.errors import (
 )
 from bkproto.errors import TimeoutError as BKTimeoutError
 
-from .bookie_client import AddRequestEncoder, BookieClient
+from .add_stream import AddRequestEncoder
+from .bookie_client import BookieClient
 from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager

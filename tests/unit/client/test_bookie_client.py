@@ -438,7 +438,7 @@ def test_encoder_split_body_equals_joined_body(
 
 @given(value=st.one_of(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.integers(0, 1 << 22)))
 def test_varint_matches_protobuf(value: int) -> None:
-    from bkclient.bookie_client import _varint
+    from bkclient.add_stream import _varint
 
     encoded = bookie_pb2.AddRequest(entry_id=value).SerializeToString()
     assert encoded == (b"\x10" + _varint(value) if value else b"")
