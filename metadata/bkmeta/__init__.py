@@ -14,6 +14,7 @@ from bkmeta.ledger_manager import LedgerManager, LedgerWatcher, ZkLedgerManager
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
 from bkmeta.registration import BookieIdInUseError, BookieRegistration, BookieServiceInfo, BookieWatcher
+from bkmeta.replication_control import CorruptReplicationSettingError, ReplicationControl
 from bkmeta.serde import CorruptLedgerMetadataError, deserialize, serialize
 from bkmeta.zk import SessionEvent, ZkClient, ZkClientConfig
 
@@ -27,6 +28,7 @@ __all__ = [
     "ClusterNotInitializedError",
     "Cookie",
     "CorruptLedgerMetadataError",
+    "CorruptReplicationSettingError",
     "DigestType",
     "InvalidCookieError",
     "LedgerManager",
@@ -34,6 +36,7 @@ __all__ = [
     "LedgerState",
     "LedgerWatcher",
     "MetadataClient",
+    "ReplicationControl",
     "Segment",
     "SessionEvent",
     "Versioned",

@@ -13,6 +13,7 @@ from bkmeta.cluster import init_new_cluster, read_instance_id
 from bkmeta.layout import ZkLayout
 from bkmeta.ledger_manager import ZkLedgerManager
 from bkmeta.registration import BookieRegistration, BookieServiceInfo, BookieWatcher
+from bkmeta.replication_control import ReplicationControl
 from bkmeta.zk import ZkClient, ZkClientConfig
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class MetadataClient:
         self.layout = layout
         self.ledger_manager = ZkLedgerManager(zk, layout)
         self.bookie_watcher = BookieWatcher(zk, layout)
+        self.replication_control = ReplicationControl(zk, layout)
         self.instance_id: str | None = None
 
     @classmethod

@@ -14,6 +14,13 @@ bookies changes, and every ``auditorPeriodicBookieCheckInterval``:
    ``openLedgerRereplicationGracePeriod``; after that it is fenced and closed, as in BookKeeper.
 3. Anything not done (no bookie to copy to, an unreadable entry, a writer's grace) is retried.
 
+The operator's switches live in ZooKeeper where BookKeeper keeps them (:mod:`bkmeta.replication_control`,
+``pybk shell autorecovery`` and ``lostbookierecoverydelay``): while re-replication is disabled the
+leader keeps watching but copies nothing, and stops between ledgers when it is disabled mid-run;
+the cluster's ``lostBookieRecoveryDelay`` znode, seeded from the configuration, overrides the
+configured delay. A delay counts from when the bookie was first seen gone, so setting it to 0
+re-replicates every lost bookie at once. Either change wakes the leader.
+
 The check reads every ledger's metadata, so its cost grows with the number of ledgers; it runs on
 bookie changes, retries and the periodic interval only.
 """
@@ -28,6 +35,8 @@ from prometheus_client import CollectorRegistry
 
 from bkclient import BookKeeper, BookKeeperAdmin, LedgerRecovery, NoSuchLedgerError
 from bkclient.admin import SkipReason
+from bkmeta import CorruptReplicationSettingError
+from bkmeta.replication_control import ChangeWatch
 from bookie.config import AutoRecoverySettings
 from bookie.tasks import cancel_and_wait
 
@@ -59,8 +68,15 @@ class AutoRecovery:
         self._election = LeaderElection(
             bk.ctx.metadata.zk, f"{layout.underreplication}/auditorelection/leader", identity
         )
+        self._control = bk.ctx.metadata.replication_control
         self._missing_since: dict[str, float] = {}
         self._retry_s = RETRY_S
+        # Wakes the leader's loop: a change of the registered bookies or of an operator's switch.
+        self._wake = asyncio.Event()
+        # Switch znodes with a watch set. ZooKeeper's watches are one-shot: each is set again only
+        # once it fired, since setting one per check would pile watchers up on a quiet znode.
+        self._armed: set[str] = set()
+        self._said_disabled = False
         self._task: asyncio.Task[None] | None = None
         self.stats = AutoRecoveryStats(registry or CollectorRegistry())
 
@@ -83,6 +99,7 @@ class AutoRecovery:
             # a new term: how long a bookie has been gone was not watched while standing by
             self._missing_since = {}
             self._retry_s = RETRY_S
+            self._armed.clear()  # a new term may be a new session, which has no watches
             work = asyncio.create_task(self._lead())
             lost = asyncio.create_task(self._election.lost())
             self.stats.leader.set(1)
@@ -100,40 +117,81 @@ class AutoRecovery:
     async def _lead(self) -> None:
         """Check, then wait for a change of the registered bookies or the next check's time."""
         watcher = self._bk.ctx.bookie_watcher
-        changed = asyncio.Event()
+        wake = self._wake
 
         def on_change(*_: object) -> None:
-            changed.set()
+            wake.set()
 
+        if await self._control.initialize_lost_bookie_delay(int(self._settings.lost_bookie_delay_s)):
+            log.info("cluster lostBookieRecoveryDelay set to %g s from the configuration",
+                     self._settings.lost_bookie_delay_s)
         watcher.add_listener(on_change)
         try:
             while True:
-                changed.clear()
+                wake.clear()
                 wait_s = await self.check()
                 await asyncio.sleep(MIN_CHECK_GAP_S)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), max(0.0, wait_s - MIN_CHECK_GAP_S))
+                    await asyncio.wait_for(wake.wait(), max(0.0, wait_s - MIN_CHECK_GAP_S))
         finally:
             watcher.remove_listener(on_change)
+
+    def _watch(self, path: str) -> ChangeWatch | None:
+        if path in self._armed:
+            return None
+        self._armed.add(path)
+
+        def fired() -> None:
+            self._armed.discard(path)
+            self._wake.set()
+
+        return fired
+
+    async def _switches(self) -> tuple[bool, float]:
+        """(re-replication enabled, the lost-bookie delay in seconds), watched for changes."""
+        control = self._control
+        try:
+            enabled = await control.is_enabled(self._watch(control.disable_path))
+        except Exception:  # no watch was set: set one next time
+            self._armed.discard(control.disable_path)
+            raise
+        try:
+            delay = await control.lost_bookie_delay(self._watch(control.delay_path))
+        except CorruptReplicationSettingError as exc:
+            log.warning("%s; using the configured lostBookieRecoveryDelay", exc)
+            delay = None
+        except Exception:  # no watch was set: set one next time
+            self._armed.discard(control.delay_path)
+            raise
+        if enabled == self._said_disabled:
+            self._said_disabled = not enabled
+            if enabled:
+                log.info("ledger re-replication enabled")
+            else:
+                log.warning("ledger re-replication is disabled (pybk shell autorecovery --enable"
+                            " resumes it): lost bookies are watched, nothing is copied")
+        return enabled, float(delay) if delay is not None else self._settings.lost_bookie_delay_s
 
     async def check(self) -> float:
         """One pass; returns the seconds until the next one is due without a bookie change."""
         settings = self._settings
         loop = asyncio.get_running_loop()
+        enabled, delay_s = await self._switches()
+        self.stats.replication_enabled.set(int(enabled))
+        self.stats.lost_bookie_delay.set(delay_s)
         named = await self._ledgers_by_bookie()
         missing = await self._unregistered(set(named))
         now = loop.time()
         for bookie_id in sorted(missing - set(self._missing_since)):
             log.warning("bookie %s is gone (named by ledgers, not registered); re-replicating its data"
-                        " after lostBookieRecoveryDelay (%g s)", bookie_id, settings.lost_bookie_delay_s)
+                        " after lostBookieRecoveryDelay (%g s)", bookie_id, delay_s)
         for bookie_id in sorted(set(self._missing_since) - missing):
             log.info("bookie %s is back or no longer named by any ledger", bookie_id)
         self._missing_since = {b: self._missing_since.get(b, now) for b in missing}
-        due = {b for b, since in self._missing_since.items() if now - since >= settings.lost_bookie_delay_s}
+        due = {b for b, since in self._missing_since.items() if now - since >= delay_s}
         wake = [settings.check_interval_s] if settings.check_interval_s > 0 else []
-        wake += [since + settings.lost_bookie_delay_s - now for b, since in self._missing_since.items()
-                 if b not in due]
-        if due:
+        wake += [since + delay_s - now for b, since in self._missing_since.items() if b not in due]
+        if due and enabled:
             ledgers = set().union(*(named[b] for b in due))
             if await self._recover(due, ledgers, now):
                 self._retry_s = RETRY_S
@@ -174,13 +232,23 @@ class AutoRecovery:
         grace = self._settings.open_ledger_grace_s
         graced = frozenset(b for b in due if now - self._missing_since[b] >= grace)
         admin = BookKeeperAdmin(self._bk)
+        lost = frozenset(due)
         log.warning("bookies lost: %s; re-replicating their ledgers", ", ".join(sorted(due)))
         final: list[LedgerRecovery] = []
-        for first in await admin.recover_bookies(due, ledger_ids=ledgers, fence_open_ledgers=False):
+        for ledger_id in sorted(ledgers):
+            # As BookKeeper's replication worker does before each ledger: an operator's disable
+            # takes effect between ledgers, not after the whole run.
+            if not await self._control.is_enabled():
+                log.warning("ledger re-replication disabled meanwhile: stopping before ledger %d", ledger_id)
+                self._record(final)
+                return False
+            first = await admin.recover_ledger(ledger_id, lost, fence_open_ledgers=False)
+            if first is None:
+                continue  # deleted meanwhile, or no longer names a lost bookie
             report: LedgerRecovery | None = first
             if first.skipped is SkipReason.WRITER_MAY_REPLACE:
                 if graced and await self._writes_to(first.ledger_id, graced):
-                    report = await admin.recover_ledger(first.ledger_id, frozenset(due))  # fenced now
+                    report = await admin.recover_ledger(first.ledger_id, lost)  # fenced now
                 else:
                     log.info("ledger %d: open on a lost bookie; its writer has until the grace period"
                              " ends to replace it", first.ledger_id)

@@ -14,6 +14,15 @@ class AutoRecoveryStats:
             "autorecovery_lost_bookies", "bookies named by ledgers but not registered, at the last check",
             registry=registry,
         )
+        self.replication_enabled = Gauge(
+            "autorecovery_replication_enabled",
+            "0 while an operator has disabled re-replication (pybk shell autorecovery --disable)",
+            registry=registry,
+        )
+        self.lost_bookie_delay = Gauge(
+            "autorecovery_lost_bookie_delay_seconds", "the cluster's lostBookieRecoveryDelay in force",
+            registry=registry,
+        )
         self.checks = Counter("autorecovery_checks", "checks for lost bookies made", registry=registry)
         self.ledgers_rereplicated = Counter(
             "autorecovery_ledgers_rereplicated", "ledgers whose lost replicas were copied", registry=registry

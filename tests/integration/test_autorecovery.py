@@ -14,6 +14,7 @@ import sys
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from tests.integration.test_recover_bookie import (
@@ -22,7 +23,7 @@ from tests.integration.test_recover_bookie import (
     _replicas_hold_every_entry,
     new_cluster,
 )
-from tests.support.bookies import BookieFactory
+from tests.support.bookies import BookieFactory, BookieProcess
 
 from autorecovery import AutoRecovery, LeaderElection
 from bkclient import BookKeeper, LedgerFencedError
@@ -42,6 +43,41 @@ def _start_autorecovery(zk_hosts: str, log_path: Path, **conf: str) -> subproces
             [sys.executable, "-m", "pybk", "autorecovery", "--zk", zk_hosts, "--http-port", "0"],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )
+
+
+@contextlib.asynccontextmanager
+async def running_autorecovery(
+    zk_hosts: str, log_path: Path, **conf: str
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """:func:`_start_autorecovery`, stopped with SIGTERM on the way out (its exit code is then
+    ``returncode``)."""
+    service = _start_autorecovery(zk_hosts, log_path, **conf)
+    try:
+        yield service
+    finally:
+        service.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(service.wait, 30)
+
+
+class Watched(NamedTuple):
+    bookies: list[BookieProcess]
+    bk: BookKeeper
+    service: subprocess.Popen[bytes]
+
+
+@contextlib.asynccontextmanager
+async def watched_cluster(
+    zk_hosts: str, bookie_factory: BookieFactory, log_path: Path, **conf: str
+) -> AsyncIterator[Watched]:
+    """Four bookies whose registrations go 4 s after a kill -9, an autorecovery process watching
+    them, and a client that sees all four."""
+    bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
+    async with (
+        running_autorecovery(zk_hosts, log_path, **conf) as service,
+        await BookKeeper.connect(zk_hosts) as bk,
+    ):
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
+        yield Watched(bookies, bk, service)
 
 
 def _metrics(log_path: Path) -> dict[str, float]:
@@ -66,76 +102,64 @@ async def _logged(log_path: Path, text: str, timeout_s: float = 15.0) -> None:
 async def test_a_lost_bookie_is_re_replicated_without_an_operator(
     zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
 ) -> None:
-    bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
-    addresses = {b.bookie_id: b.address for b in bookies}
-    victim = bookies[0]
     log_path = tmp_path / "autorecovery.log"
-    service = _start_autorecovery(zk_hosts, log_path, openLedgerRereplicationGracePeriod="2000",
-                                  auditorPeriodicBookieCheckInterval="0")
-    try:
-        async with await BookKeeper.connect(zk_hosts) as bk:
-            await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
-            closed = await _ledger_on(bk, victim.bookie_id)
-            data = [os.urandom(200) for _ in range(50)]
-            for payload in data:
-                await closed.append(payload)
-            await closed.close()
-            idle = await _ledger_on(bk, victim.bookie_id)  # open, and its writer adds nothing more
-            for payload in data[:20]:
-                await idle.append(payload)
+    async with watched_cluster(zk_hosts, bookie_factory, log_path, openLedgerRereplicationGracePeriod="2000",
+                               auditorPeriodicBookieCheckInterval="0") as (bookies, bk, service):
+        addresses = {b.bookie_id: b.address for b in bookies}
+        victim = bookies[0]
+        closed = await _ledger_on(bk, victim.bookie_id)
+        data = [os.urandom(200) for _ in range(50)]
+        for payload in data:
+            await closed.append(payload)
+        await closed.close()
+        idle = await _ledger_on(bk, victim.bookie_id)  # open, and its writer adds nothing more
+        for payload in data[:20]:
+            await idle.append(payload)
 
-            await asyncio.to_thread(victim.kill9)
-            async with asyncio.timeout(60):
-                while True:
-                    mds = [await bk.ledger_metadata(h.ledger_id) for h in (closed, idle)]
-                    if all(victim.bookie_id not in md.all_bookies() for md in mds):
-                        break
-                    await asyncio.sleep(0.5)
-            closed_md, idle_md = mds
-            assert idle_md.is_closed and idle_md.last_entry_id == 19  # fenced and closed at its end
-            with pytest.raises(LedgerFencedError):
-                await idle.append(b"too late")
-            expected_data = ((closed_md, closed.ledger_id, data), (idle_md, idle.ledger_id, data[:20]))
-            for md, ledger_id, expected in expected_data:
-                reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
-                assert [e.data async for e in reader.read(0, md.last_entry_id)] == expected
-                await asyncio.to_thread(_replicas_hold_every_entry, md, ledger_id, addresses)
-            metrics = await asyncio.to_thread(_metrics, log_path)
-            assert metrics["autorecovery_leader"] == 1.0
-            assert metrics["autorecovery_ledgers_rereplicated_total"] == 2
-            assert metrics["autorecovery_ledger_failures_total"] == 0
-            assert metrics["autorecovery_entries_copied_total"] > 0
-    finally:
-        service.send_signal(signal.SIGTERM)
-        exit_code = await asyncio.to_thread(service.wait, 30)
+        await asyncio.to_thread(victim.kill9)
+        async with asyncio.timeout(60):
+            while True:
+                mds = [await bk.ledger_metadata(h.ledger_id) for h in (closed, idle)]
+                if all(victim.bookie_id not in md.all_bookies() for md in mds):
+                    break
+                await asyncio.sleep(0.5)
+        closed_md, idle_md = mds
+        assert idle_md.is_closed and idle_md.last_entry_id == 19  # fenced and closed at its end
+        with pytest.raises(LedgerFencedError):
+            await idle.append(b"too late")
+        expected_data = ((closed_md, closed.ledger_id, data), (idle_md, idle.ledger_id, data[:20]))
+        for md, ledger_id, expected in expected_data:
+            reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
+            assert [e.data async for e in reader.read(0, md.last_entry_id)] == expected
+            await asyncio.to_thread(_replicas_hold_every_entry, md, ledger_id, addresses)
+        metrics = await asyncio.to_thread(_metrics, log_path)
+        assert metrics["autorecovery_leader"] == 1.0
+        assert metrics["autorecovery_ledgers_rereplicated_total"] == 2
+        assert metrics["autorecovery_ledger_failures_total"] == 0
+        assert metrics["autorecovery_entries_copied_total"] > 0
     log = log_path.read_text()
-    assert exit_code == 0, log
+    assert service.returncode == 0, log
     assert "leading autorecovery" in log and "bookies lost: " + victim.bookie_id in log
 
 
 async def test_a_bookie_back_within_the_delay_is_left_alone(
     zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
 ) -> None:
-    bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
-    victim = bookies[0]
     log_path = tmp_path / "autorecovery.log"
-    service = _start_autorecovery(zk_hosts, log_path, lostBookieRecoveryDelay="3600")
-    try:
-        async with await BookKeeper.connect(zk_hosts) as bk:
-            await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
-            ledger = await _ledger_on(bk, victim.bookie_id)
-            await ledger.append(b"kept where it is")
-            await ledger.close()
-            await asyncio.to_thread(victim.kill9)
-            await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id not in w.all_bookies(), 30.0)
-            await _logged(log_path, "is gone")  # the leader saw it go
-            await asyncio.to_thread(victim.start)  # back well within the delay
-            await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id in w.all_bookies(), 30.0)
-            await _logged(log_path, "is back")
-            assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
-    finally:
-        service.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(service.wait, 30)
+    async with watched_cluster(zk_hosts, bookie_factory, log_path, lostBookieRecoveryDelay="3600") as (
+        bookies, bk, _,
+    ):
+        victim = bookies[0]
+        ledger = await _ledger_on(bk, victim.bookie_id)
+        await ledger.append(b"kept where it is")
+        await ledger.close()
+        await asyncio.to_thread(victim.kill9)
+        await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id not in w.all_bookies(), 30.0)
+        await _logged(log_path, "is gone")  # the leader saw it go
+        await asyncio.to_thread(victim.start)  # back well within the delay
+        await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id in w.all_bookies(), 30.0)
+        await _logged(log_path, "is back")
+        assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
     assert "re-replicating their ledgers" not in log_path.read_text()
 
 

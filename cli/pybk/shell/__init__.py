@@ -32,6 +32,8 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_lastmark",
     "pybk.shell.cmd_recover",
     "pybk.shell.cmd_decommissionbookie",
+    "pybk.shell.cmd_autorecovery",
+    "pybk.shell.cmd_lostbookierecoverydelay",
 )
 
 EXIT_ZK_UNREACHABLE = 3

@@ -1,0 +1,142 @@
+"""The operator's autorecovery switches: ``pybk shell autorecovery`` and ``lostbookierecoverydelay``
+write BookKeeper's znodes, and a running ``pybk autorecovery`` obeys them at once (real ZooKeeper,
+real bookie processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from tests.integration.test_autorecovery import _logged, _metrics, watched_cluster
+from tests.integration.test_recover_bookie import _ledger_on, pybk_shell
+from tests.support.bookies import BookieFactory
+
+from bkclient import BookKeeper
+from bkmeta import MetadataClient
+
+pytestmark = pytest.mark.integration
+
+DISABLE = "/ledgers/underreplication/disable"
+DELAY = "/ledgers/underreplication/lostBookieRecoveryDelay"
+
+
+def _json(zk_hosts: str, *args: str) -> dict[str, object]:
+    result = pybk_shell(zk_hosts, *args)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+async def _until_replaced(bk: BookKeeper, ledger_id: int, bookie_id: str) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            if bookie_id not in (await bk.ledger_metadata(ledger_id)).all_bookies():
+                return
+            await asyncio.sleep(0.3)
+
+
+def _raw(zk_hosts: str) -> KazooClient:
+    """A plain kazoo session under the test's chroot, to see the znodes as BookKeeper would."""
+    zk = KazooClient(hosts=zk_hosts, timeout=10.0)
+    zk.start(timeout=15)
+    return zk
+
+
+async def test_shell_switches_use_bookkeepers_znodes(zk_hosts: str) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    zk = await asyncio.to_thread(_raw, zk_hosts)
+    try:
+        assert await asyncio.to_thread(_json, zk_hosts, "autorecovery") == {"enabled": True, "changed": False}
+        assert await asyncio.to_thread(_json, zk_hosts, "autorecovery", "--disable") == {
+            "enabled": False, "changed": True}
+        assert zk.exists(DISABLE) is not None
+        again = await asyncio.to_thread(pybk_shell, zk_hosts, "autorecovery", "-d", as_json=False)
+        assert again.returncode == 0 and "already disabled" in again.stdout
+        status = await asyncio.to_thread(_json, zk_hosts, "autorecovery", "-s")
+        assert status == {"enabled": False, "changed": False}
+        enabled = await asyncio.to_thread(_json, zk_hosts, "autorecovery", "-e")
+        assert enabled == {"enabled": True, "changed": True}
+        assert zk.exists(DISABLE) is None
+
+        unset = await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--get")
+        assert unset["lost_bookie_recovery_delay_s"] is None
+        await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--set", "30")
+        assert zk.get(DELAY)[0] == b"30"  # BookKeeper's format: the seconds as decimal text
+        zk.set(DELAY, b"45")  # as BookKeeper's own shell would write it
+        got = await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "-g")
+        assert got["lost_bookie_recovery_delay_s"] == 45
+
+        for bad in ("-1", "x", str(2**31)):
+            refused = await asyncio.to_thread(pybk_shell, zk_hosts, "lostbookierecoverydelay", "-s", bad)
+            assert refused.returncode == 2 and "--set" in refused.stderr, refused.stderr
+        neither = await asyncio.to_thread(pybk_shell, zk_hosts, "lostbookierecoverydelay")
+        assert neither.returncode == 2
+        zk.set(DELAY, b"soon")
+        corrupt = await asyncio.to_thread(
+            pybk_shell, zk_hosts, "lostbookierecoverydelay", "-g", as_json=False
+        )
+        assert corrupt.returncode == 1 and "not a delay in seconds" in corrupt.stderr, corrupt.stderr
+    finally:
+        await asyncio.to_thread(zk.stop)
+        await asyncio.to_thread(zk.close)
+
+
+async def test_disabled_autorecovery_copies_nothing_until_enabled(
+    zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "autorecovery.log"
+    async with watched_cluster(
+        zk_hosts, bookie_factory, log_path, auditorPeriodicBookieCheckInterval="0"
+    ) as (bookies, bk, _):
+        victim = bookies[0]
+        await asyncio.to_thread(_json, zk_hosts, "autorecovery", "--disable")  # say, a rolling restart
+        ledger = await _ledger_on(bk, victim.bookie_id)
+        for i in range(20):
+            await ledger.append(b"entry %d" % i)
+        await ledger.close()
+        await _logged(log_path, "leading autorecovery")
+        await asyncio.to_thread(victim.kill9)
+        await _logged(log_path, "is gone", timeout_s=30)
+        await asyncio.sleep(3)  # a leader that ignored the switch would be copying by now
+        assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
+        metrics = await asyncio.to_thread(_metrics, log_path)
+        assert metrics["autorecovery_replication_enabled"] == 0
+        assert metrics["autorecovery_lost_bookies"] == 1
+        assert "re-replicating their ledgers" not in log_path.read_text()  # not even tried
+
+        await asyncio.to_thread(_json, zk_hosts, "autorecovery", "--enable")  # the watch wakes it
+        await _until_replaced(bk, ledger.ledger_id, victim.bookie_id)
+        metrics = await asyncio.to_thread(_metrics, log_path)
+        assert metrics["autorecovery_replication_enabled"] == 1
+        assert metrics["autorecovery_ledgers_rereplicated_total"] == 1
+    log = log_path.read_text()
+    assert "ledger re-replication is disabled" in log and "ledger re-replication enabled" in log
+
+
+async def test_the_clusters_delay_overrides_the_configured_one_at_runtime(
+    zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "autorecovery.log"
+    async with watched_cluster(zk_hosts, bookie_factory, log_path, lostBookieRecoveryDelay="3600",
+                               auditorPeriodicBookieCheckInterval="0") as (bookies, bk, _):
+        victim = bookies[0]
+        ledger = await _ledger_on(bk, victim.bookie_id)
+        await ledger.append(b"copied once the operator says so")
+        await ledger.close()
+        # the leader seeds the cluster's value from its configuration
+        await _logged(log_path, "cluster lostBookieRecoveryDelay set to 3600 s")
+        got = await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--get")
+        assert got["lost_bookie_recovery_delay_s"] == 3600
+        await asyncio.to_thread(victim.kill9)
+        await _logged(log_path, "is gone", timeout_s=30)
+        assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 3600
+        assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
+
+        await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--set", "0")
+        await _until_replaced(bk, ledger.ledger_id, victim.bookie_id)
+        assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 0
