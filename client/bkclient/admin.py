@@ -120,6 +120,40 @@ class BookKeeperAdmin:
                 reports.append(report)
         return reports
 
+    # -- audit (what BookKeeper's auditor finds) ------------------------------------------------
+
+    async def ledgers_by_bookie(self) -> dict[str, set[int]]:
+        """Every bookie some ledger's metadata names, with those ledgers (reads every ledger's
+        metadata once)."""
+        bk = self._bk
+        named: dict[str, set[int]] = {}
+        for ledger_id in await bk.list_ledgers():
+            try:
+                bookies = (await bk.ledger_metadata(ledger_id)).all_bookies()
+            except NoSuchLedgerError:
+                continue  # deleted since listed
+            for bookie_id in bookies:
+                named.setdefault(bookie_id, set()).add(ledger_id)
+        return named
+
+    async def unregistered(self, bookie_ids: Collection[str]) -> set[str]:
+        """Those of ``bookie_ids`` registered neither as writable nor as read-only. The watcher's
+        cached view only shortlists them; ZooKeeper itself decides (``is_registered``), so a
+        registration the watcher has not caught up with does not make a bookie look lost."""
+        watcher = self._bk.ctx.bookie_watcher
+        shortlist = set(bookie_ids) - set(watcher.all_bookies())
+        return {bookie_id for bookie_id in shortlist if not await watcher.is_registered(bookie_id)}
+
+    async def underreplicated_ledgers(self) -> dict[int, set[str]]:
+        """Each ledger whose metadata names a bookie that is not registered, with those bookies:
+        the ledgers autorecovery (or ``recover``) would re-replicate."""
+        named = await self.ledgers_by_bookie()
+        ledgers: dict[int, set[str]] = {}
+        for bookie_id in sorted(await self.unregistered(named)):
+            for ledger_id in named[bookie_id]:
+                ledgers.setdefault(ledger_id, set()).add(bookie_id)
+        return ledgers
+
     async def decommission_bookie(self, bookie_id: str) -> Decommission:
         """BookKeeper's decommissionbookie: re-replicate everything a stopped bookie held (open
         ledgers writing to it are fenced), then delete its cookie, so that nothing names the id

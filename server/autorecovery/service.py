@@ -179,8 +179,9 @@ class AutoRecovery:
         enabled, delay_s = await self._switches()
         self.stats.replication_enabled.set(int(enabled))
         self.stats.lost_bookie_delay.set(delay_s)
-        named = await self._ledgers_by_bookie()
-        missing = await self._unregistered(set(named))
+        admin = BookKeeperAdmin(self._bk)
+        named = await admin.ledgers_by_bookie()
+        missing = await admin.unregistered(named)
         now = loop.time()
         for bookie_id in sorted(missing - set(self._missing_since)):
             log.warning("bookie %s is gone (named by ledgers, not registered); re-replicating its data"
@@ -205,26 +206,6 @@ class AutoRecovery:
         self.stats.checks.inc()
         self.stats.lost_bookies.set(len(missing))
         return max(0.1, min(wake)) if wake else _IDLE_WAIT_S
-
-    async def _ledgers_by_bookie(self) -> dict[str, set[int]]:
-        """Every bookie some ledger's metadata names, with those ledgers."""
-        bk = self._bk
-        named: dict[str, set[int]] = {}
-        for ledger_id in await bk.list_ledgers():
-            try:
-                bookies = (await bk.ledger_metadata(ledger_id)).all_bookies()
-            except NoSuchLedgerError:
-                continue  # deleted since listed
-            for bookie_id in bookies:
-                named.setdefault(bookie_id, set()).add(ledger_id)
-        return named
-
-    async def _unregistered(self, named: set[str]) -> set[str]:
-        """Those of ``named`` registered neither as writable nor as read-only. The watcher's
-        cached view only shortlists them; ZooKeeper itself decides (``is_registered``)."""
-        watcher = self._bk.ctx.bookie_watcher
-        shortlist = named - set(watcher.all_bookies())
-        return {bookie_id for bookie_id in shortlist if not await watcher.is_registered(bookie_id)}
 
     async def _recover(self, due: set[str], ledgers: set[int], now: float) -> bool:
         """Re-replicate the ``due`` bookies' data (in ``ledgers``, those naming them, as the

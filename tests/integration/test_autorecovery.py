@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import pytest
 from tests.integration.test_recover_bookie import (
+    FAST_EXPIRY,
     PASSWORD,
     _ledger_on,
     _replicas_hold_every_entry,
@@ -25,14 +26,11 @@ from tests.integration.test_recover_bookie import (
 )
 from tests.support.bookies import BookieFactory, BookieProcess
 
-from autorecovery import AutoRecovery, LeaderElection
-from bkclient import BookKeeper, LedgerFencedError
+from autorecovery import LeaderElection
+from bkclient import BookKeeper, BookKeeperAdmin, LedgerFencedError
 from bkmeta.zk import SessionEvent, ZkClient
-from bookie.config import AutoRecoverySettings
 
 pytestmark = pytest.mark.integration
-
-FAST_EXPIRY = {"zkTimeout": "4000"}  # a killed bookie's registration goes 4 s after a kill -9
 
 
 def _start_autorecovery(zk_hosts: str, log_path: Path, **conf: str) -> subprocess.Popen[bytes]:
@@ -225,10 +223,11 @@ async def test_a_bookie_the_watcher_has_not_seen_yet_is_not_lost(
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
         ledger = await bk.create_ledger(3, 2, 2, password=PASSWORD)
         await ledger.close()
-        service = AutoRecovery(bk, AutoRecoverySettings(), "test")
+        admin = BookKeeperAdmin(bk)
         # a stale view (a registration it has not caught up with, or a move between available/
         # and readonly/ half seen): ZooKeeper itself says every bookie is there
         monkeypatch.setattr(bk.ctx.bookie_watcher, "all_bookies", dict)
-        named = await service._ledgers_by_bookie()
+        named = await admin.ledgers_by_bookie()
         assert named == {b: {ledger.ledger_id} for b in ledger.ensemble}
-        assert await service._unregistered(set(named)) == set()
+        assert await admin.unregistered(named) == set()
+        assert await admin.underreplicated_ledgers() == {}

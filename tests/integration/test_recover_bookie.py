@@ -25,6 +25,7 @@ from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 pytestmark = pytest.mark.integration
 
 PASSWORD = b"recover"
+FAST_EXPIRY = {"zkTimeout": "4000"}  # a killed bookie's registration goes 4 s after a kill -9
 
 
 def pybk_shell(zk: str, *args: str, as_json: bool = True) -> subprocess.CompletedProcess[str]:
@@ -187,3 +188,51 @@ async def test_decommissioning_a_stopped_bookie_moves_its_data_and_retires_its_i
     # its old directories cannot rejoin: their cookie no longer matches the cluster's
     with pytest.raises(BookieStartError, match=r"hold a cookie but \S+ does not exist"):
         await asyncio.to_thread(retired.start)
+
+
+async def test_listunderreplicated_names_the_ledgers_a_lost_bookie_leaves_short(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
+    victim, other = bookies[0], bookies[1]
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
+        short = [await _ledger_on(bk, victim.bookie_id) for _ in range(2)]
+        spared = await bk.create_ledger(2, 2, 2, DigestType.CRC32C, PASSWORD)
+        while victim.bookie_id in spared.ensemble:  # one the lost bookie holds nothing of
+            await spared.close()
+            await bk.delete_ledger(spared.ledger_id)  # it would name the lost bookie too
+            spared = await bk.create_ledger(2, 2, 2, DigestType.CRC32C, PASSWORD)
+        for handle in (*short, spared):
+            await handle.append(b"one entry")
+            await handle.close()
+        expected = sorted(h.ledger_id for h in short)
+
+        healthy = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated")
+        assert json.loads(healthy.stdout) == {"count": 0, "ledgers": []}
+        await asyncio.to_thread(victim.kill9)
+        await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id not in w.all_bookies(), 30.0)
+
+        listed = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated")
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout)["ledgers"] == [
+            {"ledger_id": i, "missing_replicas": [victim.bookie_id]} for i in expected
+        ]
+        text = await asyncio.to_thread(
+            pybk_shell, zk_hosts, "listunderreplicated", "--printmissingreplica", as_json=False
+        )
+        assert text.stdout.splitlines() == [f"{i}\tmissing {victim.bookie_id}" for i in expected]
+        count = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated", "-c", as_json=False)
+        assert count.stdout.strip() == "2"
+        for flag, bookie_id, shown in (("--missingreplica", other.bookie_id, 0),
+                                       ("--excludingmissingreplica", victim.bookie_id, 0),
+                                       ("--excludingmissingreplica", other.bookie_id, 2)):
+            filtered = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated", flag, bookie_id)
+            assert json.loads(filtered.stdout)["count"] == shown, (flag, bookie_id)
+        bad = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated", "--missingreplica", "x")
+        assert bad.returncode == 2 and "is not host:port" in bad.stderr
+
+        done = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "-f")
+        assert done.returncode == 0, done.stdout + done.stderr
+        after = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated")
+        assert json.loads(after.stdout)["count"] == 0

@@ -30,6 +30,7 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_bookiesanity",
     "pybk.shell.cmd_deleteledger",
     "pybk.shell.cmd_lastmark",
+    "pybk.shell.cmd_listunderreplicated",
     "pybk.shell.cmd_recover",
     "pybk.shell.cmd_decommissionbookie",
     "pybk.shell.cmd_autorecovery",

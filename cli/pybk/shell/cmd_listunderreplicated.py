@@ -1,0 +1,62 @@
+"""``listunderreplicated [--missingreplica ID] [--excludingmissingreplica ID] [--printmissingreplica]
+[-c]``: the ledgers with a replica on a bookie that is gone (named by their metadata, registered
+neither as writable nor as read-only), i.e. what ``recover`` or ``pybk autorecovery`` would
+re-replicate. BookKeeper's command lists its auditor's under-replication index; this one works it
+out from the ledgers' metadata and the registrations when asked, so it needs no autorecovery
+running, and reads every ledger's metadata once."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from bkclient import BookKeeperAdmin, IncorrectParameterError
+from bkclient.admin import check_bookie_id
+from pybk.shell.context import ShellContext
+from pybk.shell.ledger_view import shell_client, usage_error
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "listunderreplicated", help="list the ledgers with a replica on a bookie that is gone"
+    )
+    parser.add_argument("--missingreplica", metavar="ID",
+                        help="only ledgers missing this bookie (host:port)")
+    parser.add_argument("--excludingmissingreplica", metavar="ID",
+                        help="only ledgers not missing this bookie (host:port)")
+    parser.add_argument("--printmissingreplica", action="store_true",
+                        help="print each ledger's missing bookies")
+    parser.add_argument("-c", "--onlydisplayledgercount", action="store_true",
+                        help="print the number of ledgers only")
+    parser.set_defaults(run=run)
+
+
+async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
+    for bookie_id in (args.missingreplica, args.excludingmissingreplica):
+        if bookie_id is not None:
+            try:
+                check_bookie_id(bookie_id)
+            except IncorrectParameterError as exc:
+                return usage_error(ctx, f"listunderreplicated: {exc}")
+    async with await shell_client(ctx) as bk:
+        found = await BookKeeperAdmin(bk).underreplicated_ledgers()
+    ledgers = {
+        ledger_id: sorted(missing) for ledger_id, missing in sorted(found.items())
+        if (args.missingreplica is None or args.missingreplica in missing)
+        and (args.excludingmissingreplica is None or args.excludingmissingreplica not in missing)
+    }
+    if args.onlydisplayledgercount:
+        text = f"{len(ledgers)}"
+    elif not ledgers:
+        text = "no under-replicated ledgers"
+    else:
+        text = "\n".join(
+            f"{ledger_id}\tmissing {', '.join(missing)}" if args.printmissingreplica else f"{ledger_id}"
+            for ledger_id, missing in ledgers.items()
+        )
+    ctx.emit(
+        {"count": len(ledgers),
+         "ledgers": [{"ledger_id": i, "missing_replicas": m} for i, m in ledgers.items()]},
+        text,
+    )
+    return 0
