@@ -31,6 +31,8 @@ then stop every process (bookies first) and exit 0.
 
 Files under --data-dir D: D/zookeeper, D/bookie-<i>/{journal,ledgers}, D/logs/<process>.log.
 Bookie i listens on BASE_PORT+i (gRPC) and BASE_PORT+100+i (HTTP: /heartbeat, /metrics).
+With --autorecovery, a `pybk autorecovery` process re-replicates the data of a bookie that stays
+down (lostBookieRecoveryDelay 0); its metrics are on BASE_PORT+99, its log in D/logs.
 Running again with the same --data-dir brings the same cluster and its ledgers back.
 Without --data-dir a temporary directory is used and removed on exit.
 
@@ -52,6 +54,8 @@ def register(subparsers: Any) -> None:
                         help="first bookie's gRPC port (default 3181); HTTP ports start at BASE_PORT+100")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="D",
                         help="where data and logs live; kept across runs (default: a temporary directory)")
+    parser.add_argument("--autorecovery", action="store_true",
+                        help="also run pybk autorecovery (metrics on BASE_PORT+99)")
     parser.add_argument("--grace", type=float, default=10.0, metavar="S",
                         help="seconds each process gets to stop after SIGTERM before SIGKILL (default 10)")
     parser.set_defaults(func=run, parser=parser)
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             layout = ClusterLayout(
                 data_dir=data_dir.resolve(), bookies=args.bookies,
-                zk_port=args.zk_port, base_port=args.base_port,
+                zk_port=args.zk_port, base_port=args.base_port, autorecovery=args.autorecovery,
             )
         except LayoutError as exc:
             print(f"pybk localcluster: error: {exc}", file=sys.stderr)

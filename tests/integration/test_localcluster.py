@@ -49,7 +49,8 @@ def pick_ports(bookies: int) -> tuple[int, int]:
     for _ in range(200):
         zk_port = rng.randrange(20000, 29000)
         base = rng.randrange(30000, 39000)
-        wanted = [zk_port, *(base + i for i in range(bookies)), *(base + 100 + i for i in range(bookies))]
+        wanted = [zk_port, base + 99, *(base + i for i in range(bookies)),
+                  *(base + 100 + i for i in range(bookies))]
         if all(port_is_free(p) for p in wanted):
             return zk_port, base
     raise RuntimeError("no free ports found")
@@ -108,7 +109,7 @@ class LocalClusterRun:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybk", "localcluster", "--bookies", str(BOOKIES),
              "--zk-port", str(self.zk_port), "--base-port", str(self.base_port),
-             "--data-dir", str(self.data_dir), "--grace", "20"],
+             "--data-dir", str(self.data_dir), "--grace", "20", "--autorecovery"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         out.close()
@@ -180,6 +181,20 @@ def test_banner_says_what_runs_where(cluster: LocalClusterRun) -> None:
     commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in cluster.children]
     assert any(b"ZooKeeperServerMain" in part for argv in commands for part in argv)
     assert sum(argv[1:4] == [b"-m", b"pybk", b"bookie"] for argv in commands) == BOOKIES
+    assert sum(argv[1:4] == [b"-m", b"pybk", b"autorecovery"] for argv in commands) == 1
+    assert f"http://127.0.0.1:{cluster.base_port + 99}/metrics" in out
+
+
+def test_autorecovery_leads_and_serves_metrics(cluster: LocalClusterRun) -> None:
+    url = f"http://127.0.0.1:{cluster.base_port + 99}/metrics"
+    deadline = time.monotonic() + 30
+    while True:  # it leads once its ZooKeeper session has campaigned
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            if "autorecovery_leader 1.0" in reply.read().decode():
+                break
+        assert time.monotonic() < deadline, "autorecovery never led"
+        time.sleep(0.2)
+    assert shell(cluster.zk_hosts, "autorecovery") == {"enabled": True, "changed": False}
 
 
 def test_a_second_cluster_on_the_same_data_dir_is_refused(cluster: LocalClusterRun) -> None:

@@ -51,6 +51,11 @@ def render_banner(
             f"  {f'bookie-{index}':<12} {bookie_id:<21}  metrics {layout.metrics_url(index)}"
             f"  log {layout.log_dir / f'bookie-{index}.log'}"
         )
+    if layout.autorecovery:
+        lines.append(
+            f"  {'autorecovery':<12} {'watches the bookies':<21}"
+            f"  metrics {layout.autorecovery_metrics_url}  log {layout.log_dir / 'autorecovery.log'}"
+        )
     lines.append(f"  {'cluster':<12} {'initialised now' if cluster_created else 'existing metadata kept'}")
     if self_check is not None:
         lines.append(

@@ -1,7 +1,8 @@
 """The local cluster's life: start ZooKeeper and the bookies, check them, watch them, stop them.
 
 Start order is ZooKeeper → cluster metadata (idempotent) → bookies → wait until every bookie is
-registered → self-check through the real client. Stop order is the reverse: bookies first (each
+registered → self-check through the real client → autorecovery, if asked for. Stop order is the
+reverse: autorecovery first (stopping bookies must not look like lost ones), then the bookies (each
 SIGTERM, a grace period, then SIGKILL), ZooKeeper last, so bookies can unregister cleanly.
 A child that exits on its own is reported (name, pid, exit code, log file) and the rest keep running.
 """
@@ -43,6 +44,7 @@ class LocalCluster:
         self.grace_s = grace_s
         self.zookeeper = ChildProcess(layout.zookeeper_spec())
         self.bookies = [ChildProcess(layout.bookie_spec(i)) for i in range(layout.bookies)]
+        self.autorecovery = ChildProcess(layout.autorecovery_spec()) if layout.autorecovery else None
         self.bookie_ids: list[str] = []
         self.cluster_created = False
         self.self_check: steps.SelfCheckResult | None = None
@@ -50,7 +52,11 @@ class LocalCluster:
 
     @property
     def children(self) -> list[ChildProcess]:
-        return [self.zookeeper, *self.bookies]
+        return [self.zookeeper, *self.bookies, *([self.autorecovery] if self.autorecovery else [])]
+
+    def started(self) -> list[ChildProcess]:
+        """The children launched so far (autorecovery starts after the self-check)."""
+        return [child for child in self.children if child.pid is not None]
 
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
@@ -86,14 +92,23 @@ class LocalCluster:
             f"{layout.bookies} bookie(s) to register in ZooKeeper",
             steps.wait_for_bookies(layout.zk_hosts, expected_ports, bookies_started_ms),
             BOOKIES_REGISTER_TIMEOUT_S,
-            self.children,
+            self.started(),
         )
         self.self_check = await self._phase(
             "the self-check (write and read back a replicated ledger)",
             steps.run_self_check(layout.zk_hosts, layout.bookies),
             SELF_CHECK_TIMEOUT_S,
-            self.children,
+            self.started(),
         )
+        if self.autorecovery is not None:
+            self.say(f"starting autorecovery (log: {self.autorecovery.spec.log_path})")
+            await self.autorecovery.start()
+            await self._phase(
+                "autorecovery to serve its metrics",
+                steps.wait_for_http(layout.autorecovery_metrics_url),
+                ZOOKEEPER_START_TIMEOUT_S,
+                self.started(),
+            )
 
     async def _phase(
         self, what: str, work: Awaitable[T], timeout_s: float, watched: list[ChildProcess]
@@ -161,7 +176,10 @@ class LocalCluster:
     # -- stop ----------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Stop bookies (in parallel), then ZooKeeper. Safe to call after a failed start."""
+        """Stop autorecovery, the bookies (in parallel), then ZooKeeper. Safe to call after a
+        failed start."""
+        if self.autorecovery is not None:
+            await self._stop_all([self.autorecovery])
         await self._stop_all(self.bookies)
         await self._stop_all([self.zookeeper])
 

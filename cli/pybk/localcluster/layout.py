@@ -5,10 +5,13 @@
     D/bookie-<i>/ledgers        bookie i's entry logs and indexes
     D/logs/zookeeper.log        each child's stdout and stderr
     D/logs/bookie-<i>.log
+    D/logs/autorecovery.log     with --autorecovery
     D/localcluster.lock         held while a localcluster runs on D (one at a time)
 
 Bookie i (0-based) listens on ``base_port + i`` for gRPC and ``base_port + 100 + i`` for HTTP
-(``/heartbeat``, ``/metrics``). The same layout on the same directory gives the same cluster back.
+(``/heartbeat``, ``/metrics``). With ``autorecovery``, a ``pybk autorecovery`` process serves its
+metrics on ``base_port + 99``, the port just below the HTTP range. The same layout on the same
+directory gives the same cluster back.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from pathlib import Path
 from pybk.localcluster.child import ChildSpec
 
 HTTP_PORT_OFFSET = 100
-MAX_BOOKIES = HTTP_PORT_OFFSET  # gRPC and HTTP port ranges must not overlap
+# gRPC and HTTP port ranges must not overlap, nor reach the autorecovery port just below HTTP's.
+MAX_BOOKIES = HTTP_PORT_OFFSET - 1
 
 
 class LayoutError(ValueError):
@@ -37,6 +41,7 @@ class ClusterLayout:
     base_port: int = 3181
     host: str = "127.0.0.1"
     python: str = sys.executable
+    autorecovery: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= MAX_BOOKIES:
@@ -51,6 +56,8 @@ class ClusterLayout:
             )
         if self.zk_port in self.all_bookie_ports():
             raise LayoutError(f"--zk-port {self.zk_port} collides with a bookie port")
+        if self.autorecovery and self.zk_port == self.autorecovery_http_port:
+            raise LayoutError(f"--zk-port {self.zk_port} collides with the autorecovery port")
 
     # -- addresses -----------------------------------------------------------------------------
 
@@ -73,6 +80,14 @@ class ClusterLayout:
     def heartbeat_url(self, index: int) -> str:
         return f"http://{self.host}:{self.http_port(index)}/heartbeat"
 
+    @property
+    def autorecovery_http_port(self) -> int:
+        return self.base_port + HTTP_PORT_OFFSET - 1
+
+    @property
+    def autorecovery_metrics_url(self) -> str:
+        return f"http://{self.host}:{self.autorecovery_http_port}/metrics"
+
     def all_bookie_ports(self) -> set[int]:
         return {self.bookie_port(i) for i in range(self.bookies)} | {
             self.http_port(i) for i in range(self.bookies)
@@ -81,7 +96,10 @@ class ClusterLayout:
     def busy_ports(self) -> list[int]:
         """Ports of this layout that something else already listens on (checked by binding)."""
         busy: list[int] = []
-        for port in sorted({self.zk_port} | self.all_bookie_ports()):
+        ports = {self.zk_port} | self.all_bookie_ports()
+        if self.autorecovery:
+            ports.add(self.autorecovery_http_port)
+        for port in sorted(ports):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 # Like the servers themselves: TIME_WAIT leftovers of a previous run are no conflict.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -141,4 +159,17 @@ class ClusterLayout:
                 "--advertised-address", self.host,
             ),
             log_path=self.log_dir / f"bookie-{index}.log",
+        )
+
+    def autorecovery_spec(self) -> ChildSpec:
+        return ChildSpec(
+            name="autorecovery",
+            argv=(
+                self.python, "-m", "pybk", "autorecovery",
+                "--zk", self.zk_hosts,
+                "--http-port", str(self.autorecovery_http_port),
+            ),
+            log_path=self.log_dir / "autorecovery.log",
+            # a development cluster: its metrics on loopback only, like the bookies'
+            env={"BK_bindAddress": self.host},
         )

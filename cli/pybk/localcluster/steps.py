@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import time
+import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -50,6 +51,21 @@ async def wait_for_zookeeper(host: str, port: int) -> None:
     """Return once ZooKeeper answers ``imok`` (the caller bounds the wait)."""
     while True:
         if await zookeeper_answers_ruok(host, port):
+            return
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def wait_for_http(url: str) -> None:
+    """Return once ``url`` answers 200 (the caller bounds the wait)."""
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    while True:
+        if await asyncio.to_thread(answers):
             return
         await asyncio.sleep(POLL_INTERVAL_S)
 

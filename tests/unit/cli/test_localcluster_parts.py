@@ -41,6 +41,12 @@ def test_layout_commands_are_accepted_by_pybk(tmp_path: Path) -> None:
     parser = build_parser()
     for spec in (zk, bookie):
         parser.parse_args(list(spec.argv[3:]))  # exits (fails the test) on an unknown flag
+    recovery = ClusterLayout(data_dir=tmp_path, bookies=2, zk_port=2999, base_port=4100,
+                             autorecovery=True).autorecovery_spec()
+    assert recovery.argv[1:4] == ("-m", "pybk", "autorecovery")
+    parser.parse_args(list(recovery.argv[3:]))
+    assert recovery.argv[recovery.argv.index("--http-port") + 1] == "4199"  # just below the HTTP range
+    assert recovery.env == {"BK_bindAddress": "127.0.0.1"}
     argv = list(bookie.argv)
     assert argv[argv.index("--port") + 1] == "4101"
     assert argv[argv.index("--http-port") + 1] == "4201"
@@ -52,10 +58,11 @@ def test_layout_commands_are_accepted_by_pybk(tmp_path: Path) -> None:
     ("kwargs", "message"),
     [
         ({"bookies": 0}, "--bookies"),
-        ({"bookies": 101}, "--bookies"),
+        ({"bookies": 100}, "--bookies"),  # bookie 99's gRPC port would be autorecovery's
         ({"zk_port": 70000}, "--zk-port"),
         ({"base_port": 65500}, "--base-port"),
         ({"zk_port": 3282, "base_port": 3181}, "collides"),
+        ({"zk_port": 3280, "base_port": 3181, "autorecovery": True}, "autorecovery port"),
     ],
 )
 def test_layout_rejects_impossible_clusters(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
@@ -71,6 +78,10 @@ def test_busy_ports_finds_a_listener(tmp_path: Path) -> None:
         base = port + 1 if port < 60000 else 20000
         layout = ClusterLayout(data_dir=tmp_path, bookies=1, zk_port=port, base_port=base)
         assert port in layout.busy_ports()
+        if port > 2000:  # the autorecovery port (base + 99) is checked only when it runs
+            kwargs: dict[str, Any] = {"data_dir": tmp_path, "zk_port": port - 50, "base_port": port - 99}
+            assert port not in ClusterLayout(bookies=1, **kwargs).busy_ports()
+            assert port in ClusterLayout(bookies=1, autorecovery=True, **kwargs).busy_ports()
     assert port not in layout.busy_ports()
 
 
@@ -143,6 +154,15 @@ def test_banner_tells_where_everything_is(tmp_path: Path) -> None:
                    "pybk shell --zk 127.0.0.1:2182 listbookies", "BookKeeper.connect(\"127.0.0.1:2182\")",
                    f"--data-dir {tmp_path}", str(tmp_path / "logs" / "bookie-1.log")):
         assert needle in text
+
+
+def test_banner_lists_autorecovery_when_it_runs(tmp_path: Path) -> None:
+    layout = ClusterLayout(data_dir=tmp_path, bookies=1, zk_port=2182, base_port=4000, autorecovery=True)
+    text = render_banner(layout, ["127.0.0.1:4000"], None, cluster_created=False, temporary_data=True)
+    assert "http://127.0.0.1:4099/metrics" in text and str(tmp_path / "logs" / "autorecovery.log") in text
+    plain = ClusterLayout(data_dir=tmp_path, bookies=1, zk_port=2182, base_port=4000)
+    assert "4099" not in render_banner(plain, ["127.0.0.1:4000"], None, cluster_created=False,
+                                               temporary_data=True)
 
 
 class ScriptedCluster(LocalCluster):
