@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from bkclient.bookkeeper import BookKeeper
 from bkclient.digest import DigestManager
 from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
+from bkclient.rate_limiter import ByteRateLimiter
 from bkmeta.model import LedgerMetadata
 from bkmeta.zk import ZkNoNodeError
 from bkproto.errors import BKError, IllegalOpError, IncorrectParameterError, NoSuchLedgerError
@@ -88,8 +89,15 @@ class Decommission:
 class BookKeeperAdmin:
     """Cluster administration over a connected :class:`BookKeeper` (which the caller closes)."""
 
-    def __init__(self, bk: BookKeeper) -> None:
+    def __init__(self, bk: BookKeeper, *, replication_rate_bytes: int = 0) -> None:
+        """``replication_rate_bytes`` > 0 caps what re-replication writes, in bytes per second
+        over all copies (BookKeeper's ``replicationRateByBytes``; 0 or less: no cap)."""
+        if isinstance(replication_rate_bytes, bool) or not isinstance(replication_rate_bytes, int):
+            raise IncorrectParameterError(
+                f"replication_rate_bytes must be an int, got {replication_rate_bytes!r}"
+            )
         self._bk = bk
+        self._throttle = ByteRateLimiter(replication_rate_bytes) if replication_rate_bytes > 0 else None
 
     async def recover_bookies(
         self,
@@ -238,7 +246,7 @@ class BookKeeperAdmin:
             report.fragments.append(FragmentPlan(fragment.first_entry_id, end, fragment.ensemble, new))
             if dry_run:
                 continue
-            replicator = FragmentReplicator(ctx, digest, md, fragment, targets)
+            replicator = FragmentReplicator(ctx, digest, md, fragment, targets, self._throttle)
             try:
                 await replicator.run()
             except BKError as exc:

@@ -69,6 +69,7 @@ class AutoRecovery:
             bk.ctx.metadata.zk, f"{layout.underreplication}/auditorelection/leader", identity
         )
         self._control = bk.ctx.metadata.replication_control
+        self._admin = BookKeeperAdmin(bk, replication_rate_bytes=settings.replication_rate_bytes)
         self._missing_since: dict[str, float] = {}
         self._retry_s = RETRY_S
         # Wakes the leader's loop: a change of the registered bookies or of an operator's switch.
@@ -179,7 +180,7 @@ class AutoRecovery:
         enabled, delay_s = await self._switches()
         self.stats.replication_enabled.set(int(enabled))
         self.stats.lost_bookie_delay.set(delay_s)
-        admin = BookKeeperAdmin(self._bk)
+        admin = self._admin
         named = await admin.ledgers_by_bookie()
         missing = await admin.unregistered(named)
         now = loop.time()
@@ -212,7 +213,7 @@ class AutoRecovery:
         check just read); True when nothing was left undone."""
         grace = self._settings.open_ledger_grace_s
         graced = frozenset(b for b in due if now - self._missing_since[b] >= grace)
-        admin = BookKeeperAdmin(self._bk)
+        admin = self._admin
         lost = frozenset(due)
         log.warning("bookies lost: %s; re-replicating their ledgers", ", ".join(sorted(due)))
         final: list[LedgerRecovery] = []

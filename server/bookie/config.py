@@ -197,6 +197,10 @@ KEYS: dict[str, Key] = {
         _int(0), help="seconds between full checks for lost bookies, besides every change (86400; 0: off)",
         autorecovery_field="check_interval_s",
     ),
+    "replicationRateByBytes": Key(
+        _int(-1), help="bytes per second re-replication may write, over all its copies (-1: no limit)",
+        autorecovery_field="replication_rate_bytes",
+    ),
     "openLedgerRereplicationGracePeriod": Key(
         _seconds_from_ms(0), help="ms an open ledger's writer gets to replace a lost bookie before the"
         " ledger is fenced (30000)", autorecovery_field="open_ledger_grace_s",
@@ -235,6 +239,7 @@ class AutoRecoverySettings:
     lost_bookie_delay_s: float = 0.0  # lostBookieRecoveryDelay
     check_interval_s: float = 86_400.0  # auditorPeriodicBookieCheckInterval; 0: only on changes
     open_ledger_grace_s: float = 30.0  # openLedgerRereplicationGracePeriod
+    replication_rate_bytes: int = 0  # replicationRateByBytes; 0 or less: no limit
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from bkclient import BookKeeperAdmin, IncorrectParameterError
 from bkclient.admin import check_bookie_id
 from pybk.shell.cmd_recover import ledger_json, ledger_lines
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, refused, shell_client, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, add_rate_option, refused, shell_client, usage_error
 
 
 def register(commands: Any) -> None:
@@ -23,6 +23,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--bookieid", dest="bookie_id", required=True, metavar="ID",
                         help="the bookie to retire (host:port)")
     parser.add_argument("-f", "--force", action="store_true", help="decommission without asking")
+    add_rate_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -39,7 +40,8 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     )) is not None:
         return exit_code
     async with await shell_client(ctx) as bk:
-        result = await BookKeeperAdmin(bk).decommission_bookie(args.bookie_id)
+        admin = BookKeeperAdmin(bk, replication_rate_bytes=args.rate_bytes)
+        result = await admin.decommission_bookie(args.bookie_id)
     copied = sum(r.entries_copied for r in result.ledgers)
     if result.cookie_deleted:
         summary = (f"bookie {args.bookie_id} decommissioned: {len(result.ledgers)} ledger(s) re-replicated,"

@@ -16,7 +16,14 @@ from typing import Any
 from bkclient import BookKeeperAdmin, IncorrectParameterError, LedgerRecovery
 from bkclient.admin import check_bookie_id
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, non_negative, refused, shell_client, usage_error
+from pybk.shell.ledger_view import (
+    EXIT_FAILED,
+    add_rate_option,
+    non_negative,
+    refused,
+    shell_client,
+    usage_error,
+)
 
 
 def register(commands: Any) -> None:
@@ -30,6 +37,7 @@ def register(commands: Any) -> None:
     parser.add_argument("-l", "--ledgerid", dest="ledger_id", type=non_negative, metavar="ID",
                         help="only this ledger")
     parser.add_argument("-f", "--force", action="store_true", help="recover without asking")
+    add_rate_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -88,7 +96,7 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         still_there = sorted(set(lost) & set(meta.bookie_watcher.all_bookies()))
         if still_there:
             ctx.err.write(f"warning: still registered (stopped for good?): {', '.join(still_there)}\n")
-        reports = await BookKeeperAdmin(bk).recover_bookies(
+        reports = await BookKeeperAdmin(bk, replication_rate_bytes=args.rate_bytes).recover_bookies(
             lost,
             ledger_ids=None if args.ledger_id is None else [args.ledger_id],
             dry_run=args.dry_run,

@@ -24,6 +24,7 @@ from bkclient.digest import DigestManager
 from bkclient.distribution import RoundRobinDistribution
 from bkclient.ops.read import ReadEntryOp
 from bkclient.ops.recovery import RecoveryContext, recovery_add
+from bkclient.rate_limiter import ByteRateLimiter
 from bkmeta.model import LedgerMetadata, Versioned
 from bkproto.errors import BKError, DigestMismatchError, LedgerRecoveryError, MetadataVersionError
 from bkproto.errors import TimeoutError as BKTimeoutError
@@ -73,6 +74,7 @@ class FragmentReplicator:
         md: LedgerMetadata,
         fragment: Fragment,
         targets: Mapping[int, str],
+        throttle: ByteRateLimiter | None = None,
     ) -> None:
         if set(targets) != set(fragment.lost_slots):
             raise ValueError(f"targets {dict(targets)} do not cover the lost slots {fragment.lost_slots}")
@@ -84,6 +86,7 @@ class FragmentReplicator:
             md.ensemble_size, md.write_quorum_size, md.ack_quorum_size
         )
         self._lost = {fragment.ensemble[slot] for slot in fragment.lost_slots}
+        self._throttle = throttle
         self.entries_copied = 0
 
     async def run(self) -> Versioned[LedgerMetadata]:
@@ -137,6 +140,8 @@ class FragmentReplicator:
                            if following <= last else None)
                 async with asyncio.TaskGroup() as writes:  # one failing cancels the others
                     for k, body in enumerate(bodies):
+                        if self._throttle is not None:  # paced per entry, as BookKeeper does
+                            await self._throttle.acquire(len(body) * len(slots))
                         for slot in slots:
                             target = self._targets[slot]
                             writes.create_task(self._write(target, entry_id + k * stride, body))

@@ -21,6 +21,7 @@ from bkclient.admin import BookKeeperAdmin
 from bkclient.digest import DigestManager
 from bkclient.distribution import RoundRobinDistribution
 from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
+from bkclient.rate_limiter import ByteRateLimiter
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
 from bkproto.errors import (
     BookieUnavailableError,
@@ -83,6 +84,30 @@ async def test_a_lost_bookie_entries_are_copied_byte_for_byte_and_the_metadata_s
     final = ctx.ledger_manager.ledgers[LEDGER].value
     assert [s.bookies for s in final.segments] == [(B[4], B[1], B[2]), (B[3], B[1], B[5])]
     assert B[0] not in final.all_bookies() and final.state == LedgerState.CLOSED
+
+
+async def test_a_rate_limit_paces_every_copied_byte() -> None:
+    ctx = make_cluster(6)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [30])
+    ctx.bookies[B[0]].down = True
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 29)
+    waited: list[float] = []
+    now = [0.0]
+
+    async def sleep(seconds: float) -> None:  # a fake clock: the test takes no time
+        waited.append(seconds)
+        now[0] += seconds
+
+    limiter = ByteRateLimiter(10_000, clock=lambda: now[0], sleep=sleep)
+    op = FragmentReplicator(ctx, DigestManager(LEDGER, PASSWORD, DigestType.CRC32C), md, fragment,
+                            {0: B[4]}, limiter)
+    await op.run()
+    copied = ctx.bookies[B[4]].entries[LEDGER]
+    sizes = [len(body) for body in copied.values()]
+    assert len(sizes) == op.entries_copied == 20  # two of every three entries had a copy on B0
+    # every byte but the last entry's had to wait its turn at 10,000 bytes/s
+    assert sum(waited) == pytest.approx((sum(sizes) - sizes[-1]) / 10_000)
+    assert sorted(copied) == sorted(ctx.bookies[B[0]].entries[LEDGER])
 
 
 async def test_an_entry_no_replica_holds_fails_the_fragment_and_leaves_the_metadata() -> None:

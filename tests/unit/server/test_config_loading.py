@@ -90,6 +90,20 @@ def test_compaction_keys(tmp_path: Path) -> None:
     assert load_config(None, {"BK_minorCompactionThreshold": "0.9", "BK_majorCompactionInterval": "0"})
 
 
+def test_autorecovery_keys(tmp_path: Path) -> None:
+    defaults = load_config(None, {}, {}).autorecovery
+    assert (defaults.lost_bookie_delay_s, defaults.open_ledger_grace_s) == (0.0, 30.0)
+    assert defaults.replication_rate_bytes == 0  # no limit
+    text = ("lostBookieRecoveryDelay=600\nopenLedgerRereplicationGracePeriod=5000\n"
+            "auditorPeriodicBookieCheckInterval=0\nreplicationRateByBytes=2000000\n")
+    config = load_config(write_conf(tmp_path, text)).autorecovery
+    assert (config.lost_bookie_delay_s, config.open_ledger_grace_s, config.check_interval_s) == (600, 5.0, 0)
+    assert config.replication_rate_bytes == 2_000_000
+    assert load_config(None, {"BK_replicationRateByBytes": "-1"}).autorecovery.replication_rate_bytes == -1
+    with pytest.raises(ConfigError, match="replicationRateByBytes: must be >= -1"):
+        load_config(None, {"BK_replicationRateByBytes": "-2"})
+
+
 def test_single_journal_directory_key(tmp_path: Path) -> None:
     config = load_config(write_conf(tmp_path, "journalDirectory=/only\n"))
     assert [str(d) for d in config.journal_dirs] == ["/only"]
