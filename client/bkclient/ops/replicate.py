@@ -64,6 +64,21 @@ def fragments_with(
     return found
 
 
+class _ChunkSize:
+    """How many entries a lane asks a bookie for at once. A bulk read that times out halves it for
+    the rest of the lane: a slow bookie then serves smaller reads within the read timeout, where
+    the full chunk would time out on every call. It never grows back, since every timeout costs a
+    whole read timeout and a lane lasts one fragment."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, limit: int) -> None:
+        self.entries = max(1, limit)
+
+    def timed_out(self, asked: int) -> None:
+        self.entries = max(1, min(self.entries, asked) // 2)
+
+
 class FragmentReplicator:
     """Copies one fragment to ``targets`` (slot -> new bookie), then swaps them into the metadata."""
 
@@ -127,16 +142,17 @@ class FragmentReplicator:
         # the lost bookies last: one may only be stopped (a decommission), and then still answers
         sources = sorted(write_set, key=lambda bookie: bookie in self._lost)
         last = fragment.last_entry_id
+        chunk = _ChunkSize(self._ctx.config.read_batch_max_entries)
         # the next chunk is read while this one is written: two chunks per lane at most
         reading: asyncio.Future[list[bytes]] | None = asyncio.ensure_future(
-            self._read_chunk(first, stride, sources)
+            self._read_chunk(first, stride, sources, chunk)
         )
         entry_id = first
         try:
             while reading is not None:
                 bodies = await reading
                 following = entry_id + len(bodies) * stride
-                reading = (asyncio.ensure_future(self._read_chunk(following, stride, sources))
+                reading = (asyncio.ensure_future(self._read_chunk(following, stride, sources, chunk))
                            if following <= last else None)
                 async with asyncio.TaskGroup() as writes:  # one failing cancels the others
                     for k, body in enumerate(bodies):
@@ -152,17 +168,25 @@ class FragmentReplicator:
                 reading.cancel()
                 await asyncio.gather(reading, return_exceptions=True)
 
-    async def _read_chunk(self, entry_id: int, stride: int, sources: Sequence[str]) -> list[bytes]:
+    async def _read_chunk(
+        self, entry_id: int, stride: int, sources: Sequence[str], chunk: _ChunkSize
+    ) -> list[bytes]:
         """Verified bodies of ``entry_id``, ``entry_id + stride``, ... (at least the first)."""
         config = self._ctx.config
         ledger_id = self._fragment.ledger_id
-        count = min(config.read_batch_max_entries, (self._fragment.last_entry_id - entry_id) // stride + 1)
+        remaining = (self._fragment.last_entry_id - entry_id) // stride + 1
         for source in sources:
+            count = min(chunk.entries, remaining)
             try:
                 bodies = await self._ctx.bookie(source).read_entries(
                     ledger_id, entry_id, count, config.read_batch_max_bytes, stride=stride,
                     timeout=config.read_entry_timeout_s,
                 )
+            except BKTimeoutError:
+                chunk.timed_out(count)
+                log.info("ledger %d: %d entries from %s timed out; asking for %d at a time", ledger_id,
+                         count, source, chunk.entries)
+                continue
             except BKError as exc:
                 log.debug("ledger %d: bulk read from %d on %s failed: %s", ledger_id, entry_id, source, exc)
                 continue

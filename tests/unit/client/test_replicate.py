@@ -29,6 +29,7 @@ from bkproto.errors import (
     LedgerRecoveryError,
     NoSuchLedgerError,
 )
+from bkproto.errors import TimeoutError as BKTimeoutError
 
 B = [f"127.0.0.1:{3181 + i}" for i in range(6)]
 
@@ -108,6 +109,32 @@ async def test_a_rate_limit_paces_every_copied_byte() -> None:
     # every byte but the last entry's had to wait its turn at 10,000 bytes/s
     assert sum(waited) == pytest.approx((sum(sizes) - sizes[-1]) / 10_000)
     assert sorted(copied) == sorted(ctx.bookies[B[0]].entries[LEDGER])
+
+
+async def test_bulk_reads_that_time_out_shrink_until_the_slow_bookie_serves_them() -> None:
+    ctx = make_cluster(5)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [120])
+    ctx.bookies[B[0]].down = True
+    slow = ctx.bookies[B[1]]  # the only source of the entries B0 shared with it (residue 0)
+    serve = slow.read_entries
+
+    async def read_entries(ledger_id: int, first: int, max_count: int, max_bytes: int,
+                           **kwargs: Any) -> list[bytes]:
+        if max_count > 4:  # more than this takes longer than the read timeout
+            slow.batch_reads.append((ledger_id, first, max_count))
+            raise BKTimeoutError(f"bookie {B[1]}: request timed out")
+        return await serve(ledger_id, first, max_count, max_bytes, **kwargs)
+
+    slow.read_entries = read_entries  # type: ignore[method-assign]
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 119)
+    op = replicator(ctx, md, fragment, {0: B[3]})
+    await op.run()
+    assert op.entries_copied == 80 and sorted(ctx.bookies[B[3]].entries[LEDGER]) == sorted(
+        ctx.bookies[B[0]].entries[LEDGER])
+    asked = [count for _, first, count in slow.batch_reads if first % 3 == 0]
+    assert asked[:5] == [40, 20, 10, 5, 2]  # halved at each timeout ...
+    assert set(asked[5:]) == {2} and len(asked) > 10  # ... and never back up to a size that timed out
+    assert len(slow.reads) == 4  # the first entries of the timed-out chunks, read alone
 
 
 async def test_an_entry_no_replica_holds_fails_the_fragment_and_leaves_the_metadata() -> None:
