@@ -153,6 +153,10 @@ KEYS: dict[str, Key] = {
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
     ),
+    "isForceGCAllowWhenNoSpace": Key(
+        _bool, help="when disks run short, force compaction instead of pausing it (false)",
+        gc_field="force_when_no_space",
+    ),
     # read-only mode and disk usage (ReadOnlySettings; BookKeeper's defaults)
     "readOnlyModeEnabled": Key(
         _bool, help="turn read-only when a disk fills or a journal fails (true); false: shut down",

@@ -154,7 +154,7 @@ class BookieDaemon:
         assert self.state is not None
         self.state.set_disk_status(status.read_only, status.room_for_high_priority, status.describe())
         if self.gc is not None:
-            self.gc.pause_for_disks(major=bool(status.almost_full), minor=bool(status.full))
+            self.gc.disk_space(almost_full=bool(status.almost_full), full=bool(status.full))
 
     async def _register(self, registration: Registration, http_port: int | None) -> None:
         """Register where the state says (``available/`` or ``available/readonly/``), then let

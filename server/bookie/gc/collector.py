@@ -77,6 +77,8 @@ class GcSettings:
     major_threshold: float = 0.8  # majorCompactionThreshold
     major_interval_s: float = 86400.0  # majorCompactionInterval
     rate_bytes: int = 1_000_000  # compactionRateByBytes (bytes/s)
+    # isForceGCAllowWhenNoSpace: compact when the disks run short instead of pausing
+    force_when_no_space: bool = False
 
     def __post_init__(self) -> None:
         if self.wait_time_s <= 0:
@@ -184,6 +186,7 @@ class GarbageCollector:
         # operator's, nor the other way round; each pair is replaced whole
         self._paused_for_disks = (False, False)
         self._paused_by_operator = (False, False)
+        self._short_of_space = False  # with force_when_no_space: every run compacts
         self._operator_lock = threading.Lock()  # HTTP threads update the operator's pair
 
     async def start(self) -> None:
@@ -222,10 +225,26 @@ class GarbageCollector:
     def minor_suspended(self) -> bool:
         return self._paused_for_disks[1] or self._paused_by_operator[1]
 
-    def pause_for_disks(self, major: bool, minor: bool) -> None:
-        """Pause compaction while the disks are nearly full (major) or full (both), as BookKeeper
-        does: compaction writes the live entries anew before it deletes their old log, so it needs
-        room first. Collection itself goes on: deleting ledgers only frees space."""
+    def disk_space(self, almost_full: bool, full: bool) -> None:
+        """The disk monitor's news (on the loop). As BookKeeper does, compaction pauses while the
+        disks are nearly full (major) or full (both): it writes the live entries anew before it
+        deletes their old log, so it needs room first. Collection itself goes on: deleting ledgers
+        only frees space.
+
+        With ``isForceGCAllowWhenNoSpace`` it is the other way round, for clusters where only
+        compaction can give the space back: running short forces a collection with compaction at
+        once, and every run while short compacts whatever its threshold allows, due or not."""
+        if self._settings.force_when_no_space:
+            short = almost_full or full
+            if short and not self._short_of_space:
+                log.warning("disks short of space: forcing garbage collection and compaction"
+                            " (isForceGCAllowWhenNoSpace)")
+                self.trigger()
+            elif self._short_of_space and not short:
+                log.info("disk space back: compaction on its own schedule again")
+            self._short_of_space = short
+            return
+        major, minor = almost_full, full
         if (major, minor) != self._paused_for_disks:
             log.info("compaction for full disks: major %s, minor %s",
                      "paused" if major else "on", "paused" if minor else "on")
@@ -281,6 +300,8 @@ class GarbageCollector:
             forced, self._forced = self._forced, False
             major, minor = self._force_major, self._force_minor
             self._force_major = self._force_minor = False
+            if self._short_of_space:
+                major = minor = forced = True
             self.running, self.forced_running = True, forced
             try:
                 await self.collect(force_major=major, force_minor=minor)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,11 @@ def _config(tmp_path: Path, **overrides: Any) -> StorageConfig:
     return make_config(tmp_path, **settings)
 
 
-def _collector(bookie: Bookie, metadata: FakeMetadata, verify: bool = True) -> GarbageCollector:
-    settings = GcSettings(600.0, verify, rate_bytes=0)
-    return GarbageCollector(bookie, metadata, settings, GcStats(CollectorRegistry()))
+def _collector(
+    bookie: Bookie, metadata: FakeMetadata, verify: bool = True, **settings: Any
+) -> GarbageCollector:
+    chosen: dict[str, Any] = {"wait_time_s": 600.0, "verify_metadata": verify, "rate_bytes": 0, **settings}
+    return GarbageCollector(bookie, metadata, GcSettings(**chosen), GcStats(CollectorRegistry()))
 
 
 async def _write(bookie: Bookie, ledger_id: int, count: int) -> None:
@@ -244,18 +246,53 @@ async def test_a_nearly_full_disk_pauses_compaction_but_not_deletion(tmp_path: P
     config = _config(tmp_path)
     async with _half_dead_logs(config) as (bookie, collector):
         before = _log_files(config)
-        collector.pause_for_disks(major=True, minor=True)  # full: compaction needs room to copy
+        collector.disk_space(almost_full=True, full=True)  # full: compaction needs room to copy
         run = await collector.collect(force_major=True, force_minor=True)
         assert run is not None and run.deleted_ledgers == 1 and run.compaction is None
         assert _log_files(config) == before  # every log still holds a live entry of ledger 2
         details = collector.details()
         assert details["majorCompactionSuspended"] and details["minorCompactionSuspended"]
-        collector.pause_for_disks(major=True, minor=False)  # above the warning share only
+        collector.disk_space(almost_full=True, full=False)  # above the warning share only
         run = await collector.collect(force_major=True, force_minor=True)
         assert run is not None and run.compaction == "minor"
-        collector.pause_for_disks(major=False, minor=False)
+        collector.disk_space(almost_full=False, full=False)
         run = await collector.collect(force_major=True)
         assert run is not None and run.compaction == "major" and run.compacted.logs > 0
+        await _assert_readable(bookie, 2, 120)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_force_gc_when_no_space_compacts_while_the_disks_are_short(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    metadata = FakeMetadata({1, 2})
+    async with make_bookie(config) as bookie:
+        await _write_interleaved(bookie, (1, 2), 120, 20)
+        metadata.ledgers.discard(1)
+        # compaction is not due for a day; collections come every 0.2 s
+        collector = _collector(bookie, metadata, wait_time_s=0.2, force_when_no_space=True)
+        await collector.start()
+        try:
+            await asyncio.sleep(0.5)
+            assert collector.runs >= 1 and collector.major_compactions == 0  # not due, not short
+            before = _log_files(config)
+            collector.disk_space(almost_full=True, full=True)
+            await _until(lambda: collector.major_compactions >= 2)  # forced, then every run while short
+            assert not collector.major_suspended and not collector.minor_suspended
+            assert sum(_log_files(config).values()) < 0.6 * sum(before.values())
+            collector.disk_space(almost_full=False, full=False)
+            await asyncio.sleep(0.3)  # a run that began while short may still be compacting
+            settled, runs = collector.major_compactions, collector.runs
+            await _until(lambda: collector.runs >= runs + 3)
+            assert collector.major_compactions == settled  # back on its daily schedule
+        finally:
+            await collector.close()
         await _assert_readable(bookie, 2, 120)
 
 
@@ -263,15 +300,15 @@ async def test_the_disks_cannot_resume_what_an_operator_suspended(tmp_path: Path
     config = _config(tmp_path)
     async with _half_dead_logs(config) as (bookie, collector):
         collector.suspend_by_operator(major=True)
-        collector.pause_for_disks(major=True, minor=True)
-        collector.pause_for_disks(major=False, minor=False)  # space back: the operator's stays
+        collector.disk_space(almost_full=True, full=True)
+        collector.disk_space(almost_full=False, full=False)  # space back: the operator's stays
         assert collector.suspension() == {"isMajorGcSuspended": "true", "isMinorGcSuspended": "false"}
         run = await collector.collect(force_major=True, force_minor=True)
         assert run is not None and run.compaction == "minor"
-        collector.pause_for_disks(major=True, minor=True)
+        collector.disk_space(almost_full=True, full=True)
         collector.suspend_by_operator(major=False)  # the operator's resume cannot undo the disks'
         assert collector.major_suspended and collector.minor_suspended
-        collector.pause_for_disks(major=False, minor=False)
+        collector.disk_space(almost_full=False, full=False)
         run = await collector.collect(force_major=True)
         assert run is not None and run.compaction == "major" and run.compacted.logs > 0
         await _assert_readable(bookie, 2, 120)
