@@ -112,6 +112,11 @@ class ZkLayout:
         return self._join(UNDERREPLICATION_ZNODE)
 
     @property
+    def auditor_leader(self) -> str:
+        """The leading autorecovery's ephemeral znode; its content says who it is."""
+        return self._join(UNDERREPLICATION_ZNODE, "auditorelection", "leader")
+
+    @property
     def idgen(self) -> str:
         return self._join(IDGEN_ZNODE)
 

@@ -64,9 +64,8 @@ class AutoRecovery:
     ) -> None:
         self._bk = bk
         self._settings = settings
-        layout = bk.ctx.metadata.layout
         self._election = LeaderElection(
-            bk.ctx.metadata.zk, f"{layout.underreplication}/auditorelection/leader", identity
+            bk.ctx.metadata.zk, bk.ctx.metadata.layout.auditor_leader, identity
         )
         self._control = bk.ctx.metadata.replication_control
         self._admin = BookKeeperAdmin(bk, replication_rate_bytes=settings.replication_rate_bytes)

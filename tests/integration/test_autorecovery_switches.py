@@ -63,6 +63,10 @@ async def test_shell_switches_use_bookkeepers_znodes(zk_hosts: str) -> None:
         assert enabled == {"enabled": True, "changed": True}
         assert zk.exists(DISABLE) is None
 
+        for command in ("whoisauditor", "triggeraudit"):  # no autorecovery has run
+            nobody = await asyncio.to_thread(pybk_shell, zk_hosts, command)
+            assert nobody.returncode == 1, nobody.stderr
+            assert json.loads(nobody.stdout) in ({"auditor": None}, {"triggered": False})
         unset = await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--get")
         assert unset["lost_bookie_recovery_delay_s"] is None
         await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--set", "30")
@@ -123,7 +127,7 @@ async def test_the_clusters_delay_overrides_the_configured_one_at_runtime(
 ) -> None:
     log_path = tmp_path / "autorecovery.log"
     async with watched_cluster(zk_hosts, bookie_factory, log_path, lostBookieRecoveryDelay="3600",
-                               auditorPeriodicBookieCheckInterval="0") as (bookies, bk, _):
+                               auditorPeriodicBookieCheckInterval="0") as (bookies, bk, service):
         victim = bookies[0]
         ledger = await _ledger_on(bk, victim.bookie_id)
         await ledger.append(b"copied once the operator says so")
@@ -132,6 +136,15 @@ async def test_the_clusters_delay_overrides_the_configured_one_at_runtime(
         await _logged(log_path, "cluster lostBookieRecoveryDelay set to 3600 s")
         got = await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--get")
         assert got["lost_bookie_recovery_delay_s"] == 3600
+        auditor = await asyncio.to_thread(_json, zk_hosts, "whoisauditor")
+        assert str(auditor["auditor"]).endswith(f":{service.pid}")  # host:pid
+        checks = (await asyncio.to_thread(_metrics, log_path))["autorecovery_checks_total"]
+        await asyncio.to_thread(_json, zk_hosts, "triggeraudit")  # no periodic checks: only this
+        async with asyncio.timeout(15):
+            while True:
+                if (await asyncio.to_thread(_metrics, log_path))["autorecovery_checks_total"] > checks:
+                    break
+                await asyncio.sleep(0.2)
         await asyncio.to_thread(victim.kill9)
         await _logged(log_path, "is gone", timeout_s=30)
         assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 3600

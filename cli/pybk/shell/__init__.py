@@ -35,6 +35,8 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_decommissionbookie",
     "pybk.shell.cmd_autorecovery",
     "pybk.shell.cmd_lostbookierecoverydelay",
+    "pybk.shell.cmd_whoisauditor",
+    "pybk.shell.cmd_triggeraudit",
 )
 
 EXIT_ZK_UNREACHABLE = 3
