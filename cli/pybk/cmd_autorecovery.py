@@ -4,8 +4,8 @@
 Run one or more per cluster: they elect one leader, the others stand by. Configuration is read
 like a bookie's (``--conf`` bk_server.conf keys, then ``BK_<key>`` environment variables, then
 flags): ``zkServers``, ``lostBookieRecoveryDelay``, ``auditorPeriodicBookieCheckInterval``,
-``openLedgerRereplicationGracePeriod``. A configuration error exits with code 2; ZooKeeper
-unreachable at start with code 1.
+``openLedgerRereplicationGracePeriod``, ``replicationRateByBytes``. A configuration error exits
+with code 2; ZooKeeper unreachable at start with code 1.
 """
 
 from __future__ import annotations

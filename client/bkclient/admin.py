@@ -29,6 +29,7 @@ from bkclient.digest import DigestManager
 from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
 from bkclient.rate_limiter import ByteRateLimiter
 from bkmeta.model import LedgerMetadata
+from bkmeta.serde import CorruptLedgerMetadataError
 from bkmeta.zk import ZkNoNodeError
 from bkproto.errors import BKError, IllegalOpError, IncorrectParameterError, NoSuchLedgerError
 
@@ -140,6 +141,9 @@ class BookKeeperAdmin:
                 bookies = (await bk.ledger_metadata(ledger_id)).all_bookies()
             except NoSuchLedgerError:
                 continue  # deleted since listed
+            except CorruptLedgerMetadataError as exc:  # one bad znode must not hide the others
+                log.warning("ledger %d skipped: %s", ledger_id, exc)
+                continue
             for bookie_id in bookies:
                 named.setdefault(bookie_id, set()).add(ledger_id)
         return named

@@ -1,5 +1,6 @@
 """A byte-rate limit shared by concurrent copiers (BookKeeper's ``replicationRateByBytes``, which
-re-replication applies with Guava's RateLimiter).
+re-replication applies with Guava's RateLimiter to each entry it copies, however many new bookies
+the entry goes to).
 
 Each caller reserves its bytes at once and then waits for the reservation's turn, so callers get
 the rate in arrival order with no lock, and the limit holds across every lane and fragment that

@@ -7,14 +7,12 @@
   The auditor writes its configured value there when the znode is absent; from then on the znode
   wins, so ``shell lostbookierecoverydelay --set`` changes it for the whole cluster at runtime.
 
-Watches are ZooKeeper's one-shot watches, delivered on the event loop.
+Watches are ZooKeeper's one-shot watches (see :meth:`ZkClient.wrap_watcher`). Pass the same
+watcher object on every read: kazoo keeps one entry per object and path, so re-reading never piles
+up watchers on a znode that does not change.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-
-from kazoo.protocol.states import WatchedEvent
 
 from bkmeta.layout import ZkLayout
 from bkmeta.zk import Watcher, ZkClient, ZkNodeExistsError, ZkNoNodeError
@@ -23,9 +21,6 @@ from bkproto.errors import IncorrectParameterError, MetadataStoreError
 DISABLE_ZNODE = "disable"
 LOST_BOOKIE_RECOVERY_DELAY_ZNODE = "lostBookieRecoveryDelay"
 MAX_DELAY_S = 2**31 - 1  # BookKeeper keeps it in a Java int
-
-# Called on the event loop when the watched znode changes (once per arming).
-ChangeWatch = Callable[[], None]
 
 
 class CorruptReplicationSettingError(MetadataStoreError):
@@ -48,20 +43,11 @@ class ReplicationControl:
         self.disable_path = f"{layout.underreplication}/{DISABLE_ZNODE}"
         self.delay_path = f"{layout.underreplication}/{LOST_BOOKIE_RECOVERY_DELAY_ZNODE}"
 
-    def _watcher(self, on_change: ChangeWatch | None) -> Watcher | None:
-        if on_change is None:
-            return None
-
-        def fired(_: WatchedEvent) -> None:
-            on_change()
-
-        return self._zk.wrap_watcher(fired)
-
     # -- enable / disable ----------------------------------------------------------------------
 
-    async def is_enabled(self, on_change: ChangeWatch | None = None) -> bool:
-        """False while re-replication is disabled; ``on_change`` fires when that may have changed."""
-        return await self._zk.exists(self.disable_path, watch=self._watcher(on_change)) is None
+    async def is_enabled(self, watch: Watcher | None = None) -> bool:
+        """False while re-replication is disabled; ``watch`` fires when that may have changed."""
+        return await self._zk.exists(self.disable_path, watch=watch) is None
 
     async def disable(self) -> bool:
         """Disable re-replication; False if it already was."""
@@ -81,15 +67,15 @@ class ReplicationControl:
 
     # -- lostBookieRecoveryDelay ---------------------------------------------------------------
 
-    async def lost_bookie_delay(self, on_change: ChangeWatch | None = None) -> int | None:
-        """The cluster's delay in seconds, or None while it has never been set."""
-        watch = self._watcher(on_change)
+    async def lost_bookie_delay(self, watch: Watcher | None = None) -> int | None:
+        """The cluster's delay in seconds, or None while it has never been set; ``watch`` fires
+        when it is written (even with the same value) or created."""
         try:
             data, _ = await self._zk.get(self.delay_path, watch=watch)
         except ZkNoNodeError:
             # Watch for its creation; if it was created in between, that watch is set: read it.
             if watch is not None and await self._zk.exists(self.delay_path, watch=watch) is not None:
-                return await self.lost_bookie_delay()
+                return await self.lost_bookie_delay(watch)
             return None
         return _parse_delay(self.delay_path, data)
 

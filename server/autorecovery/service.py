@@ -8,18 +8,18 @@ bookies changes, and every ``auditorPeriodicBookieCheckInterval``:
 1. A bookie is *lost* when some ledger's metadata names it but it is registered neither as
    writable nor as read-only. A bookie back within ``lostBookieRecoveryDelay`` is left alone, so a
    restart does not copy its data needlessly.
-2. For the bookies lost longer than that, every ledger naming them is re-replicated
-   (:meth:`bkclient.BookKeeperAdmin.recover_bookies`). An open ledger still writing to a lost
+2. For the bookies lost longer than that, every ledger naming them is re-replicated, one at a
+   time (:meth:`bkclient.BookKeeperAdmin.recover_ledger`). An open ledger still writing to a lost
    bookie is left to its writer, which replaces the bookie at its next add, for
    ``openLedgerRereplicationGracePeriod``; after that it is fenced and closed, as in BookKeeper.
 3. Anything not done (no bookie to copy to, an unreadable entry, a writer's grace) is retried.
 
-The operator's switches live in ZooKeeper where BookKeeper keeps them (:mod:`bkmeta.replication_control`,
-``pybk shell autorecovery`` and ``lostbookierecoverydelay``): while re-replication is disabled the
-leader keeps watching but copies nothing, and stops between ledgers when it is disabled mid-run;
-the cluster's ``lostBookieRecoveryDelay`` znode, seeded from the configuration, overrides the
-configured delay. A delay counts from when the bookie was first seen gone, so setting it to 0
-re-replicates every lost bookie at once. Either change wakes the leader.
+The operator's switches live in ZooKeeper where BookKeeper keeps them (:mod:`.switches`;
+``pybk shell autorecovery``, ``lostbookierecoverydelay``, ``triggeraudit``): while re-replication
+is disabled the leader keeps watching but copies nothing, and stops between ledgers when it is
+disabled mid-run; the cluster's ``lostBookieRecoveryDelay`` znode, seeded from the configuration,
+overrides the configured delay. A delay counts from when the bookie was first seen gone, or from
+the operator's last change of it. Either switch wakes the leader.
 
 The check reads every ledger's metadata, so its cost grows with the number of ledgers; it runs on
 bookie changes, retries and the periodic interval only.
@@ -30,18 +30,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 
 from prometheus_client import CollectorRegistry
 
 from bkclient import BookKeeper, BookKeeperAdmin, LedgerRecovery, NoSuchLedgerError
 from bkclient.admin import SkipReason
-from bkmeta import CorruptReplicationSettingError
-from bkmeta.replication_control import ChangeWatch
 from bookie.config import AutoRecoverySettings
 from bookie.tasks import cancel_and_wait
 
 from .leader import LeaderElection
 from .stats import AutoRecoveryStats
+from .switches import SwitchReader
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +68,14 @@ class AutoRecovery:
             bk.ctx.metadata.zk, bk.ctx.metadata.layout.auditor_leader, identity
         )
         self._control = bk.ctx.metadata.replication_control
-        self._admin = BookKeeperAdmin(bk, replication_rate_bytes=settings.replication_rate_bytes)
-        self._missing_since: dict[str, float] = {}
-        self._retry_s = RETRY_S
         # Wakes the leader's loop: a change of the registered bookies or of an operator's switch.
         self._wake = asyncio.Event()
-        # Switch znodes with a watch set. ZooKeeper's watches are one-shot: each is set again only
-        # once it fired, since setting one per check would pile watchers up on a quiet znode.
-        self._armed: set[str] = set()
-        self._said_disabled = False
+        self._switches = SwitchReader(bk.ctx.metadata.zk, self._control, settings.lost_bookie_delay_s,
+                                      self._wake.set)
+        self._admin = BookKeeperAdmin(bk, replication_rate_bytes=settings.replication_rate_bytes)
+        self._missing_since: dict[str, float] = {}  # first seen gone: open ledgers' grace counts from it
+        self._waiting_since: dict[str, float] = {}  # the lostBookieRecoveryDelay counts from it
+        self._retry_s = RETRY_S
         self._task: asyncio.Task[None] | None = None
         self.stats = AutoRecoveryStats(registry or CollectorRegistry())
 
@@ -94,12 +93,12 @@ class AutoRecovery:
         await self._election.close()
 
     async def _run(self) -> None:
+        new_term = True
         while True:
             await self._election.lead()
-            # a new term: how long a bookie has been gone was not watched while standing by
-            self._missing_since = {}
-            self._retry_s = RETRY_S
-            self._armed.clear()  # a new term may be a new session, which has no watches
+            if new_term:  # how long a bookie has been gone was not watched while standing by
+                self._missing_since, self._waiting_since = {}, {}
+                self._retry_s = RETRY_S
             work = asyncio.create_task(self._lead())
             lost = asyncio.create_task(self._election.lost())
             self.stats.leader.set(1)
@@ -110,6 +109,8 @@ class AutoRecovery:
                 for task in (work, lost):
                     task.cancel()
                 await asyncio.gather(work, lost, return_exceptions=True)
+            # after a failed check the same term goes on (and keeps its bookies' clocks)
+            new_term = lost.done()
             if work.done() and not work.cancelled() and work.exception() is not None:
                 log.error("autorecovery leader loop failed: %r; starting over", work.exception())
                 await asyncio.sleep(_LEADER_ERROR_PAUSE_S)
@@ -122,9 +123,7 @@ class AutoRecovery:
         def on_change(*_: object) -> None:
             wake.set()
 
-        if await self._control.initialize_lost_bookie_delay(int(self._settings.lost_bookie_delay_s)):
-            log.info("cluster lostBookieRecoveryDelay set to %g s from the configuration",
-                     self._settings.lost_bookie_delay_s)
+        await self._switches.start_term()
         watcher.add_listener(on_change)
         try:
             while True:
@@ -136,47 +135,11 @@ class AutoRecovery:
         finally:
             watcher.remove_listener(on_change)
 
-    def _watch(self, path: str) -> ChangeWatch | None:
-        if path in self._armed:
-            return None
-        self._armed.add(path)
-
-        def fired() -> None:
-            self._armed.discard(path)
-            self._wake.set()
-
-        return fired
-
-    async def _switches(self) -> tuple[bool, float]:
-        """(re-replication enabled, the lost-bookie delay in seconds), watched for changes."""
-        control = self._control
-        try:
-            enabled = await control.is_enabled(self._watch(control.disable_path))
-        except Exception:  # no watch was set: set one next time
-            self._armed.discard(control.disable_path)
-            raise
-        try:
-            delay = await control.lost_bookie_delay(self._watch(control.delay_path))
-        except CorruptReplicationSettingError as exc:
-            log.warning("%s; using the configured lostBookieRecoveryDelay", exc)
-            delay = None
-        except Exception:  # no watch was set: set one next time
-            self._armed.discard(control.delay_path)
-            raise
-        if enabled == self._said_disabled:
-            self._said_disabled = not enabled
-            if enabled:
-                log.info("ledger re-replication enabled")
-            else:
-                log.warning("ledger re-replication is disabled (pybk shell autorecovery --enable"
-                            " resumes it): lost bookies are watched, nothing is copied")
-        return enabled, float(delay) if delay is not None else self._settings.lost_bookie_delay_s
-
     async def check(self) -> float:
         """One pass; returns the seconds until the next one is due without a bookie change."""
         settings = self._settings
         loop = asyncio.get_running_loop()
-        enabled, delay_s = await self._switches()
+        enabled, delay_s, audit_now, delay_changed = await self._switches.read()
         self.stats.replication_enabled.set(int(enabled))
         self.stats.lost_bookie_delay.set(delay_s)
         admin = self._admin
@@ -189,9 +152,17 @@ class AutoRecovery:
         for bookie_id in sorted(set(self._missing_since) - missing):
             log.info("bookie %s is back or no longer named by any ledger", bookie_id)
         self._missing_since = {b: self._missing_since.get(b, now) for b in missing}
-        due = {b for b, since in self._missing_since.items() if now - since >= delay_s}
+        # An audit now makes every lost bookie due until it is done with; a new delay restarts the
+        # wait (BookKeeper's auditor reschedules its pending audit from the change).
+        if audit_now:
+            self._waiting_since = dict.fromkeys(missing, -math.inf)
+        elif delay_changed:
+            self._waiting_since = dict.fromkeys(missing, now)
+        else:
+            self._waiting_since = {b: self._waiting_since.get(b, now) for b in missing}
+        due = {b for b, since in self._waiting_since.items() if now - since >= delay_s}
         wake = [settings.check_interval_s] if settings.check_interval_s > 0 else []
-        wake += [since + delay_s - now for b, since in self._missing_since.items() if b not in due]
+        wake += [since + delay_s - now for b, since in self._waiting_since.items() if b not in due]
         if due and enabled:
             ledgers = set().union(*(named[b] for b in due))
             if await self._recover(due, ledgers, now):

@@ -194,7 +194,8 @@ KEYS: dict[str, Key] = {
     ),
     # autorecovery (`pybk autorecovery` reads the same file, as BookKeeper's AutoRecoveryMain does)
     "lostBookieRecoveryDelay": Key(
-        _int(0), help="seconds a bookie must be gone before its data is re-replicated (0)",
+        _int(0, 2**31 - 1),  # BookKeeper's znode holds a Java int
+        help="seconds a bookie must be gone before its data is re-replicated (0)",
         autorecovery_field="lost_bookie_delay_s",
     ),
     "auditorPeriodicBookieCheckInterval": Key(

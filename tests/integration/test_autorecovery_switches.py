@@ -14,8 +14,10 @@ from tests.integration.test_autorecovery import _logged, _metrics, watched_clust
 from tests.integration.test_recover_bookie import _ledger_on, pybk_shell
 from tests.support.bookies import BookieFactory
 
+from autorecovery import AutoRecovery
 from bkclient import BookKeeper
 from bkmeta import MetadataClient
+from bookie.config import AutoRecoverySettings
 
 pytestmark = pytest.mark.integration
 
@@ -138,18 +140,34 @@ async def test_the_clusters_delay_overrides_the_configured_one_at_runtime(
         assert got["lost_bookie_recovery_delay_s"] == 3600
         auditor = await asyncio.to_thread(_json, zk_hosts, "whoisauditor")
         assert str(auditor["auditor"]).endswith(f":{service.pid}")  # host:pid
-        checks = (await asyncio.to_thread(_metrics, log_path))["autorecovery_checks_total"]
-        await asyncio.to_thread(_json, zk_hosts, "triggeraudit")  # no periodic checks: only this
-        async with asyncio.timeout(15):
-            while True:
-                if (await asyncio.to_thread(_metrics, log_path))["autorecovery_checks_total"] > checks:
-                    break
-                await asyncio.sleep(0.2)
         await asyncio.to_thread(victim.kill9)
         await _logged(log_path, "is gone", timeout_s=30)
         assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 3600
-        assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
 
-        await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--set", "0")
+        # a new value: the wait starts again from the change, with the new length
+        await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--set", "7200")
+        await _logged(log_path, "lostBookieRecoveryDelay changed to 7200 s")
+        assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 7200
+        assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
+        # the same value again, as triggeraudit writes it: BookKeeper's "audit now"
+        await asyncio.to_thread(_json, zk_hosts, "triggeraudit")
         await _until_replaced(bk, ledger.ledger_id, victim.bookie_id)
-        assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 0
+        await _logged(log_path, "written with its own value")
+
+
+async def test_rereading_the_switches_sets_one_watch_per_znode(zk_hosts: str) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        service = AutoRecovery(bk, AutoRecoverySettings(check_interval_s=0), "test")
+        await service._switches.start_term()
+        control = bk.ctx.metadata.replication_control
+        for _ in range(5):  # each check reads (and watches) both znodes again
+            await service.check()
+        await control.disable()  # a fired watch is set again by the next read, once
+        await service.check()
+        await service.check()
+        watchers = bk.ctx.metadata.zk.kazoo._data_watchers
+        for path in (control.disable_path, control.delay_path):
+            held = [len(w) for key, w in watchers.items() if key.endswith(path)]
+            assert held == [1], (path, dict(watchers))

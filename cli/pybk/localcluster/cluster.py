@@ -29,6 +29,9 @@ T = TypeVar("T")
 ZOOKEEPER_START_TIMEOUT_S = 60.0
 BOOKIES_REGISTER_TIMEOUT_S = 90.0
 SELF_CHECK_TIMEOUT_S = 60.0
+# It leads once its ZooKeeper session campaigned; after a kill -9 of an earlier run, only once
+# that run's session expired (zkTimeout, 10 s).
+AUTORECOVERY_LEAD_TIMEOUT_S = 60.0
 
 
 class StartupError(RuntimeError):
@@ -104,9 +107,9 @@ class LocalCluster:
             self.say(f"starting autorecovery (log: {self.autorecovery.spec.log_path})")
             await self.autorecovery.start()
             await self._phase(
-                "autorecovery to serve its metrics",
-                steps.wait_for_http(layout.autorecovery_metrics_url),
-                ZOOKEEPER_START_TIMEOUT_S,
+                "autorecovery to lead",
+                steps.wait_for_metric(layout.autorecovery_metrics_url, "autorecovery_leader 1.0"),
+                AUTORECOVERY_LEAD_TIMEOUT_S,
                 self.started(),
             )
 

@@ -25,8 +25,7 @@ from pathlib import Path
 from pybk.localcluster.child import ChildSpec
 
 HTTP_PORT_OFFSET = 100
-# gRPC and HTTP port ranges must not overlap, nor reach the autorecovery port just below HTTP's.
-MAX_BOOKIES = HTTP_PORT_OFFSET - 1
+MAX_BOOKIES = HTTP_PORT_OFFSET  # gRPC and HTTP port ranges must not overlap
 
 
 class LayoutError(ValueError):
@@ -56,6 +55,9 @@ class ClusterLayout:
             )
         if self.zk_port in self.all_bookie_ports():
             raise LayoutError(f"--zk-port {self.zk_port} collides with a bookie port")
+        if self.autorecovery and self.bookies == MAX_BOOKIES:
+            raise LayoutError(f"--autorecovery needs port {self.autorecovery_http_port}, the last bookie's"
+                              f" gRPC port: run at most {MAX_BOOKIES - 1} bookies with it")
         if self.autorecovery and self.zk_port == self.autorecovery_http_port:
             raise LayoutError(f"--zk-port {self.zk_port} collides with the autorecovery port")
 

@@ -55,17 +55,22 @@ async def wait_for_zookeeper(host: str, port: int) -> None:
         await asyncio.sleep(POLL_INTERVAL_S)
 
 
-async def wait_for_http(url: str) -> None:
-    """Return once ``url`` answers 200 (the caller bounds the wait)."""
-    def answers() -> bool:
+# Loopback only: an http_proxy in the environment must not see (or break) the probe.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+async def wait_for_metric(url: str, sample: str) -> None:
+    """Return once the Prometheus text at ``url`` holds the line ``sample`` (the caller bounds
+    the wait)."""
+    def holds() -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=2.0) as reply:
-                return bool(reply.status == 200)
+            with _DIRECT.open(url, timeout=2.0) as reply:
+                return sample in reply.read().decode(errors="replace").splitlines()
         except OSError:
             return False
 
     while True:
-        if await asyncio.to_thread(answers):
+        if await asyncio.to_thread(holds):
             return
         await asyncio.sleep(POLL_INTERVAL_S)
 

@@ -1,8 +1,9 @@
 """``lostbookierecoverydelay (-g | -s SECONDS)``: read or set the cluster's lostBookieRecoveryDelay,
 how long a bookie must be gone before autorecovery re-replicates its data (BookKeeper's shell
-command, and the same ZooKeeper znode). The leading autorecovery takes a new value at once, and
-counts it from when each bookie was first seen gone: ``-s 0`` starts every pending recovery now.
-Before any autorecovery has led, the cluster has no value and each uses its configuration's."""
+command, and the same ZooKeeper znode). The leading autorecovery takes a new value at once: the
+bookies it is waiting for wait the new delay from now. Setting 0, or the value it already has
+(what ``triggeraudit`` does), starts every pending recovery now. Before any autorecovery has led,
+the cluster has no value and each uses its configuration's."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from bkmeta.replication_control import MAX_DELAY_S
 from pybk.shell.context import ShellContext
 
 
-def _seconds(text: str) -> int:
-    value = int(text)
+def delay_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
     if not 0 <= value <= MAX_DELAY_S:
         raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_DELAY_S} seconds, got {value}")
     return value
@@ -26,7 +30,7 @@ def register(commands: Any) -> None:
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("-g", "--get", action="store_true", help="print the delay")
-    action.add_argument("-s", "--set", type=_seconds, metavar="SECONDS", help="set the delay")
+    action.add_argument("-s", "--set", type=delay_seconds, metavar="SECONDS", help="set the delay")
     parser.set_defaults(run=run)
 
 

@@ -1,6 +1,6 @@
-"""``triggeraudit``: make the leading autorecovery check for lost bookies now instead of at its
-next periodic check (BookKeeper's command, done the same way: the cluster's lostBookieRecoveryDelay
-is written again with its own value, which wakes the leader's watch)."""
+"""``triggeraudit``: make the leading autorecovery check for lost bookies now and re-replicate every
+lost one without waiting out lostBookieRecoveryDelay (BookKeeper's command, done the same way:
+the cluster's delay is written again with its own value, which its auditor takes as "audit now")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pybk.shell.ledger_view import EXIT_FAILED
 
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
-        "triggeraudit", help="make autorecovery check for lost bookies now"
+        "triggeraudit", help="make autorecovery re-replicate lost bookies now"
     )
     parser.set_defaults(run=run)
 

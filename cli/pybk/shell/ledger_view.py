@@ -83,8 +83,8 @@ def positive(text: str) -> int:
 def add_rate_option(parser: argparse.ArgumentParser) -> None:
     """``--rate-bytes``: BookKeeper's replicationRateByBytes for one command."""
     parser.add_argument("--rate-bytes", type=non_negative, default=0, metavar="N",
-                        help="write copies at most N bytes/s (BookKeeper's replicationRateByBytes;"
-                             " default 0: no limit)")
+                        help="copy at most N bytes of entries per second (BookKeeper's"
+                             " replicationRateByBytes; default 0: no limit)")
 
 
 def _custom_value(raw: bytes) -> str:

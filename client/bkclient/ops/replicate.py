@@ -156,8 +156,8 @@ class FragmentReplicator:
                            if following <= last else None)
                 async with asyncio.TaskGroup() as writes:  # one failing cancels the others
                     for k, body in enumerate(bodies):
-                        if self._throttle is not None:  # paced per entry, as BookKeeper does
-                            await self._throttle.acquire(len(body) * len(slots))
+                        if self._throttle is not None:  # per entry read, as BookKeeper paces it
+                            await self._throttle.acquire(len(body))
                         for slot in slots:
                             target = self._targets[slot]
                             writes.create_task(self._write(target, entry_id + k * stride, body))

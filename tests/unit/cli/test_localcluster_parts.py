@@ -58,7 +58,8 @@ def test_layout_commands_are_accepted_by_pybk(tmp_path: Path) -> None:
     ("kwargs", "message"),
     [
         ({"bookies": 0}, "--bookies"),
-        ({"bookies": 100}, "--bookies"),  # bookie 99's gRPC port would be autorecovery's
+        ({"bookies": 101}, "--bookies"),
+        ({"bookies": 100, "autorecovery": True}, "at most 99 bookies"),  # bookie 99's port
         ({"zk_port": 70000}, "--zk-port"),
         ({"base_port": 65500}, "--base-port"),
         ({"zk_port": 3282, "base_port": 3181}, "collides"),

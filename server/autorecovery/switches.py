@@ -1,0 +1,93 @@
+"""The operator's switches as the leading autorecovery reads them (:mod:`bkmeta.replication_control`):
+whether re-replication is enabled, and the cluster's lostBookieRecoveryDelay, watched so that a
+change wakes the leader at once.
+
+A write to the delay znode means what it means to BookKeeper's auditor:
+
+- the same value again (``pybk shell triggeraudit`` does that) or 0: audit now, every lost bookie
+  is re-replicated without waiting;
+- another value: the bookies still waiting wait the new delay, counted from the change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import NamedTuple
+
+from kazoo.protocol.states import WatchedEvent
+
+from bkmeta import CorruptReplicationSettingError, ReplicationControl, ZkClient
+
+log = logging.getLogger(__name__)
+
+
+class Switches(NamedTuple):
+    enabled: bool  # re-replication allowed
+    delay_s: float  # the lostBookieRecoveryDelay in force
+    audit_now: bool  # the delay was written with its own value, or 0: no more waiting
+    delay_changed: bool  # a new delay was written: waiting bookies count it from now
+
+
+class SwitchReader:
+    """Reads the switches for the leader; ``wake`` runs (on the loop) when one is written."""
+
+    def __init__(
+        self, zk: ZkClient, control: ReplicationControl, configured_delay_s: float, wake: Callable[[], None]
+    ) -> None:
+        self._control = control
+        self._configured_delay_s = configured_delay_s
+        self._wake = wake
+        # One watcher object per znode, passed on every read: kazoo keeps it once per path, and
+        # ZooKeeper one watch per path and session, however many reads set it again.
+        self._disable_watch = zk.wrap_watcher(self._disable_written)
+        self._delay_watch = zk.wrap_watcher(self._delay_written)
+        self._delay_write_seen = False
+        self._delay_before: int | None = None  # the value read before the last write
+        self._said_disabled = False
+
+    def _disable_written(self, _: WatchedEvent) -> None:
+        self._wake()
+
+    def _delay_written(self, _: WatchedEvent) -> None:
+        self._delay_write_seen = True
+        self._wake()
+
+    async def start_term(self) -> None:
+        """A new leader term: write the configured delay if the cluster has none yet."""
+        self._delay_before = None
+        self._delay_write_seen = False
+        if await self._control.initialize_lost_bookie_delay(int(self._configured_delay_s)):
+            log.info("cluster lostBookieRecoveryDelay set to %g s from the configuration",
+                     self._configured_delay_s)
+
+    async def read(self) -> Switches:
+        control = self._control
+        enabled = await control.is_enabled(self._disable_watch)
+        written, self._delay_write_seen = self._delay_write_seen, False
+        try:
+            delay = await control.lost_bookie_delay(self._delay_watch)
+        except CorruptReplicationSettingError as exc:
+            log.warning("%s; using the configured lostBookieRecoveryDelay", exc)
+            delay = None
+        audit_now = changed = False
+        if written and delay is not None:
+            if delay in (0, self._delay_before):
+                audit_now = True
+                log.info("lostBookieRecoveryDelay written with %s: re-replicating lost bookies now",
+                         "0" if delay == 0 else "its own value")
+            else:
+                changed = True
+                log.info("lostBookieRecoveryDelay changed to %d s: bookies still waiting wait that"
+                         " long from now", delay)
+        if delay is not None:
+            self._delay_before = delay
+        if enabled == self._said_disabled:
+            self._said_disabled = not enabled
+            if enabled:
+                log.info("ledger re-replication enabled")
+            else:
+                log.warning("ledger re-replication is disabled (pybk shell autorecovery --enable"
+                            " resumes it): lost bookies are watched, nothing is copied")
+        delay_s = float(delay) if delay is not None else self._configured_delay_s
+        return Switches(enabled, delay_s, audit_now, changed)
