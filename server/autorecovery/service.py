@@ -7,7 +7,8 @@ bookies changes, and every ``auditorPeriodicBookieCheckInterval``:
 
 1. A bookie is *lost* when some ledger's metadata names it but it is registered neither as
    writable nor as read-only. A bookie back within ``lostBookieRecoveryDelay`` is left alone, so a
-   restart does not copy its data needlessly.
+   restart does not copy its data needlessly; with more than one bookie gone nothing waits, as in
+   BookKeeper, since one more loss could leave entries with no copy.
 2. For the bookies lost longer than that, every ledger naming them is re-replicated, one at a
    time (:meth:`bkclient.BookKeeperAdmin.recover_ledger`). An open ledger still writing to a lost
    bookie is left to its writer, which replaces the bookie at its next add, for
@@ -160,6 +161,13 @@ class AutoRecovery:
             self._waiting_since = dict.fromkeys(missing, now)
         else:
             self._waiting_since = {b: self._waiting_since.get(b, now) for b in missing}
+        if len(missing) > 1:
+            # More than one bookie gone: a further loss could leave entries with no copy at all,
+            # so BookKeeper's auditor stops waiting; so does this.
+            if any(self._waiting_since[b] > -math.inf for b in missing):  # news: say it
+                log.warning("%d bookies are gone: re-replicating without waiting out"
+                            " lostBookieRecoveryDelay", len(missing))
+            self._waiting_since = dict.fromkeys(missing, -math.inf)
         due = {b for b, since in self._waiting_since.items() if now - since >= delay_s}
         wake = [settings.check_interval_s] if settings.check_interval_s > 0 else []
         wake += [since + delay_s - now for b, since in self._waiting_since.items() if b not in due]

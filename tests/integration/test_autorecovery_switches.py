@@ -171,3 +171,28 @@ async def test_rereading_the_switches_sets_one_watch_per_znode(zk_hosts: str) ->
         for path in (control.disable_path, control.delay_path):
             held = [len(w) for key, w in watchers.items() if key.endswith(path)]
             assert held == [1], (path, dict(watchers))
+
+
+async def test_with_two_bookies_gone_nothing_waits_for_the_delay(
+    zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "autorecovery.log"
+    async with watched_cluster(zk_hosts, bookie_factory, log_path, lostBookieRecoveryDelay="3600",
+                               auditorPeriodicBookieCheckInterval="0") as (bookies, bk, _):
+        first, second = bookies[0].bookie_id, bookies[1].bookie_id
+        ledgers = []
+        for on, off in ((first, second), (second, first)):  # each names one of the two
+            while True:
+                handle = await bk.create_ledger(2, 2, 2, password=b"two-gone")
+                if on in handle.ensemble and off not in handle.ensemble:
+                    break
+                await handle.close()
+                await bk.delete_ledger(handle.ledger_id)
+            await handle.append(b"one entry")
+            await handle.close()
+            ledgers.append(handle.ledger_id)
+        await _logged(log_path, "leading autorecovery")
+        await asyncio.gather(asyncio.to_thread(bookies[0].kill9), asyncio.to_thread(bookies[1].kill9))
+        await _until_replaced(bk, ledgers[0], first)
+        await _until_replaced(bk, ledgers[1], second)
+    assert "2 bookies are gone: re-replicating without waiting" in log_path.read_text()
