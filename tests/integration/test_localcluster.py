@@ -195,6 +195,12 @@ def test_autorecovery_leads_and_serves_metrics(cluster: LocalClusterRun) -> None
         assert time.monotonic() < deadline, "autorecovery never led"
         time.sleep(0.2)
     assert shell(cluster.zk_hosts, "autorecovery") == {"enabled": True, "changed": False}
+    info = shell(cluster.zk_hosts, "clusterinfo")
+    assert info["auditorElected"] and info["writableBookiesCount"] == info["totalBookiesCount"] == BOOKIES
+    text = shell(cluster.zk_hosts, "bookieinfo", as_json=False)
+    assert text.returncode == 0 and "Total free disk space in the cluster:" in text.stdout
+    per_bookie = [line for line in text.stdout.splitlines() if line.startswith("127.0.0.1:")]
+    assert len(per_bookie) == BOOKIES and all("Free: " in line for line in per_bookie), text.stdout
 
 
 def test_a_second_cluster_on_the_same_data_dir_is_refused(cluster: LocalClusterRun) -> None:

@@ -190,7 +190,7 @@ async def test_decommissioning_a_stopped_bookie_moves_its_data_and_retires_its_i
         await asyncio.to_thread(retired.start)
 
 
-async def test_listunderreplicated_names_the_ledgers_a_lost_bookie_leaves_short(
+async def test_listunderreplicated_and_friends_name_what_a_lost_bookie_leaves_short(
     zk_hosts: str, bookie_factory: BookieFactory
 ) -> None:
     bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
@@ -210,6 +210,10 @@ async def test_listunderreplicated_names_the_ledgers_a_lost_bookie_leaves_short(
 
         healthy = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated")
         assert json.loads(healthy.stdout) == {"count": 0, "ledgers": []}
+        disks = json.loads((await asyncio.to_thread(pybk_shell, zk_hosts, "bookieinfo")).stdout)
+        assert sorted(b["bookie_id"] for b in disks["bookies"]) == sorted(b.bookie_id for b in bookies)
+        assert all(0 < b["free_bytes"] <= b["total_bytes"] for b in disks["bookies"])
+        assert disks["total_bytes"] == sum(b["total_bytes"] for b in disks["bookies"])
         await asyncio.to_thread(victim.kill9)
         await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id not in w.all_bookies(), 30.0)
 
@@ -222,6 +226,14 @@ async def test_listunderreplicated_names_the_ledgers_a_lost_bookie_leaves_short(
             pybk_shell, zk_hosts, "listunderreplicated", "--printmissingreplica", as_json=False
         )
         assert text.stdout.splitlines() == [f"{i}\tmissing {victim.bookie_id}" for i in expected]
+        on_victim = await asyncio.to_thread(
+            pybk_shell, zk_hosts, "listledgers", "--bookieid", victim.bookie_id
+        )
+        assert json.loads(on_victim.stdout)["ledgers"] == expected
+        info = json.loads((await asyncio.to_thread(pybk_shell, zk_hosts, "clusterinfo")).stdout)
+        assert info == {"auditorElected": False, "auditorId": "", "clusterUnderReplicated": True,
+                        "ledgerReplicationEnabled": True, "totalBookiesCount": 4, "writableBookiesCount": 3,
+                        "readonlyBookiesCount": 0, "unavailableBookiesCount": 1}
         count = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated", "-c", as_json=False)
         assert count.stdout.strip() == "2"
         for flag, bookie_id, shown in (("--missingreplica", other.bookie_id, 0),
@@ -236,3 +248,7 @@ async def test_listunderreplicated_names_the_ledgers_a_lost_bookie_leaves_short(
         assert done.returncode == 0, done.stdout + done.stderr
         after = await asyncio.to_thread(pybk_shell, zk_hosts, "listunderreplicated")
         assert json.loads(after.stdout)["count"] == 0
+        info = json.loads((await asyncio.to_thread(pybk_shell, zk_hosts, "clusterinfo")).stdout)
+        assert not info["clusterUnderReplicated"]
+        gone = await asyncio.to_thread(pybk_shell, zk_hosts, "listledgers", "--bookieid", victim.bookie_id)
+        assert json.loads(gone.stdout)["ledgers"] == []

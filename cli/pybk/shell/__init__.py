@@ -23,6 +23,8 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_initnewcluster",
     "pybk.shell.cmd_nukeexistingcluster",
     "pybk.shell.cmd_listbookies",
+    "pybk.shell.cmd_bookieinfo",
+    "pybk.shell.cmd_clusterinfo",
     "pybk.shell.cmd_listledgers",
     "pybk.shell.cmd_ledgermetadata",
     "pybk.shell.cmd_readledger",

@@ -1,4 +1,5 @@
-"""``listledgers [-m]``: every ledger id in the cluster, optionally with its metadata."""
+"""``listledgers [-m] [--bookieid ID]``: every ledger id in the cluster, optionally with its metadata,
+or only those whose metadata names one bookie (BookKeeper's ``-bookieid``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import argparse
 import asyncio
 from typing import Any
 
+from bkclient import IncorrectParameterError
+from bkclient.admin import check_bookie_id
 from bkproto.errors import NoSuchLedgerError
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import metadata_dict, metadata_lines
+from pybk.shell.ledger_view import metadata_dict, metadata_lines, usage_error
 
 # Metadata reads in flight at once with -m: enough to hide ZooKeeper round trips, bounded so a
 # cluster with a million ledgers does not queue a million requests.
@@ -18,14 +21,21 @@ METADATA_READ_CONCURRENCY = 32
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser("listledgers", help="list all ledgers")
     parser.add_argument("-m", "--meta", action="store_true", help="print each ledger's metadata too")
+    parser.add_argument("--bookieid", dest="bookie_id", metavar="ID",
+                        help="only the ledgers with a replica on this bookie (host:port)")
     parser.set_defaults(run=run)
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
+    if args.bookie_id is not None:
+        try:
+            check_bookie_id(args.bookie_id)
+        except IncorrectParameterError as exc:
+            return usage_error(ctx, f"listledgers: {exc}")
     meta = await ctx.metadata(watch_bookies=False)
     manager = meta.ledger_manager
     ledger_ids = sorted(await manager.list_ledgers())
-    if not args.meta:
+    if not args.meta and args.bookie_id is None:
         ctx.emit({"ledgers": ledger_ids}, "\n".join(f"ledgerID: {lid}" for lid in ledger_ids))
         return 0
 
@@ -37,8 +47,14 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
                 versioned = await manager.read_ledger_metadata(ledger_id)
             except NoSuchLedgerError:
                 return None  # deleted between listing and reading
+        if args.bookie_id is not None and args.bookie_id not in versioned.value.all_bookies():
+            return None
         return metadata_dict(ledger_id, versioned.value)
 
     found = [d for d in await asyncio.gather(*(describe(lid) for lid in ledger_ids)) if d is not None]
+    if not args.meta:
+        ids = [d["ledger_id"] for d in found]
+        ctx.emit({"ledgers": ids}, "\n".join(f"ledgerID: {lid}" for lid in ids))
+        return 0
     ctx.emit({"ledgers": found}, "\n".join(line for d in found for line in metadata_lines(d)))
     return 0

@@ -1,0 +1,52 @@
+"""``clusterinfo``: the cluster at a glance, with BookKeeper's field names: whether an autorecovery
+leads and which, whether ledger re-replication is enabled, whether any ledger is under-replicated
+(worked out from the metadata, see ``listunderreplicated``), and how many bookies the cluster
+knows (by their cookies) and how many of them are writable, read-only and unavailable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from bkclient import BookKeeperAdmin
+from bkmeta.zk import ZkNoNodeError
+from pybk.shell.context import ShellContext
+from pybk.shell.ledger_view import shell_client
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "clusterinfo", help="print the cluster's bookie counts and autorecovery state"
+    )
+    parser.set_defaults(run=run)
+
+
+async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
+    async with await shell_client(ctx) as bk:
+        meta = bk.ctx.metadata
+        try:
+            auditor: str | None = (await meta.zk.get(meta.layout.auditor_leader))[0].decode(errors="replace")
+        except ZkNoNodeError:
+            auditor = None
+        try:
+            known = set(await meta.zk.get_children(meta.layout.cookies))
+        except ZkNoNodeError:
+            known = set()
+        watcher = bk.ctx.bookie_watcher
+        writable, readonly = set(watcher.writable_bookies()), set(watcher.readonly_bookies())
+        under_replicated = bool(await BookKeeperAdmin(bk).underreplicated_ledgers())
+        enabled = await meta.replication_control.is_enabled()
+    known |= writable | readonly  # one being decommissioned may have lost its cookie already
+    info = {
+        "auditorElected": auditor is not None,
+        "auditorId": auditor or "",
+        "clusterUnderReplicated": under_replicated,
+        "ledgerReplicationEnabled": enabled,
+        "totalBookiesCount": len(known),
+        "writableBookiesCount": len(writable),
+        "readonlyBookiesCount": len(readonly),
+        "unavailableBookiesCount": len(known - writable - readonly),
+    }
+    ctx.emit(info, json.dumps(info, indent=2))
+    return 0
