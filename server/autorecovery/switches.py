@@ -64,12 +64,14 @@ class SwitchReader:
     async def read(self) -> Switches:
         control = self._control
         enabled = await control.is_enabled(self._disable_watch)
-        written, self._delay_write_seen = self._delay_write_seen, False
+        written = self._delay_write_seen
         try:
             delay = await control.lost_bookie_delay(self._delay_watch)
         except CorruptReplicationSettingError as exc:
             log.warning("%s; using the configured lostBookieRecoveryDelay", exc)
             delay = None
+        # consumed only once read: a failed read leaves an operator's write for the next check
+        self._delay_write_seen = False
         audit_now = changed = False
         if written and delay is not None:
             if delay in (0, self._delay_before):
