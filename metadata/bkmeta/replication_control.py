@@ -15,7 +15,7 @@ up watchers on a znode that does not change.
 from __future__ import annotations
 
 from bkmeta.layout import ZkLayout
-from bkmeta.zk import Watcher, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.zk import Watcher, ZkBadVersionError, ZkClient, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import IncorrectParameterError, MetadataStoreError
 
 DISABLE_ZNODE = "disable"
@@ -42,6 +42,15 @@ class ReplicationControl:
         self._zk = zk
         self.disable_path = f"{layout.underreplication}/{DISABLE_ZNODE}"
         self.delay_path = f"{layout.underreplication}/{LOST_BOOKIE_RECOVERY_DELAY_ZNODE}"
+        self.auditor_path = layout.auditor_leader
+
+    async def auditor(self) -> str | None:
+        """The leading autorecovery's id (``host:pid``), or None when none leads."""
+        try:
+            data, _ = await self._zk.get(self.auditor_path)
+        except ZkNoNodeError:
+            return None
+        return data.decode(errors="replace")
 
     # -- enable / disable ----------------------------------------------------------------------
 
@@ -89,6 +98,23 @@ class ReplicationControl:
                 await self._zk.create(self.delay_path, value, makepath=True)
             except ZkNodeExistsError:  # created meanwhile: ours is the later word
                 await self._zk.set(self.delay_path, value)
+
+    async def trigger_audit(self) -> int | None:
+        """Write the delay again with its own value, which the leading autorecovery takes as
+        "re-replicate every lost bookie now" (BookKeeper's ``triggerAudit``); returns that value,
+        or None when the cluster has none yet. The write is versioned, so a concurrent ``--set``
+        is never undone: on a conflict the new value is read and written back."""
+        while True:
+            try:
+                data, stat = await self._zk.get(self.delay_path)
+            except ZkNoNodeError:
+                return None
+            seconds = _parse_delay(self.delay_path, data)
+            try:
+                await self._zk.set(self.delay_path, str(seconds).encode(), version=stat.version)
+            except ZkBadVersionError:
+                continue
+            return seconds
 
     async def initialize_lost_bookie_delay(self, seconds: int) -> bool:
         """Write ``seconds`` unless the cluster already has a delay; True if written now."""

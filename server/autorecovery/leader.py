@@ -32,6 +32,7 @@ class LeaderElection:
         self._path = path
         self._identity = identity.encode()
         self._leading = False
+        self.terms = 0  # times this process became the leader
         self._changed = asyncio.Event()  # a watch fired or the session changed: look again
         self._lost = asyncio.Event()
         self._watching: asyncio.Task[bool] | None = None  # the leader's watch on its own znode
@@ -81,6 +82,7 @@ class LeaderElection:
     def _become_leader(self) -> None:
         self._lost = asyncio.Event()
         self._leading = True
+        self.terms += 1
         log.info("leading autorecovery (%s)", self._path)
         # while leading, the same watch tells it that someone deleted the znode
         self._changed.clear()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 
 from prometheus_client import CollectorRegistry
 
@@ -41,6 +40,7 @@ from bookie.config import AutoRecoverySettings
 from bookie.tasks import cancel_and_wait
 
 from .leader import LeaderElection
+from .lost_bookies import LostBookieClock
 from .stats import AutoRecoveryStats
 from .switches import SwitchReader
 
@@ -74,8 +74,7 @@ class AutoRecovery:
         self._switches = SwitchReader(bk.ctx.metadata.zk, self._control, settings.lost_bookie_delay_s,
                                       self._wake.set)
         self._admin = BookKeeperAdmin(bk, replication_rate_bytes=settings.replication_rate_bytes)
-        self._missing_since: dict[str, float] = {}  # first seen gone: open ledgers' grace counts from it
-        self._waiting_since: dict[str, float] = {}  # the lostBookieRecoveryDelay counts from it
+        self._lost = LostBookieClock()
         self._retry_s = RETRY_S
         self._task: asyncio.Task[None] | None = None
         self.stats = AutoRecoveryStats(registry or CollectorRegistry())
@@ -94,12 +93,15 @@ class AutoRecovery:
         await self._election.close()
 
     async def _run(self) -> None:
-        new_term = True
+        term = 0
         while True:
             await self._election.lead()
-            if new_term:  # how long a bookie has been gone was not watched while standing by
-                self._missing_since, self._waiting_since = {}, {}
+            if term != self._election.terms:  # not after a failed check: the term's clocks go on
+                term = self._election.terms
+                # how long a bookie has been gone was not watched while standing by
+                self._lost.reset()
                 self._retry_s = RETRY_S
+                self._switches.new_term()
             work = asyncio.create_task(self._lead())
             lost = asyncio.create_task(self._election.lost())
             self.stats.leader.set(1)
@@ -110,8 +112,6 @@ class AutoRecovery:
                 for task in (work, lost):
                     task.cancel()
                 await asyncio.gather(work, lost, return_exceptions=True)
-            # after a failed check the same term goes on (and keeps its bookies' clocks)
-            new_term = lost.done()
             if work.done() and not work.cancelled() and work.exception() is not None:
                 log.error("autorecovery leader loop failed: %r; starting over", work.exception())
                 await asyncio.sleep(_LEADER_ERROR_PAUSE_S)
@@ -124,7 +124,6 @@ class AutoRecovery:
         def on_change(*_: object) -> None:
             wake.set()
 
-        await self._switches.start_term()
         watcher.add_listener(on_change)
         try:
             while True:
@@ -140,37 +139,29 @@ class AutoRecovery:
         """One pass; returns the seconds until the next one is due without a bookie change."""
         settings = self._settings
         loop = asyncio.get_running_loop()
-        enabled, delay_s, audit_now, delay_changed = await self._switches.read()
+        switches = await self._switches.read()
+        enabled, delay_s = switches.enabled, switches.delay_s
         self.stats.replication_enabled.set(int(enabled))
         self.stats.lost_bookie_delay.set(delay_s)
         admin = self._admin
         named = await admin.ledgers_by_bookie()
         missing = await admin.unregistered(named)
         now = loop.time()
-        for bookie_id in sorted(missing - set(self._missing_since)):
+        seen = self._lost.observe(missing, now, delay_s, audit_now=switches.audit_now,
+                                  delay_changed=switches.delay_changed)
+        self._switches.applied(switches)
+        for bookie_id in seen.gone:
             log.warning("bookie %s is gone (named by ledgers, not registered); re-replicating its data"
                         " after lostBookieRecoveryDelay (%g s)", bookie_id, delay_s)
-        for bookie_id in sorted(set(self._missing_since) - missing):
+        for bookie_id in seen.back:
             log.info("bookie %s is back or no longer named by any ledger", bookie_id)
-        self._missing_since = {b: self._missing_since.get(b, now) for b in missing}
-        # An audit now makes every lost bookie due until it is done with; a new delay restarts the
-        # wait (BookKeeper's auditor reschedules its pending audit from the change).
-        if audit_now:
-            self._waiting_since = dict.fromkeys(missing, -math.inf)
-        elif delay_changed:
-            self._waiting_since = dict.fromkeys(missing, now)
-        else:
-            self._waiting_since = {b: self._waiting_since.get(b, now) for b in missing}
-        if len(missing) > 1:
-            # More than one bookie gone: a further loss could leave entries with no copy at all,
-            # so BookKeeper's auditor stops waiting; so does this.
-            if any(self._waiting_since[b] > -math.inf for b in missing):  # news: say it
-                log.warning("%d bookies are gone: re-replicating without waiting out"
-                            " lostBookieRecoveryDelay", len(missing))
-            self._waiting_since = dict.fromkeys(missing, -math.inf)
-        due = {b for b, since in self._waiting_since.items() if now - since >= delay_s}
+        if seen.several_lost:
+            log.warning("%d bookies are gone: re-replicating without waiting out lostBookieRecoveryDelay",
+                        seen.several_lost)
+        due = set(seen.due)
         wake = [settings.check_interval_s] if settings.check_interval_s > 0 else []
-        wake += [since + delay_s - now for b, since in self._waiting_since.items() if b not in due]
+        if seen.next_due_in_s is not None:
+            wake.append(seen.next_due_in_s)
         if due and enabled:
             ledgers = set().union(*(named[b] for b in due))
             if await self._recover(due, ledgers, now):
@@ -180,8 +171,7 @@ class AutoRecovery:
                 self._retry_s = min(self._retry_s * 2, MAX_RETRY_S)
             # an open ledger left to its writer is fenced as soon as the grace ends, not at a retry
             grace = settings.open_ledger_grace_s
-            wake += [since + grace - now for b, since in self._missing_since.items()
-                     if b in due and now - since < grace]
+            wake += [grace - gone for b in due if (gone := self._lost.gone_for(b, now)) < grace]
         self.stats.checks.inc()
         self.stats.lost_bookies.set(len(missing))
         return max(0.1, min(wake)) if wake else _IDLE_WAIT_S
@@ -190,7 +180,7 @@ class AutoRecovery:
         """Re-replicate the ``due`` bookies' data (in ``ledgers``, those naming them, as the
         check just read); True when nothing was left undone."""
         grace = self._settings.open_ledger_grace_s
-        graced = frozenset(b for b in due if now - self._missing_since[b] >= grace)
+        graced = frozenset(b for b in due if self._lost.gone_for(b, now) >= grace)
         admin = self._admin
         lost = frozenset(due)
         log.warning("bookies lost: %s; re-replicating their ledgers", ", ".join(sorted(due)))

@@ -15,8 +15,10 @@ from tests.integration.test_recover_bookie import _ledger_on, pybk_shell
 from tests.support.bookies import BookieFactory
 
 from autorecovery import AutoRecovery
+from autorecovery import service as service_module
 from bkclient import BookKeeper
 from bkmeta import MetadataClient
+from bkproto.errors import MetadataStoreError
 from bookie.config import AutoRecoverySettings
 
 pytestmark = pytest.mark.integration
@@ -68,7 +70,10 @@ async def test_shell_switches_use_bookkeepers_znodes(zk_hosts: str) -> None:
         for command in ("whoisauditor", "triggeraudit"):  # no autorecovery has run
             nobody = await asyncio.to_thread(pybk_shell, zk_hosts, command)
             assert nobody.returncode == 1, nobody.stderr
-            assert json.loads(nobody.stdout) in ({"auditor": None}, {"triggered": False})
+            assert json.loads(nobody.stdout) in (
+                {"auditor": None},
+                {"triggered": False, "reason": "no autorecovery is leading (is pybk autorecovery running?)"},
+            )
         unset = await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--get")
         assert unset["lost_bookie_recovery_delay_s"] is None
         await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--set", "30")
@@ -114,6 +119,8 @@ async def test_disabled_autorecovery_copies_nothing_until_enabled(
         assert metrics["autorecovery_replication_enabled"] == 0
         assert metrics["autorecovery_lost_bookies"] == 1
         assert "re-replicating their ledgers" not in log_path.read_text()  # not even tried
+        refused = await asyncio.to_thread(pybk_shell, zk_hosts, "triggeraudit")
+        assert refused.returncode == 1 and "disabled" in json.loads(refused.stdout)["reason"]
 
         await asyncio.to_thread(_json, zk_hosts, "autorecovery", "--enable")  # the watch wakes it
         await _until_replaced(bk, ledger.ledger_id, victim.bookie_id)
@@ -160,7 +167,7 @@ async def test_rereading_the_switches_sets_one_watch_per_znode(zk_hosts: str) ->
         await meta.init_new_cluster()
     async with await BookKeeper.connect(zk_hosts) as bk:
         service = AutoRecovery(bk, AutoRecoverySettings(check_interval_s=0), "test")
-        await service._switches.start_term()
+        service._switches.new_term()
         control = bk.ctx.metadata.replication_control
         for _ in range(5):  # each check reads (and watches) both znodes again
             await service.check()
@@ -196,3 +203,36 @@ async def test_with_two_bookies_gone_nothing_waits_for_the_delay(
         await _until_replaced(bk, ledgers[0], first)
         await _until_replaced(bk, ledgers[1], second)
     assert "2 bookies are gone: re-replicating without waiting" in log_path.read_text()
+
+
+async def test_a_failed_check_keeps_the_terms_clocks(zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    lost = "10.9.9.9:3181"  # named by a ledger, registered nowhere
+    checks: list[float] = []
+
+    async def ledgers_by_bookie() -> dict[str, set[int]]:
+        checks.append(asyncio.get_running_loop().time())
+        if len(checks) == 2:
+            raise MetadataStoreError("a ZooKeeper read timed out")
+        return {lost: {1}}
+
+    async def unregistered(named: object) -> set[str]:
+        return {lost}
+
+    monkeypatch.setattr(service_module, "_LEADER_ERROR_PAUSE_S", 0.1)
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        service = AutoRecovery(bk, AutoRecoverySettings(lost_bookie_delay_s=3600, check_interval_s=0), "test")
+        monkeypatch.setattr(service._admin, "ledgers_by_bookie", ledgers_by_bookie)
+        monkeypatch.setattr(service._admin, "unregistered", unregistered)
+        await service.start()
+        try:
+            async with asyncio.timeout(30):
+                while len(checks) < 3:  # the first sees it gone, the second fails, the third goes on
+                    service._wake.set()
+                    await asyncio.sleep(0.2)
+            now = asyncio.get_running_loop().time()
+            assert service.is_leader
+            assert service._lost.gone_for(lost, now) >= now - checks[1]  # seen gone before the failure
+        finally:
+            await service.close()

@@ -25,10 +25,7 @@ def register(commands: Any) -> None:
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     async with await shell_client(ctx) as bk:
         meta = bk.ctx.metadata
-        try:
-            auditor: str | None = (await meta.zk.get(meta.layout.auditor_leader))[0].decode(errors="replace")
-        except ZkNoNodeError:
-            auditor = None
+        auditor = await meta.replication_control.auditor()
         try:
             known = set(await meta.zk.get_children(meta.layout.cookies))
         except ZkNoNodeError:

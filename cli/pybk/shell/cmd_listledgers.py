@@ -9,6 +9,7 @@ from typing import Any
 
 from bkclient import IncorrectParameterError
 from bkclient.admin import check_bookie_id
+from bkmeta import CorruptLedgerMetadataError
 from bkproto.errors import NoSuchLedgerError
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import metadata_dict, metadata_lines, usage_error
@@ -47,6 +48,9 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
                 versioned = await manager.read_ledger_metadata(ledger_id)
             except NoSuchLedgerError:
                 return None  # deleted between listing and reading
+            except CorruptLedgerMetadataError as exc:  # one bad znode must not hide the others
+                ctx.warn(f"listledgers: ledger {ledger_id} skipped: {exc}")
+                return None
         if args.bookie_id is not None and args.bookie_id not in versioned.value.all_bookies():
             return None
         return metadata_dict(ledger_id, versioned.value)

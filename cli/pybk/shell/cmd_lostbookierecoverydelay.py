@@ -14,7 +14,7 @@ from bkmeta.replication_control import MAX_DELAY_S
 from pybk.shell.context import ShellContext
 
 
-def delay_seconds(text: str) -> int:
+def _delay_seconds(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -30,7 +30,7 @@ def register(commands: Any) -> None:
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("-g", "--get", action="store_true", help="print the delay")
-    action.add_argument("-s", "--set", type=delay_seconds, metavar="SECONDS", help="set the delay")
+    action.add_argument("-s", "--set", type=_delay_seconds, metavar="SECONDS", help="set the delay")
     parser.set_defaults(run=run)
 
 

@@ -1,6 +1,8 @@
 """``triggeraudit``: make the leading autorecovery check for lost bookies now and re-replicate every
 lost one without waiting out lostBookieRecoveryDelay (BookKeeper's command, done the same way:
-the cluster's delay is written again with its own value, which its auditor takes as "audit now")."""
+the cluster's delay is written again with its own value, which its auditor takes as "audit now").
+Refused (exit 1), as BookKeeper refuses it, when no autorecovery leads or re-replication is
+disabled: nothing would act on it."""
 
 from __future__ import annotations
 
@@ -20,11 +22,15 @@ def register(commands: Any) -> None:
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     control = (await ctx.metadata(watch_bookies=False)).replication_control
-    delay = await control.lost_bookie_delay()
-    if delay is None:
-        ctx.emit({"triggered": False},
-                 "no autorecovery has led this cluster yet (no lostBookieRecoveryDelay): nothing to trigger")
+    refusal = None
+    if await control.auditor() is None:
+        refusal = "no autorecovery is leading (is pybk autorecovery running?)"
+    elif not await control.is_enabled():
+        refusal = "autorecovery is disabled (pybk shell autorecovery --enable)"
+    elif await control.trigger_audit() is None:
+        refusal = "the cluster has no lostBookieRecoveryDelay yet (its autorecovery has not started)"
+    if refusal is not None:
+        ctx.emit({"triggered": False, "reason": refusal}, f"audit not triggered: {refusal}")
         return EXIT_FAILED
-    await control.set_lost_bookie_delay(delay)
     ctx.emit({"triggered": True}, "audit triggered")
     return 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bkmeta.zk import ZkNoNodeError
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED
 
@@ -19,12 +18,9 @@ def register(commands: Any) -> None:
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
-    meta = await ctx.metadata(watch_bookies=False)
-    try:
-        data, _ = await meta.zk.get(meta.layout.auditor_leader)
-    except ZkNoNodeError:
+    auditor = await (await ctx.metadata(watch_bookies=False)).replication_control.auditor()
+    if auditor is None:
         ctx.emit({"auditor": None}, "no autorecovery is leading (is pybk autorecovery running?)")
         return EXIT_FAILED
-    auditor = data.decode(errors="replace")
     ctx.emit({"auditor": auditor}, f"auditor: {auditor}")
     return 0

@@ -52,6 +52,10 @@ class ShellContext:
         else:
             print(text, file=self.out)
 
+    def warn(self, message: str) -> None:
+        """On stderr only: the command goes on, and ``--json`` output stays one object."""
+        print(f"warning: {message}", file=self.err)
+
     def error(self, message: str) -> None:
         if self.as_json:
             print(json.dumps({"error": message}), file=self.out)

@@ -287,7 +287,8 @@ async def test_force_gc_when_no_space_compacts_while_the_disks_are_short(tmp_pat
             assert not collector.major_suspended and not collector.minor_suspended
             assert sum(_log_files(config).values()) < 0.6 * sum(before.values())
             collector.disk_space(almost_full=False, full=False)
-            await asyncio.sleep(0.3)  # a run that began while short may still be compacting
+            began = collector.runs + (1 if collector.running else 0)  # one may still be compacting
+            await _until(lambda: collector.runs > began and not collector.running)
             settled, runs = collector.major_compactions, collector.runs
             await _until(lambda: collector.runs >= runs + 3)
             assert collector.major_compactions == settled  # back on its daily schedule
