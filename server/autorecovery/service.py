@@ -158,7 +158,7 @@ class AutoRecovery:
         if seen.several_lost:
             log.warning("%d bookies are gone: re-replicating without waiting out lostBookieRecoveryDelay",
                         seen.several_lost)
-        due = set(seen.due)
+        due = seen.due
         wake = [settings.check_interval_s] if settings.check_interval_s > 0 else []
         if seen.next_due_in_s is not None:
             wake.append(seen.next_due_in_s)
@@ -176,13 +176,12 @@ class AutoRecovery:
         self.stats.lost_bookies.set(len(missing))
         return max(0.1, min(wake)) if wake else _IDLE_WAIT_S
 
-    async def _recover(self, due: set[str], ledgers: set[int], now: float) -> bool:
+    async def _recover(self, due: frozenset[str], ledgers: set[int], now: float) -> bool:
         """Re-replicate the ``due`` bookies' data (in ``ledgers``, those naming them, as the
         check just read); True when nothing was left undone."""
         grace = self._settings.open_ledger_grace_s
         graced = frozenset(b for b in due if self._lost.gone_for(b, now) >= grace)
         admin = self._admin
-        lost = frozenset(due)
         log.warning("bookies lost: %s; re-replicating their ledgers", ", ".join(sorted(due)))
         final: list[LedgerRecovery] = []
         for ledger_id in sorted(ledgers):
@@ -192,13 +191,13 @@ class AutoRecovery:
                 log.warning("ledger re-replication disabled meanwhile: stopping before ledger %d", ledger_id)
                 self._record(final)
                 return False
-            first = await admin.recover_ledger(ledger_id, lost, fence_open_ledgers=False)
+            first = await admin.recover_ledger(ledger_id, due, fence_open_ledgers=False)
             if first is None:
                 continue  # deleted meanwhile, or no longer names a lost bookie
             report: LedgerRecovery | None = first
             if first.skipped is SkipReason.WRITER_MAY_REPLACE:
                 if graced and await self._writes_to(first.ledger_id, graced):
-                    report = await admin.recover_ledger(first.ledger_id, lost)  # fenced now
+                    report = await admin.recover_ledger(first.ledger_id, due)  # fenced now
                 else:
                     log.info("ledger %d: open on a lost bookie; its writer has until the grace period"
                              " ends to replace it", first.ledger_id)
