@@ -14,6 +14,7 @@ A write is taken into account only once the check that read it has applied it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import NamedTuple
@@ -77,6 +78,9 @@ class SwitchReader:
             if await control.initialize_lost_bookie_delay(int(self._configured_delay_s)):
                 log.info("cluster lostBookieRecoveryDelay set to %g s from the configuration",
                          self._configured_delay_s)
+            # what a write of the same value is compared with (BookKeeper's auditor reads it at start)
+            with contextlib.suppress(CorruptReplicationSettingError):
+                self._delay_before = await control.lost_bookie_delay()
             self._seeded = True
         enabled = await control.is_enabled(self._disable_watch)
         writes = self._delay_writes
