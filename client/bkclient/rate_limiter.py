@@ -36,6 +36,11 @@ class ByteRateLimiter:
         once; the time its bytes take is what the next caller waits (Guava's model)."""
         now = self._clock()
         start = max(now, self._free_at)
-        self._free_at = start + size / self.bytes_per_s
+        end = self._free_at = start + size / self.bytes_per_s
         if start > now:
-            await self._sleep(start - now)
+            try:
+                await self._sleep(start - now)
+            except asyncio.CancelledError:
+                if self._free_at == end:  # the last reservation: give its time back
+                    self._free_at = start
+                raise

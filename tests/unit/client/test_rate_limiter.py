@@ -59,6 +59,26 @@ async def test_idle_time_earns_no_burst() -> None:
     assert clock.slept == [1.0]  # after the pause one goes at once, the next waits its turn
 
 
+async def test_a_cancelled_wait_gives_its_bytes_back() -> None:
+    clock = FakeClock()
+    parked = asyncio.Event()
+
+    async def sleep_until_cancelled(seconds: float) -> None:
+        parked.set()
+        await asyncio.Event().wait()
+
+    limiter = ByteRateLimiter(1000, clock=clock, sleep=sleep_until_cancelled)
+    await limiter.acquire(1000)  # the first goes at once; the next waits 1 s
+    waiter = asyncio.create_task(limiter.acquire(5000))
+    await parked.wait()
+    waiter.cancel()  # say, its copy failed
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    limiter._sleep = clock.sleep  # type: ignore[method-assign]  # from now on, time passes
+    await limiter.acquire(100)
+    assert clock.slept == [1.0]  # after the first's 1,000 bytes only, not the cancelled 5,000 too
+
+
 @pytest.mark.parametrize("rate", [0, -5, float("nan")])
 def test_a_rate_must_be_positive(rate: float) -> None:
     with pytest.raises(IncorrectParameterError, match="positive"):
