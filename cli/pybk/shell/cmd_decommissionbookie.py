@@ -9,18 +9,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bkclient import BookKeeperAdmin, IncorrectParameterError
-from bkclient.admin import check_bookie_id
+from bkclient import BookKeeperAdmin
 from pybk.shell.cmd_recover import ledger_json, ledger_lines
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, add_rate_option, refused, shell_client, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, add_rate_option, bookie_id, refused, shell_client
 
 
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "decommissionbookie", help="re-replicate a stopped bookie's ledgers and delete its cookie"
     )
-    parser.add_argument("--bookieid", dest="bookie_id", required=True, metavar="ID",
+    parser.add_argument("--bookieid", dest="bookie_id", type=bookie_id, required=True, metavar="ID",
                         help="the bookie to retire (host:port)")
     parser.add_argument("-f", "--force", action="store_true", help="decommission without asking")
     add_rate_option(parser)
@@ -28,10 +27,6 @@ def register(commands: Any) -> None:
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
-    try:
-        check_bookie_id(args.bookie_id)
-    except IncorrectParameterError as exc:
-        return usage_error(ctx, f"decommissionbookie: {exc}")
     if not args.force and (exit_code := await refused(
         ctx, f"Decommission {args.bookie_id}: re-replicate its ledgers (fencing open ones) and"
              " delete its cookie?",

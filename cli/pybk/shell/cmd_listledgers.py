@@ -7,12 +7,10 @@ import argparse
 import asyncio
 from typing import Any
 
-from bkclient import IncorrectParameterError
-from bkclient.admin import check_bookie_id
 from bkmeta import CorruptLedgerMetadataError
 from bkproto.errors import NoSuchLedgerError
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import metadata_dict, metadata_lines, usage_error
+from pybk.shell.ledger_view import bookie_id, metadata_dict, metadata_lines
 
 # Metadata reads in flight at once with -m: enough to hide ZooKeeper round trips, bounded so a
 # cluster with a million ledgers does not queue a million requests.
@@ -22,17 +20,12 @@ METADATA_READ_CONCURRENCY = 32
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser("listledgers", help="list all ledgers")
     parser.add_argument("-m", "--meta", action="store_true", help="print each ledger's metadata too")
-    parser.add_argument("--bookieid", dest="bookie_id", metavar="ID",
+    parser.add_argument("--bookieid", dest="bookie_id", type=bookie_id, metavar="ID",
                         help="only the ledgers with a replica on this bookie (host:port)")
     parser.set_defaults(run=run)
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
-    if args.bookie_id is not None:
-        try:
-            check_bookie_id(args.bookie_id)
-        except IncorrectParameterError as exc:
-            return usage_error(ctx, f"listledgers: {exc}")
     meta = await ctx.metadata(watch_bookies=False)
     manager = meta.ledger_manager
     ledger_ids = sorted(await manager.list_ledgers())

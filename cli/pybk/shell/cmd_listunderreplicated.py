@@ -10,19 +10,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bkclient import BookKeeperAdmin, IncorrectParameterError
-from bkclient.admin import check_bookie_id
+from bkclient import BookKeeperAdmin
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import shell_client, usage_error
+from pybk.shell.ledger_view import bookie_id, shell_client
 
 
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "listunderreplicated", help="list the ledgers with a replica on a bookie that is gone"
     )
-    parser.add_argument("--missingreplica", metavar="ID",
+    parser.add_argument("--missingreplica", type=bookie_id, metavar="ID",
                         help="only ledgers missing this bookie (host:port)")
-    parser.add_argument("--excludingmissingreplica", metavar="ID",
+    parser.add_argument("--excludingmissingreplica", type=bookie_id, metavar="ID",
                         help="only ledgers not missing this bookie (host:port)")
     parser.add_argument("--printmissingreplica", action="store_true",
                         help="print each ledger's missing bookies")
@@ -32,12 +31,6 @@ def register(commands: Any) -> None:
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
-    for bookie_id in (args.missingreplica, args.excludingmissingreplica):
-        if bookie_id is not None:
-            try:
-                check_bookie_id(bookie_id)
-            except IncorrectParameterError as exc:
-                return usage_error(ctx, f"listunderreplicated: {exc}")
     async with await shell_client(ctx) as bk:
         found = await BookKeeperAdmin(bk).underreplicated_ledgers()
     ledgers = {

@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bkclient import BookKeeperAdmin, IncorrectParameterError, LedgerRecovery
-from bkclient.admin import check_bookie_id
+from bkclient import BookKeeperAdmin, LedgerRecovery
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import (
     EXIT_FAILED,
     add_rate_option,
+    bookie_id,
     non_negative,
     refused,
     shell_client,
-    usage_error,
 )
 
 
@@ -30,7 +29,8 @@ def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "recover", help="re-replicate the ledgers of lost bookies onto other bookies"
     )
-    parser.add_argument("bookies", nargs="+", metavar="BOOKIE", help="lost bookie id (host:port)")
+    parser.add_argument("bookies", nargs="+", type=bookie_id, metavar="BOOKIE",
+                        help="lost bookie id (host:port)")
     parser.add_argument("--dry-run", action="store_true", help="only print what would be done")
     parser.add_argument("--skip-open-ledgers", action="store_true",
                         help="leave open ledgers alone (never fence a writer)")
@@ -80,11 +80,6 @@ def ledger_json(report: LedgerRecovery) -> dict[str, Any]:
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     lost = list(dict.fromkeys(args.bookies))
-    for bookie_id in lost:
-        try:
-            check_bookie_id(bookie_id)
-        except IncorrectParameterError as exc:
-            return usage_error(ctx, f"recover: {exc}")
     if not (args.force or args.dry_run) and (exit_code := await refused(
         ctx, f"Re-replicate the ledgers of {', '.join(lost)}, fencing open ledgers that still write to them?",
         "recover: no confirmation on stdin; pass -f to recover without asking",

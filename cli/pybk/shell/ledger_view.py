@@ -15,7 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from bkclient import BookKeeper, ClientConfig, LedgerEntry, LedgerMetadata
+from bkclient import BookKeeper, ClientConfig, IncorrectParameterError, LedgerEntry, LedgerMetadata
+from bkclient.admin import check_bookie_id
 from bkclient.context import ClientContext
 from pybk.shell.context import ShellContext
 
@@ -78,6 +79,15 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def bookie_id(text: str) -> str:
+    """argparse type of a bookie id: ``host:port``, or a usage error (exit 2) naming the value."""
+    try:
+        check_bookie_id(text)
+    except IncorrectParameterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def add_rate_option(parser: argparse.ArgumentParser) -> None:
