@@ -18,7 +18,6 @@ The password and digest type come from the ledger's metadata, as in BookKeeper.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 from collections.abc import Collection, Mapping
@@ -30,7 +29,6 @@ from bkclient.ops.replicate import Fragment, FragmentReplicator, fragments_with
 from bkclient.rate_limiter import ByteRateLimiter
 from bkmeta.model import LedgerMetadata
 from bkmeta.serde import CorruptLedgerMetadataError
-from bkmeta.zk import ZkNoNodeError
 from bkproto.errors import BKError, IllegalOpError, IncorrectParameterError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -177,9 +175,7 @@ class BookKeeperAdmin:
         reports = await self.recover_bookies([bookie_id])
         if any(not r.ok or r.skipped is not None for r in reports):
             return Decommission(bookie_id, reports, cookie_deleted=False)
-        meta = self._bk.ctx.metadata
-        with contextlib.suppress(ZkNoNodeError):  # never registered, or deleted by an earlier run
-            await meta.zk.delete(meta.layout.cookie(bookie_id))
+        await self._bk.ctx.metadata.cookies.delete(bookie_id)  # absent: deleted by an earlier run
         log.info("bookie %s decommissioned: its ledgers are re-replicated and its cookie deleted", bookie_id)
         return Decommission(bookie_id, reports, cookie_deleted=True)
 

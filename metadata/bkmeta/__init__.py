@@ -8,7 +8,7 @@ from bkmeta.cluster import (
     nuke_existing_cluster,
     read_instance_id,
 )
-from bkmeta.cookie import Cookie, InvalidCookieError, verify_or_create_cookie
+from bkmeta.cookie import Cookie, CookieStore, InvalidCookieError, read_local_cookies, verify_or_create_cookie
 from bkmeta.layout import ZkLayout, ledger_relative_path, parse_ledger_relative_path
 from bkmeta.ledger_manager import LedgerManager, LedgerWatcher, ZkLedgerManager
 from bkmeta.metadata_client import MetadataClient
@@ -27,6 +27,7 @@ __all__ = [
     "ClusterLayoutError",
     "ClusterNotInitializedError",
     "Cookie",
+    "CookieStore",
     "CorruptLedgerMetadataError",
     "CorruptReplicationSettingError",
     "DigestType",
@@ -50,6 +51,7 @@ __all__ = [
     "nuke_existing_cluster",
     "parse_ledger_relative_path",
     "read_instance_id",
+    "read_local_cookies",
     "serialize",
     "verify_or_create_cookie",
 ]

@@ -96,6 +96,46 @@ class Cookie:
         return out
 
 
+class CookieStore:
+    """The cluster's cookies in ZooKeeper, one znode per bookie id (BookKeeper's ``cookie_get``,
+    ``cookie_delete``). Whether deleting one is safe is the caller's call: see the shell."""
+
+    def __init__(self, zk: ZkClient, layout: ZkLayout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    async def bookie_ids(self) -> list[str]:
+        """Every bookie id holding a cookie, sorted."""
+        try:
+            return sorted(await self._zk.get_children(self._layout.cookies))
+        except ZkNoNodeError:
+            return []
+
+    async def get(self, bookie_id: str) -> tuple[Cookie, int] | None:
+        """The bookie's cookie and its znode version, or None when it has none. An unreadable
+        cookie raises :class:`InvalidCookieError` naming the znode."""
+        path = self._layout.cookie(bookie_id)
+        try:
+            data, stat = await self._zk.get(path)
+        except ZkNoNodeError:
+            return None
+        return Cookie.from_bytes(data, path), stat.version
+
+    async def delete(self, bookie_id: str, version: int = -1) -> bool:
+        """Delete the cookie (only at ``version`` unless -1); False when there was none."""
+        try:
+            await self._zk.delete(self._layout.cookie(bookie_id), version=version)
+        except ZkNoNodeError:
+            return False
+        return True
+
+
+def read_local_cookies(dirs: Sequence[str | Path]) -> dict[str, Cookie]:
+    """The cookie (``current/VERSION``) of each directory that has one, by directory."""
+    found = {str(d): _read_local(str(d)) for d in dirs}
+    return {d: Cookie.from_bytes(raw, str(Path(d) / VERSION_FILE)) for d, raw in found.items() if raw}
+
+
 def _read_local(directory: str) -> bytes | None:
     try:
         return (Path(directory) / VERSION_FILE).read_bytes()
@@ -140,14 +180,10 @@ async def verify_or_create_cookie(
     expected = Cookie.for_dirs(bookie_id, journal_dirs, ledger_dirs, instance_id)
     zk_path = layout.cookie(bookie_id)
     dirs = list(dict.fromkeys([*expected.journal_dirs, *expected.ledger_dirs]))
-    local_raw = await asyncio.to_thread(lambda: {d: _read_local(d) for d in dirs})
-    local = {d: Cookie.from_bytes(raw, str(Path(d) / VERSION_FILE)) for d, raw in local_raw.items() if raw}
+    local = await asyncio.to_thread(read_local_cookies, dirs)
 
-    try:
-        data, _ = await zk.get(zk_path)
-        registered: Cookie | None = Cookie.from_bytes(data, zk_path)
-    except ZkNoNodeError:
-        registered = None
+    found = await CookieStore(zk, layout).get(bookie_id)
+    registered = found[0] if found is not None else None
 
     if registered is None:
         if local:

@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from bkmeta.cluster import init_new_cluster, read_instance_id
+from bkmeta.cookie import CookieStore
 from bkmeta.layout import ZkLayout
 from bkmeta.ledger_manager import ZkLedgerManager
 from bkmeta.registration import BookieRegistration, BookieServiceInfo, BookieWatcher
@@ -33,6 +34,7 @@ class MetadataClient:
         self.ledger_manager = ZkLedgerManager(zk, layout)
         self.bookie_watcher = BookieWatcher(zk, layout)
         self.replication_control = ReplicationControl(zk, layout)
+        self.cookies = CookieStore(zk, layout)
         self.instance_id: str | None = None
 
     @classmethod

@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 from bkclient import BookKeeperAdmin
-from bkmeta.zk import ZkNoNodeError
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import shell_client
 
@@ -26,10 +25,7 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     async with await shell_client(ctx) as bk:
         meta = bk.ctx.metadata
         auditor = await meta.replication_control.auditor()
-        try:
-            known = set(await meta.zk.get_children(meta.layout.cookies))
-        except ZkNoNodeError:
-            known = set()
+        known = set(await meta.cookies.bookie_ids())
         watcher = bk.ctx.bookie_watcher
         writable, readonly = set(watcher.writable_bookies()), set(watcher.readonly_bookies())
         under_replicated = bool(await BookKeeperAdmin(bk).underreplicated_ledgers())
