@@ -38,11 +38,7 @@ def register(subparsers: Any) -> None:
         type=int,
         help="serve /heartbeat, /metrics and the admin API (/api/v1/bookie/...) on this port (0 = any)",
     )
-    parser.add_argument("--journal-dirs", help="comma-separated journal directories (journalDirectories)")
-    parser.add_argument("--ledger-dirs", help="comma-separated ledger directories (ledgerDirectories)")
-    parser.add_argument(
-        "--data-dir", type=Path, help="put the journal in DIR/journal and ledgers in DIR/ledgers"
-    )
+    add_dir_options(parser)
     parser.add_argument("--bind", help="listen address (bindAddress, default 0.0.0.0)")
     parser.add_argument("--advertised-address", help="address clients use (advertisedAddress)")
     parser.add_argument("--rack", help="network location advertised for rack-aware placement (bookieRack)")
@@ -50,17 +46,32 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
-    """Command-line flags as BookKeeper configuration keys."""
+def add_dir_options(parser: argparse.ArgumentParser) -> None:
+    """The directory flags, shared with ``shell bookieformat`` (which must find the same dirs)."""
+    parser.add_argument("--journal-dirs", help="comma-separated journal directories (journalDirectories)")
+    parser.add_argument("--ledger-dirs", help="comma-separated ledger directories (ledgerDirectories)")
+    parser.add_argument(
+        "--data-dir", type=Path, help="put the journal in DIR/journal and ledgers in DIR/ledgers"
+    )
+
+
+def dir_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The directory flags as BookKeeper configuration keys (explicit dirs win over --data-dir)."""
     overrides: dict[str, str] = {}
     if args.data_dir is not None:
         overrides["journalDirectories"] = str(args.data_dir / "journal")
         overrides["ledgerDirectories"] = str(args.data_dir / "ledgers")
+    pairs = {"journalDirectories": args.journal_dirs, "ledgerDirectories": args.ledger_dirs}
+    overrides.update({key: value for key, value in pairs.items() if value is not None})
+    return overrides
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """Command-line flags as BookKeeper configuration keys."""
+    overrides = dir_overrides(args)
     pairs = {
         "zkServers": args.zk,
         "bookiePort": args.port,
-        "journalDirectories": args.journal_dirs,
-        "ledgerDirectories": args.ledger_dirs,
         "bindAddress": args.bind,
         "advertisedAddress": args.advertised_address,
         "bookieRack": args.rack,
