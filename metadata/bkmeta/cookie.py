@@ -189,8 +189,9 @@ async def verify_or_create_cookie(
         if local:
             raise InvalidCookieError(
                 f"directories {sorted(local)} hold a cookie but {zk_path} does not exist: this bookie's data "
-                "belongs to a cluster whose metadata is gone (was it nuked?). Wipe the directories to start "
-                "this bookie as a new one."
+                "belongs to a cluster whose metadata is gone (was it nuked?), or its cookie was deleted. "
+                "Wipe the directories to start this bookie as a new one: `pybk shell bookieformat` with "
+                "this bookie's configuration."
             )
         await asyncio.to_thread(_write_all_local, dirs, expected.to_bytes())
         try:
@@ -205,16 +206,17 @@ async def verify_or_create_cookie(
         raise InvalidCookieError(
             f"bookie {bookie_id} was registered with other directories or another cluster "
             f"({'; '.join(diffs)}). "
-            "Start it with the directories it was created with, or decommission it and delete "
-            f"{zk_path} to start over."
+            "Start it with the directories it was created with, or retire the old identity: "
+            f"`pybk shell decommissionbookie --bookieid {bookie_id}` (re-replicates its ledgers and "
+            "deletes its cookie), then `pybk shell bookieformat` to wipe the directories."
         )
     missing = [d for d in dirs if d not in local]
     if missing:
         raise InvalidCookieError(
             f"directories {missing} have no cookie (current/VERSION) but bookie {bookie_id} is registered "
             f"with data in them: a replaced or wiped disk must not serve as if it held the ledgers. "
-            f"Restore the disk, or decommission the bookie (re-replicate its ledgers), delete {zk_path} "
-            "and wipe its directories to start it as a new bookie."
+            f"Restore the disk, or re-replicate its ledgers (`pybk shell recover {bookie_id} -f`) and "
+            "start it as a new bookie: `pybk shell bookieformat -d` with this bookie's configuration."
         )
     for d, cookie in local.items():
         local_diffs = registered.differences(cookie)

@@ -47,7 +47,7 @@ async def test_replaced_journal_disk_is_refused_before_storage_opens(
     with pytest.raises(BookieStartError):
         await asyncio.to_thread(bookie.start, 60.0)
     log = bookie.run_log_text()
-    assert "have no cookie" in log and "Restore the disk" in log
+    assert "have no cookie" in log and "Restore the disk" in log and "bookieformat -d" in log
     assert list(journal.iterdir()) == []  # storage never opened the replaced disk
 
 

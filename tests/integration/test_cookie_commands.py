@@ -123,7 +123,8 @@ async def test_a_forced_cookie_delete_leaves_the_old_directories_refused_until_f
     # Its directories still carry the old cookie: they belong to no registered bookie now.
     with pytest.raises(BookieStartError):
         await asyncio.to_thread(victim.start, 60.0)
-    assert "does not exist" in victim.run_log_text()
+    refusal = victim.run_log_text()
+    assert "does not exist" in refusal and "pybk shell bookieformat" in refusal  # what to do
 
     # Formatting finds the bookie by the cookie its directories hold, and asks on stdin.
     answered = await asyncio.to_thread(
