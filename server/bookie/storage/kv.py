@@ -45,10 +45,14 @@ class KeyValueStorage(Protocol):
 
 
 class RocksKeyValueStorage:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """``read_only`` opens without RocksDB's lock, beside a bookie that holds it (offline
+        checks); such a store refuses writes."""
         options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        self._db = Rdict(str(path), options, access_type=AccessType.read_write())
+        options.create_if_missing(not read_only)
+        access = AccessType.read_only() if read_only else AccessType.read_write()
+        self._db = Rdict(str(path), options, access_type=access)
+        self._read_only = read_only
         self._write_opt = WriteOptions()
         self._closed = False
 
@@ -95,7 +99,8 @@ class RocksKeyValueStorage:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._db.flush_wal(True)
+            if not self._read_only:
+                self._db.flush_wal(True)
             self._db.close()
 
 

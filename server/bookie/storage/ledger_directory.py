@@ -9,6 +9,7 @@ while their entries waited in the write cache, so a deleted ledger never comes b
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -32,6 +33,11 @@ class IndexWriteError(Exception):
     ("Writer has previous error") until it is reopened, so flushes stop until a restart."""
 
 
+class LostIndexError(OSError):
+    """A directory's location index is gone while its entry logs are there (an OSError: the
+    daemon reports it as it reports other unusable directories, and does not start)."""
+
+
 class LedgerDirectory:
     def __init__(
         self, root: Path, entry_log_size_limit: int, kv_factory: KvFactory = rocks_kv, reserve_bytes: int = 0
@@ -41,7 +47,7 @@ class LedgerDirectory:
         current.mkdir(parents=True, exist_ok=True)
         self.entry_logger = EntryLogger(current, entry_log_size_limit, reserve_bytes)
         self._ledgers_kv = kv_factory(current / "ledgers")
-        self._locations_kv = kv_factory(current / "locations")
+        self._locations_kv = self._open_locations(current / "locations", kv_factory)
         self.ledgers = LedgerIndex(self._ledgers_kv)
         self.locations = EntryLocationIndex(self._locations_kv)
         self.lock = threading.Lock()
@@ -161,6 +167,23 @@ class LedgerDirectory:
                 total += length
             i = j
         return out
+
+    def _open_locations(self, path: Path, kv_factory: KvFactory) -> KeyValueStorage:
+        """The location index. The first start creates it before any entry log exists, so
+        entry logs without it mean it was lost: RocksDB would create an empty one, and the
+        bookie would answer "no such entry" for everything it holds. Refused instead."""
+        lost = not path.exists() and bool(self.entry_logger.finished_log_ids())
+        kv = kv_factory(path)
+        if lost and path.exists():  # an on-disk index, just created empty
+            kv.close()
+            self._ledgers_kv.close()
+            shutil.rmtree(path)  # so that every start refuses, until it is rebuilt
+            raise LostIndexError(
+                f"{path} is missing but {path.parent} holds entry logs: their entries would be"
+                " unreachable. Rebuild it from the entry logs, with the bookie stopped:"
+                " `pybk shell rebuild-db-ledger-locations-index` with this bookie's configuration"
+            )
+        return kv
 
     def close(self) -> None:
         with self.lock:  # after any flush or compaction slice; none starts after this

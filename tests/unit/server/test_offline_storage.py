@@ -1,0 +1,114 @@
+"""The offline tools over a real ledger directory (real files, real RocksDB): the consistency
+check finds damaged, missing and unindexed entries; the rebuild restores a lost location index
+from the entry logs; and a bookie refuses a directory whose location index is gone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bookie.storage.entry_logger import LOG_HEADER_SIZE, RECORD_HEADER_SIZE, log_name
+from bookie.storage.flush_pacer import FlushPacer
+from bookie.storage.indexes import LedgerRecord
+from bookie.storage.ledger_directory import LedgerDirectory, LostIndexError
+from bookie.storage.offline import DirectoryInUseError, check_directory, rebuild_locations
+
+BODY = 100
+
+
+def body(ledger_id: int, entry_id: int) -> bytes:
+    return (b"%d/%d:" % (ledger_id, entry_id)).ljust(BODY, b"x")
+
+
+def filled(root: Path, ledgers: dict[int, int]) -> LedgerDirectory:
+    """A directory holding ``count`` entries of each ledger, flushed (two flushes, two logs)."""
+    directory = LedgerDirectory(root, entry_log_size_limit=1 << 30)
+    for ledger_id in ledgers:
+        directory.ledgers.put(ledger_id, LedgerRecord(b"key"))
+    for half in (0, 1):
+        batch = []
+        for ledger_id, count in sorted(ledgers.items()):
+            ids = range(half * count // 2, (half + 1) * count // 2)
+            batch.append((ledger_id, {e: body(ledger_id, e) for e in ids}))
+        directory.flush_ledgers(batch, FlushPacer(1, 0.0))
+        directory.entry_logger.close()  # the next flush starts a new log, as after a restart
+    return directory
+
+
+def read_all(directory: LedgerDirectory, ledger_id: int, count: int) -> list[bytes]:
+    return [body for _, body in directory.read_run(ledger_id, 0, count, 1 << 30)]
+
+
+def test_a_healthy_directory_checks_out(tmp_path: Path) -> None:
+    filled(tmp_path, {1: 10, 2: 6}).close()
+    report = check_directory(tmp_path)
+    assert report.ok and report.ledgers == 2 and report.entries_checked == 16, report
+
+
+def test_the_check_names_a_damaged_entry_and_entries_the_index_lacks(tmp_path: Path) -> None:
+    directory = filled(tmp_path, {1: 10, 2: 6})
+    directory.locations.delete_ledger(2)  # as if the index lost them
+    directory.close()
+    log = tmp_path / "current" / log_name(0)
+    with open(log, "r+b") as f:  # one byte of the first entry's body
+        f.seek(LOG_HEADER_SIZE + RECORD_HEADER_SIZE + 3)
+        f.write(b"!")
+    report = check_directory(tmp_path)
+    assert not report.ok
+    assert report.bad_entries == 1 and report.entries_checked == 10
+    assert report.unindexed_entries == 6
+    assert any("entry 1/0" in p and "checksum" in p for p in report.problems), report.problems
+    assert any("entry 2/" in p and "not in the index" in p for p in report.problems), report.problems
+
+
+def test_rebuild_restores_a_lost_index_and_skips_deleted_ledgers(tmp_path: Path) -> None:
+    directory = filled(tmp_path, {1: 10, 2: 6, 3: 4})
+    directory.ledgers.delete(3)  # deleted by garbage collection, its entries still in the logs
+    directory.close()
+    index = tmp_path / "current" / "locations"
+    for path in sorted(index.iterdir()):
+        os.remove(path)  # a wiped index directory: RocksDB would open it empty
+    os.rmdir(index)
+
+    with pytest.raises(LostIndexError, match="rebuild-db-ledger-locations-index"):
+        LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
+    assert not index.exists()  # refused again at the next start, not opened empty
+
+    report = rebuild_locations(tmp_path)
+    assert (report.entries_indexed, report.entries_skipped, report.logs_scanned) == (16, 4, 2)
+    assert report.backup is None and not report.unreadable_logs
+    assert check_directory(tmp_path).ok
+    directory = LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
+    try:
+        assert read_all(directory, 1, 10) == [body(1, e) for e in range(10)]
+        assert read_all(directory, 2, 6) == [body(2, e) for e in range(6)]
+        assert directory.locations.entry_ids(3) == []
+    finally:
+        directory.close()
+
+
+def test_rebuild_keeps_the_old_index_and_the_newest_copy_of_an_entry(tmp_path: Path) -> None:
+    directory = filled(tmp_path, {1: 4})
+    # a compaction copied entry 0 into a newer log: the index points there
+    directory.flush_ledgers([(1, {0: body(1, 0)})], FlushPacer(1, 0.0))
+    moved = directory.locations.get(1, 0)
+    directory.close()
+    report = rebuild_locations(tmp_path)
+    assert report.backup is not None and Path(report.backup).is_dir()
+    directory = LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
+    try:
+        assert directory.locations.get(1, 0) == moved
+    finally:
+        directory.close()
+
+
+def test_rebuild_is_refused_while_a_bookie_holds_the_directory(tmp_path: Path) -> None:
+    directory = filled(tmp_path, {1: 4})
+    try:
+        with pytest.raises(DirectoryInUseError, match="stop it first"):
+            rebuild_locations(tmp_path)
+        assert check_directory(tmp_path).ok  # the check reads beside it
+    finally:
+        directory.close()
