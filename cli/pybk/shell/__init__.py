@@ -15,7 +15,9 @@ import os
 from typing import Any
 
 from bkproto.errors import BKError
+from bookie.config import ConfigError
 from pybk.shell.context import ShellContext, ZooKeeperUnreachableError
+from pybk.shell.ledger_view import EXIT_USAGE
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_cookie_get",
     "pybk.shell.cmd_cookie_delete",
     "pybk.shell.cmd_bookieformat",
+    "pybk.shell.cmd_localconsistencycheck",
+    "pybk.shell.cmd_rebuild_locations_index",
 )
 
 EXIT_ZK_UNREACHABLE = 3
@@ -86,6 +90,9 @@ async def _run(args: argparse.Namespace) -> int:
     except BKError as e:
         ctx.error(f"{args.shell_command}: {e}")
         return 1
+    except ConfigError as e:  # the bookie configuration of the commands that work on its files
+        ctx.error(f"{args.shell_command}: configuration error: {e}")
+        return EXIT_USAGE
     finally:
         await ctx.close()
 

@@ -20,7 +20,6 @@ ZooKeeper: that is the replaced-disk guard, as intended until its ledgers are re
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,11 +31,10 @@ from bkmeta import (
     read_instance_id,
     read_local_cookies,
 )
-from bookie.config import ConfigError, load_config
-from pybk.cmd_bookie import add_dir_options, dir_overrides
 from pybk.shell.context import ShellContext
 from pybk.shell.cookie_guard import ledgers_naming, running_reason, still_named
-from pybk.shell.ledger_view import EXIT_FAILED, refused, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, refused
+from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
 
 CURRENT = "current"
 
@@ -45,17 +43,11 @@ def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "bookieformat", help="wipe a stopped bookie's directories (and with -d its cookie)"
     )
-    parser.add_argument("--conf", type=Path, help="the bookie's bk_server.conf-style file")
-    add_dir_options(parser)
+    add_bookie_dir_options(parser)
     parser.add_argument("-d", "--deletecookie", action="store_true",
                         help="also delete the bookie's cookie in ZooKeeper")
     parser.add_argument("-f", "--force", action="store_true", help="format without asking")
     parser.set_defaults(run=run)
-
-
-def _bookie_dirs(args: argparse.Namespace) -> list[Path]:
-    config = load_config(args.conf, os.environ, dir_overrides(args))
-    return list(dict.fromkeys(d.resolve() for d in (*config.journal_dirs, *config.ledger_dirs)))
 
 
 def _owners(ctx: ShellContext, dirs: list[Path]) -> list[str]:
@@ -89,10 +81,7 @@ def _wipe(dirs: list[Path]) -> list[str]:
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
-    try:
-        dirs = _bookie_dirs(args)
-    except ConfigError as exc:
-        return usage_error(ctx, f"bookieformat: configuration error: {exc}")
+    dirs = bookie_dirs(args).all
     owners = _owners(ctx, dirs)
     # A bookie of a cluster whose metadata is gone (nuked) has nothing registered to check.
     meta = await ctx.metadata(require_cluster=False, watch_bookies=False)

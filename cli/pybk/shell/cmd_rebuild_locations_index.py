@@ -1,0 +1,51 @@
+"""``rebuild-db-ledger-locations-index [--conf F | dir flags]``: rebuild the location index of
+each of this host's bookie's ledger directories from its entry logs (BookKeeper's command of the
+same name), after the index was lost or damaged. The bookie must be stopped (exit 1 otherwise:
+it holds the indexes' locks). Each old index is kept beside the new one as
+``current/locations.<time>.bak``; remove it once the bookie serves again. Exit 1 also when an
+entry log could not be read to its end: the entries before the damage are indexed."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+from typing import Any
+
+from bookie.storage.offline import DirectoryInUseError, RebuildReport, rebuild_locations
+from pybk.shell.context import ShellContext
+from pybk.shell.ledger_view import EXIT_FAILED
+from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "rebuild-db-ledger-locations-index",
+        help="rebuild a stopped bookie's entry location indexes from its entry logs",
+    )
+    add_bookie_dir_options(parser)
+    parser.set_defaults(run=run)
+
+
+def _lines(report: RebuildReport) -> list[str]:
+    lines = [f"{report.directory}: {report.entries_indexed} entries indexed from {report.logs_scanned}"
+             f" entry log(s), {report.entries_skipped} of deleted ledgers skipped"]
+    if report.backup:
+        lines.append(f"  the old index is kept as {report.backup}")
+    lines += [f"  UNREADABLE: {problem}" for problem in report.unreadable_logs]
+    return lines
+
+
+async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
+    dirs = bookie_dirs(args)
+    reports = []
+    for directory in dirs.ledger_dirs:
+        try:
+            reports.append(await asyncio.to_thread(rebuild_locations, directory))
+        except (DirectoryInUseError, FileNotFoundError) as exc:
+            ctx.error(f"rebuild-db-ledger-locations-index: {exc}")
+            return EXIT_FAILED
+    ok = not any(r.unreadable_logs for r in reports)
+    ctx.emit({"ok": ok, "directories": [dataclasses.asdict(r) for r in reports]},
+             "\n".join(line for r in reports for line in _lines(r)))
+    return 0 if ok else EXIT_FAILED

@@ -1,0 +1,37 @@
+"""The directories of the bookie on this host, for the shell commands that work on its files
+(``bookieformat``, ``localconsistencycheck``, ``rebuild-db-ledger-locations-index``): found from
+the same ``--conf`` file, ``BK_<key>`` variables and directory flags as ``pybk bookie``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bookie.config import load_config
+from pybk.cmd_bookie import add_dir_options, dir_overrides
+
+
+@dataclass(frozen=True)
+class BookieDirs:
+    journal_dirs: tuple[Path, ...]
+    ledger_dirs: tuple[Path, ...]
+
+    @property
+    def all(self) -> list[Path]:
+        """Every directory once (a journal may share a ledger directory)."""
+        return list(dict.fromkeys((*self.journal_dirs, *self.ledger_dirs)))
+
+
+def add_bookie_dir_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conf", type=Path, help="the bookie's bk_server.conf-style file")
+    add_dir_options(parser)
+
+
+def bookie_dirs(args: argparse.Namespace) -> BookieDirs:
+    """The bookie's directories, resolved; ``ConfigError`` as ``pybk bookie`` would report it."""
+    config = load_config(args.conf, os.environ, dir_overrides(args))
+    return BookieDirs(
+        tuple(d.resolve() for d in config.journal_dirs), tuple(d.resolve() for d in config.ledger_dirs)
+    )

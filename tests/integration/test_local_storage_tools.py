@@ -1,0 +1,111 @@
+"""The shell's tools for a bookie's own files, on a real bookie process: ``localconsistencycheck``
+and ``rebuild-db-ledger-locations-index``. A bookie whose location index is lost refuses to
+start (rather than answer "no such entry" for everything), the rebuild brings every entry back,
+and the check names a damaged entry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import grpc
+import pytest
+from tests.support.bookies import BookieFactory, BookieProcess, BookieStartError, entry_body
+
+from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from bookie.storage.entry_logger import LOG_HEADER_SIZE, RECORD_HEADER_SIZE, log_name
+
+pytestmark = pytest.mark.integration
+
+S = bookie_pb2
+KEY = b"k" * 20
+LEDGERS = (10, 11)  # 10 % 2 == 0 -> ledgers0, 11 -> ledgers1
+ENTRIES = 300
+
+
+def shell(bookie: BookieProcess, command: str) -> subprocess.CompletedProcess[str]:
+    """The command as an operator runs it on the bookie's host, with the bookie's configuration."""
+    return subprocess.run(
+        [sys.executable, "-m", "pybk", "shell", "--zk", "127.0.0.1:1", "--json", command,
+         "--conf", str(bookie.conf_path),
+         "--journal-dirs", ",".join(map(str, bookie.journal_dirs)),
+         "--ledger-dirs", ",".join(map(str, bookie.ledger_dirs))],
+        check=False, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def write(bookie: BookieProcess, payloads: dict[tuple[int, int], bytes]) -> None:
+    with grpc.insecure_channel(bookie.address) as channel:
+        stub = bookie_pb2_grpc.BookieStub(channel)
+        for (ledger_id, entry_id), body in payloads.items():
+            reply = stub.AddEntry(
+                S.AddRequest(ledger_id=ledger_id, entry_id=entry_id, master_key=KEY, body=body), timeout=30
+            )
+            assert reply.status == S.EOK
+
+
+def read_back(bookie: BookieProcess, payloads: dict[tuple[int, int], bytes]) -> None:
+    with grpc.insecure_channel(bookie.address) as channel:
+        stub = bookie_pb2_grpc.BookieStub(channel)
+        for (ledger_id, entry_id), body in payloads.items():
+            reply = stub.ReadEntry(S.ReadRequest(ledger_id=ledger_id, entry_id=entry_id), timeout=30)
+            assert reply.status == S.EOK and reply.body == body, (ledger_id, entry_id)
+
+
+def test_a_lost_location_index_is_refused_then_rebuilt_and_a_damaged_entry_is_named(
+    bookie_factory: BookieFactory,
+) -> None:
+    bookie = bookie_factory()
+    payloads = {
+        (ledger_id, entry_id): entry_body(ledger_id, entry_id, entry_id - 1, os.urandom(500))
+        for ledger_id in LEDGERS for entry_id in range(ENTRIES)
+    }  # fmt: skip
+    write(bookie, payloads)
+
+    busy = shell(bookie, "rebuild-db-ledger-locations-index")
+    assert busy.returncode == 1 and "stop it first" in busy.stderr
+    assert bookie.stop() == 0  # a clean stop flushes everything into entry logs and indexes
+    checked = shell(bookie, "localconsistencycheck")
+    assert checked.returncode == 0, checked.stdout
+    report = json.loads(checked.stdout)
+    assert report["ok"] and sum(d["entries_checked"] for d in report["directories"]) == 2 * ENTRIES
+
+    lost = bookie.ledger_dirs[0] / "current" / "locations"
+    for path in lost.iterdir():
+        path.unlink()
+    lost.rmdir()
+    with pytest.raises(BookieStartError):
+        bookie.start(60.0)
+    assert "rebuild-db-ledger-locations-index" in bookie.run_log_text()
+    checked = shell(bookie, "localconsistencycheck")
+    assert checked.returncode == 1
+    directories = json.loads(checked.stdout)["directories"]
+    unindexed = {d["directory"]: d["unindexed_entries"] for d in directories}
+    first, second = (str(d.resolve()) for d in bookie.ledger_dirs)
+    assert unindexed == {first: ENTRIES, second: 0}
+
+    rebuilt = shell(bookie, "rebuild-db-ledger-locations-index")
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert sum(d["entries_indexed"] for d in json.loads(rebuilt.stdout)["directories"]) == 2 * ENTRIES
+    bookie.start()
+    read_back(bookie, payloads)
+    assert bookie.stop() == 0
+
+    log = bookie.ledger_dirs[1] / "current" / log_name(0)  # ledger 11's first entry leads it
+    with open(log, "r+b") as f:
+        f.seek(LOG_HEADER_SIZE + RECORD_HEADER_SIZE + 40)
+        f.write(b"\xff")
+    damaged = shell(bookie, "localconsistencycheck")
+    assert damaged.returncode == 1
+    problems = [p for d in json.loads(damaged.stdout)["directories"] for p in d["problems"]]
+    assert any("entry 11/0" in p and "checksum" in p for p in problems), problems
+
+
+async def test_tools_refuse_unknown_configuration(bookie_factory: BookieFactory) -> None:
+    bookie = await asyncio.to_thread(bookie_factory)
+    bookie.write_conf({"noSuchKey": "1"})
+    done = await asyncio.to_thread(shell, bookie, "localconsistencycheck")
+    assert done.returncode == 2 and "noSuchKey" in done.stderr
