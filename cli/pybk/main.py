@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -35,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc = args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``pybk shell readjournal 1 | head``): not an error of ours.
+        # Python's own flush of stdout at exit would raise again, so stdout goes to /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell pipeline reports a writer it cut short
     return int(rc or 0)
 
 

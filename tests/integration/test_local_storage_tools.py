@@ -10,11 +10,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import grpc
 import pytest
 from tests.support.bookies import BookieFactory, BookieProcess, BookieStartError, entry_body
 
+from bkproto.entry_format import HEADER_SIZE, LAC_HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 from bookie.storage.entry_logger import LOG_HEADER_SIZE, RECORD_HEADER_SIZE, log_name
 
@@ -26,10 +28,10 @@ LEDGERS = (10, 11)  # 10 % 2 == 0 -> ledgers0, 11 -> ledgers1
 ENTRIES = 300
 
 
-def shell(bookie: BookieProcess, command: str) -> subprocess.CompletedProcess[str]:
-    """The command as an operator runs it on the bookie's host, with the bookie's configuration."""
+def shell(bookie: BookieProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """A command as an operator runs it on the bookie's host, with the bookie's configuration."""
     return subprocess.run(
-        [sys.executable, "-m", "pybk", "shell", "--zk", "127.0.0.1:1", "--json", command,
+        [sys.executable, "-m", "pybk", "shell", "--zk", "127.0.0.1:1", "--json", *args,
          "--conf", str(bookie.conf_path),
          "--journal-dirs", ",".join(map(str, bookie.journal_dirs)),
          "--ledger-dirs", ",".join(map(str, bookie.ledger_dirs))],
@@ -109,3 +111,56 @@ async def test_tools_refuse_unknown_configuration(bookie_factory: BookieFactory)
     bookie.write_conf({"noSuchKey": "1"})
     done = await asyncio.to_thread(shell, bookie, "localconsistencycheck")
     assert done.returncode == 2 and "noSuchKey" in done.stderr
+
+
+def test_journal_and_entry_log_records_read_back_as_written(bookie_factory: BookieFactory) -> None:
+    bookie = bookie_factory()
+    payloads = {
+        (ledger_id, entry_id): entry_body(ledger_id, entry_id, entry_id - 1, b"data %d" % entry_id)
+        for ledger_id in LEDGERS for entry_id in range(5)
+    }  # fmt: skip
+    write(bookie, payloads)
+    lac_body = LAC_HEADER.pack(11, 3) + b"lac-digest"
+    with grpc.insecure_channel(bookie.address) as channel:
+        stub = bookie_pb2_grpc.BookieStub(channel)
+        lac = S.WriteLacRequest(ledger_id=11, lac=3, master_key=KEY, body=lac_body)
+        assert stub.WriteLac(lac).status == S.EOK
+        fence = S.ReadRequest(ledger_id=11, entry_id=-1, flags=S.FENCE_LEDGER, master_key=KEY)
+        assert stub.ReadEntry(fence).status == S.EOK
+    assert bookie.stop() == 0
+
+    listing = json.loads(shell(bookie, "listfilesondisc").stdout)
+    assert [Path(f["path"]).name for f in listing["journal_files"]] == ["0000000000000001.txn"]
+    assert {Path(f["path"]).parent.parent for f in listing["entry_logs"]} == set(bookie.ledger_dirs)
+    indexes = sorted(Path(f["path"]).name for f in listing["index_dirs"])
+    assert indexes == ["ledgers", "ledgers", "locations", "locations"]
+
+    journal = json.loads(shell(bookie, "readjournal", "1", "-m").stdout)
+    assert journal["end"] == "clean"
+    records = journal["records"]
+    entries = [(r["ledger_id"], r["entry_id"], r["last_add_confirmed"], bytes.fromhex(r["data"]))
+               for r in records if r["type"] == "entry"]
+    assert entries == [(lid, eid, eid - 1, body[HEADER_SIZE:]) for (lid, eid), body in payloads.items()]
+    assert [r["ledger_id"] for r in records if r["type"] == "master_key"] == list(LEDGERS)
+    assert bytes.fromhex(next(r for r in records if r["type"] == "master_key")["data"]) == KEY
+    lacs = [(r["ledger_id"], r["last_add_confirmed"]) for r in records if r["type"] == "explicit_lac"]
+    assert lacs == [(11, 3)]
+    assert [r["type"] for r in records][-1] == "fence" and records[-1]["ledger_id"] == 11
+
+    ambiguous = shell(bookie, "readlog", "0")  # both ledger dirs have a log 0
+    assert ambiguous.returncode == 2 and "more than one" in ambiguous.stderr
+    log = bookie.ledger_dirs[0] / "current" / log_name(0)
+    one = json.loads(shell(bookie, "readlog", str(log), "-l", "10", "-e", "3", "-m").stdout)
+    found = [(r["entry_id"], bytes.fromhex(r["data"])) for r in one["records"]]
+    assert found == [(3, payloads[10, 3][HEADER_SIZE:])]
+    metadata = json.loads(shell(bookie, "readlogmetadata", str(log)).stdout)
+    assert metadata["from_ledger_map"] and list(metadata["ledgers"]) == ["10"]
+
+    with open(log, "r+b") as f:  # one byte of entry 10/0's body
+        f.seek(LOG_HEADER_SIZE + RECORD_HEADER_SIZE + 40)
+        f.write(b"\xff")
+    damaged = shell(bookie, "readlog", str(log))
+    assert damaged.returncode == 1
+    report = json.loads(damaged.stdout)
+    assert report["damaged"] == 1 and "checksum" in report["records"][0]["problem"]
+    assert len(report["records"]) == 5  # the others still read
