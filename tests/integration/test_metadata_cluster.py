@@ -175,7 +175,7 @@ async def test_replaced_empty_disk_refuses_to_start(meta: MetadataClient, tmp_pa
     (ledgers[1] / "current" / "VERSION").unlink()  # the disk was swapped for an empty one
     with pytest.raises(InvalidCookieError, match=r"ledgers2.*no cookie") as info:
         await verify_or_create_cookie(meta.zk, "127.0.0.1:3181", journal, ledgers, meta.instance_id)
-    assert "decommission" in str(info.value)
+    assert "pybk shell recover 127.0.0.1:3181" in str(info.value) and "bookieformat -d" in str(info.value)
 
 
 async def test_changed_dirs_or_cluster_refuse_to_start(meta: MetadataClient, tmp_path: Path) -> None:
