@@ -27,6 +27,7 @@ from .journal_format import (
     scan_end,
     scan_records,
 )
+from .ledger_directory import CURRENT
 
 
 class RecordKind(enum.Enum):
@@ -136,11 +137,11 @@ def find_file(dirs: list[Path], name_or_id: str, suffix: str) -> Path:
         raise ValueError(f"{name_or_id!r} is neither a file nor a hex id") from None
     parse = parse_file_name if suffix == ".txn" else parse_log_name
     found = [
-        p for d in dirs if (d / "current").is_dir()
-        for p in (d / "current").iterdir() if parse(p.name) == file_id
+        p for d in dirs if (d / CURRENT).is_dir()
+        for p in (d / CURRENT).iterdir() if parse(p.name) == file_id
     ]  # fmt: skip
     if len(found) != 1:
-        where = ", ".join(str(d / "current") for d in dirs)
+        where = ", ".join(str(d / CURRENT) for d in dirs)
         what = "no" if not found else "more than one"
         raise ValueError(f"{what} {suffix} file with id {file_id:x} in {where}: give its path")
     return found[0]

@@ -45,14 +45,11 @@ class KeyValueStorage(Protocol):
 
 
 class RocksKeyValueStorage:
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
-        """``read_only`` opens without RocksDB's lock, beside a bookie that holds it (offline
-        checks); such a store refuses writes."""
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        """``create=False`` refuses a missing index (RocksDB raises) rather than start an empty one."""
         options = Options(raw_mode=True)
-        options.create_if_missing(not read_only)
-        access = AccessType.read_only() if read_only else AccessType.read_write()
-        self._db = Rdict(str(path), options, access_type=access)
-        self._read_only = read_only
+        options.create_if_missing(create)
+        self._db = Rdict(str(path), options, access_type=AccessType.read_write())
         self._write_opt = WriteOptions()
         self._closed = False
 
@@ -99,8 +96,7 @@ class RocksKeyValueStorage:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if not self._read_only:
-                self._db.flush_wal(True)
+            self._db.flush_wal(True)
             self._db.close()
 
 

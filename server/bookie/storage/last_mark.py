@@ -36,6 +36,14 @@ def write_mark(dirs: Sequence[Path], mark: LogMark, name: str) -> None:
         replace_atomically(directory / name, data)
 
 
+def mark_files(directory: Path) -> list[Path]:
+    """The mark files a bookie keeps in ``directory`` (one per journal, and any left-over .tmp):
+    what a format must remove with ``current/``, or the next start would skip the new journal."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name == MARK_FILE or p.name.startswith(f"{MARK_FILE}."))
+
+
 def read_mark(dirs: Sequence[Path], name: str) -> LogMark:
     marks = []
     for directory in dirs:

@@ -9,11 +9,11 @@ while their entries waited in the write cache, so a deleted ledger never comes b
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
+from typing import Protocol
 
 from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
 from .flush_pacer import FLUSH_SLICE_ENTRIES, FlushPacer
@@ -21,11 +21,45 @@ from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage
 from .log_garbage import EntryLogGarbage
 
-KvFactory = Callable[[Path], KeyValueStorage]
+CURRENT = "current"  # BookKeeper keeps a directory's files under current/
+LEDGERS_INDEX = "ledgers"
+LOCATIONS_INDEX = "locations"
 
 
-def rocks_kv(path: Path) -> KeyValueStorage:
-    return RocksKeyValueStorage(path)
+class KvFactory(Protocol):
+    def __call__(self, path: Path, *, create: bool = True) -> KeyValueStorage: ...
+
+
+def rocks_kv(path: Path, *, create: bool = True) -> KeyValueStorage:
+    return RocksKeyValueStorage(path, create=create)
+
+
+class DirectoryInUseError(OSError):
+    """Another process (a running bookie) holds the index's RocksDB lock."""
+
+
+class LostIndexError(OSError):
+    """A directory's index is missing or cannot be opened while its entry logs are there (an
+    OSError: the daemon reports it as it reports other unusable directories, and stops)."""
+
+
+def open_index(path: Path, kv_factory: KvFactory = rocks_kv, *, create: bool = True) -> KeyValueStorage:
+    """An index; RocksDB's errors (plain Exceptions with its status text) translated."""
+    try:
+        return kv_factory(path, create=create)
+    except Exception as exc:  # rocksdict raises only plain Exceptions
+        if "lock" in str(exc).lower():
+            raise DirectoryInUseError(f"{path} is in use by another process (a running bookie?)") from exc
+        raise LostIndexError(f"cannot open {path}: {exc}") from exc
+
+
+_REPAIR = {
+    LOCATIONS_INDEX: "Rebuild it from the entry logs, with the bookie stopped:"
+    " `pybk shell rebuild-db-ledger-locations-index` with this bookie's configuration.",
+    LEDGERS_INDEX: "It holds the ledgers' master keys and fenced flags, which the entry logs do not:"
+    " restore it, or re-replicate this bookie's ledgers (`pybk shell recover <bookie id> -f`) and"
+    " format it (`pybk shell bookieformat -d --bookieid <bookie id>`).",
+}
 
 
 class IndexWriteError(Exception):
@@ -33,21 +67,24 @@ class IndexWriteError(Exception):
     ("Writer has previous error") until it is reopened, so flushes stop until a restart."""
 
 
-class LostIndexError(OSError):
-    """A directory's location index is gone while its entry logs are there (an OSError: the
-    daemon reports it as it reports other unusable directories, and does not start)."""
-
-
 class LedgerDirectory:
     def __init__(
         self, root: Path, entry_log_size_limit: int, kv_factory: KvFactory = rocks_kv, reserve_bytes: int = 0
     ) -> None:
         self.root = root
-        current = root / "current"
+        current = root / CURRENT
         current.mkdir(parents=True, exist_ok=True)
         self.entry_logger = EntryLogger(current, entry_log_size_limit, reserve_bytes)
-        self._ledgers_kv = kv_factory(current / "ledgers")
-        self._locations_kv = self._open_locations(current / "locations", kv_factory)
+        # The first start creates both indexes before any entry log exists. Entry logs without
+        # an index mean it was lost: RocksDB would create an empty one, and the bookie would
+        # answer "no such entry" (or "no such ledger") for everything it holds. Refused instead.
+        has_logs = bool(self.entry_logger.finished_log_ids())
+        self._ledgers_kv = self._open_index(current / LEDGERS_INDEX, kv_factory, has_logs)
+        try:
+            self._locations_kv = self._open_index(current / LOCATIONS_INDEX, kv_factory, has_logs)
+        except BaseException:
+            self._ledgers_kv.close()
+            raise
         self.ledgers = LedgerIndex(self._ledgers_kv)
         self.locations = EntryLocationIndex(self._locations_kv)
         self.lock = threading.Lock()
@@ -168,22 +205,13 @@ class LedgerDirectory:
             i = j
         return out
 
-    def _open_locations(self, path: Path, kv_factory: KvFactory) -> KeyValueStorage:
-        """The location index. The first start creates it before any entry log exists, so
-        entry logs without it mean it was lost: RocksDB would create an empty one, and the
-        bookie would answer "no such entry" for everything it holds. Refused instead."""
-        lost = not path.exists() and bool(self.entry_logger.finished_log_ids())
-        kv = kv_factory(path)
-        if lost and path.exists():  # an on-disk index, just created empty
-            kv.close()
-            self._ledgers_kv.close()
-            shutil.rmtree(path)  # so that every start refuses, until it is rebuilt
-            raise LostIndexError(
-                f"{path} is missing but {path.parent} holds entry logs: their entries would be"
-                " unreachable. Rebuild it from the entry logs, with the bookie stopped:"
-                " `pybk shell rebuild-db-ledger-locations-index` with this bookie's configuration"
-            )
-        return kv
+    @staticmethod
+    def _open_index(path: Path, kv_factory: KvFactory, has_logs: bool) -> KeyValueStorage:
+        try:
+            return open_index(path, kv_factory, create=not has_logs)
+        except LostIndexError as exc:
+            logs = f", while {path.parent} holds entry logs" if has_logs else ""
+            raise LostIndexError(f"{exc}{logs}. {_REPAIR[path.name]}") from exc
 
     def close(self) -> None:
         with self.lock:  # after any flush or compaction slice; none starts after this

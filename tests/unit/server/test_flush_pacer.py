@@ -43,7 +43,8 @@ def test_hurry_cuts_short_a_pause_under_way() -> None:
 async def test_a_half_filling_up_swaps_without_counting_a_throttled_add(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     config = make_config(tmp_path, write_cache_max_size_mb=1)
-    async with Bookie(config, registry, kv_factory=lambda path: MemoryKeyValueStorage()) as bookie:
+    memory_kv = lambda path, create=True: MemoryKeyValueStorage()  # noqa: E731
+    async with Bookie(config, registry, kv_factory=memory_kv) as bookie:
         payload = b"p" * (100 * 1024)
         for entry_id in range(12):  # 1.2 MB into 0.5 MB halves: two swaps, adds never wait
             await add_all(bookie, [add_op(1, entry_id, payload=payload)])

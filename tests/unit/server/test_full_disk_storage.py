@@ -197,7 +197,7 @@ async def test_a_bookie_whose_index_refuses_writes_still_replays_its_journal(tmp
         await bookie.fence(12, add_op(12, 0).master_key)
         bookie.abandon()
 
-    def refusing(path: Path) -> MemoryKeyValueStorage:
+    def refusing(path: Path, *, create: bool = True) -> MemoryKeyValueStorage:
         kv = RefusingKv()
         kv.refusing = True
         return kv

@@ -4,7 +4,7 @@ from the entry logs; and a bookie refuses a directory whose location index is go
 
 from __future__ import annotations
 
-import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,17 +68,15 @@ def test_rebuild_restores_a_lost_index_and_skips_deleted_ledgers(tmp_path: Path)
     directory.ledgers.delete(3)  # deleted by garbage collection, its entries still in the logs
     directory.close()
     index = tmp_path / "current" / "locations"
-    for path in sorted(index.iterdir()):
-        os.remove(path)  # a wiped index directory: RocksDB would open it empty
-    os.rmdir(index)
+    shutil.rmtree(index)
 
-    with pytest.raises(LostIndexError, match="rebuild-db-ledger-locations-index"):
-        LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
-    assert not index.exists()  # refused again at the next start, not opened empty
+    for _ in range(2):  # the first refusal leaves nothing behind that would let the next through
+        with pytest.raises(LostIndexError, match="rebuild-db-ledger-locations-index"):
+            LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
 
     report = rebuild_locations(tmp_path)
     assert (report.entries_indexed, report.entries_skipped, report.logs_scanned) == (16, 4, 2)
-    assert report.backup is None and not report.unreadable_logs
+    assert not report.unreadable_logs and not report.damaged_entries
     assert check_directory(tmp_path).ok
     directory = LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
     try:
@@ -104,11 +102,58 @@ def test_rebuild_keeps_the_old_index_and_the_newest_copy_of_an_entry(tmp_path: P
         directory.close()
 
 
-def test_rebuild_is_refused_while_a_bookie_holds_the_directory(tmp_path: Path) -> None:
+def test_rebuild_and_check_are_refused_while_a_bookie_holds_the_directory(tmp_path: Path) -> None:
     directory = filled(tmp_path, {1: 4})
     try:
-        with pytest.raises(DirectoryInUseError, match="stop it first"):
+        with pytest.raises(DirectoryInUseError, match="running bookie"):
             rebuild_locations(tmp_path)
-        assert check_directory(tmp_path).ok  # the check reads beside it
+        with pytest.raises(DirectoryInUseError):  # flushes and GC would change files under it
+            check_directory(tmp_path)
     finally:
         directory.close()
+
+
+@pytest.mark.parametrize("damage", ["emptied", "bad CURRENT"])
+def test_an_emptied_or_damaged_index_is_refused_and_rebuilt(tmp_path: Path, damage: str) -> None:
+    filled(tmp_path, {1: 6}).close()
+    index = tmp_path / "current" / "locations"
+    if damage == "emptied":  # the directory left, its files gone: RocksDB would start afresh
+        for path in index.iterdir():
+            path.unlink()
+    else:
+        (index / "CURRENT").write_text("MANIFEST-999999\n")
+    with pytest.raises(LostIndexError, match="cannot open"):
+        LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
+    report = check_directory(tmp_path)
+    assert not report.ok and report.index_problems and report.unindexed_entries == 6
+
+    rebuilt = rebuild_locations(tmp_path)
+    assert rebuilt.entries_indexed == 6 and rebuilt.backup is not None
+    directory = LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
+    try:
+        assert read_all(directory, 1, 6) == [body(1, e) for e in range(6)]
+    finally:
+        directory.close()
+
+
+def test_rebuild_indexes_an_older_intact_copy_over_a_newer_damaged_one(tmp_path: Path) -> None:
+    directory = filled(tmp_path, {1: 4})
+    directory.flush_ledgers([(1, {0: body(1, 0)})], FlushPacer(1, 0.0))  # a compaction's copy
+    log_id, offset, _length = directory.locations.get(1, 0)  # type: ignore[misc]
+    directory.close()
+    with open(tmp_path / "current" / log_name(log_id), "r+b") as f:  # the copy torn
+        f.seek(offset + RECORD_HEADER_SIZE + 5)
+        f.write(b"#")
+    report = rebuild_locations(tmp_path)
+    assert len(report.damaged_entries) == 1 and "entry 1/0" in report.damaged_entries[0]
+    directory = LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
+    try:
+        assert directory.locations.get(1, 0)[0] == 0  # type: ignore[index]  # the original, log 0
+        assert read_all(directory, 1, 4) == [body(1, e) for e in range(4)]
+    finally:
+        directory.close()
+
+
+def test_a_directory_that_is_not_a_bookies_is_not_reported_as_checked(tmp_path: Path) -> None:
+    report = check_directory(tmp_path / "nothing-here")
+    assert not report.checked and not report.ok

@@ -31,7 +31,7 @@ async def test_full_write_cache_waits_then_refuses_with_etoomanyrequests(tmp_pat
     gate = threading.Event()
     gate.set()  # let start-up's checkpoint through
 
-    def factory(path: Path) -> KeyValueStorage:
+    def factory(path: Path, *, create: bool = True) -> KeyValueStorage:
         return GatedKeyValueStorage(gate)
 
     config = make_config(tmp_path, write_cache_max_size_mb=1, max_throttle_time_ms=50)
