@@ -216,7 +216,8 @@ async def verify_or_create_cookie(
             f"directories {missing} have no cookie (current/VERSION) but bookie {bookie_id} is registered "
             f"with data in them: a replaced or wiped disk must not serve as if it held the ledgers. "
             f"Restore the disk, or re-replicate its ledgers (`pybk shell recover {bookie_id} -f`) and "
-            "start it as a new bookie: `pybk shell bookieformat -d` with this bookie's configuration."
+            f"start it as a new bookie: `pybk shell bookieformat -d --bookieid {bookie_id}` with this "
+            "bookie's configuration."
         )
     for d, cookie in local.items():
         local_diffs = registered.differences(cookie)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,9 @@ async def test_a_replaced_disk_is_recovered_formatted_and_the_bookie_rejoins_emp
     formatted = await asyncio.to_thread(run_json, zk_hosts, *format_args(victim, "-d", "-f"))
     assert formatted["bookie_ids"] == [victim.bookie_id]
     assert formatted["cookies_deleted"] == [victim.bookie_id]
-    assert sorted(formatted["wiped"]) == sorted(str(d.resolve()) for d in current_dirs(victim))  # type: ignore[arg-type]
+    marks = [str(d.resolve() / "lastMark") for d in victim.ledger_dirs]
+    wiped = sorted(str(d.resolve()) for d in current_dirs(victim)) + marks
+    assert sorted(formatted["wiped"]) == sorted(wiped)  # type: ignore[arg-type]
     assert not any(d.exists() for d in current_dirs(victim))
     gone = await asyncio.to_thread(pybk_shell, zk_hosts, "cookie_get", victim.bookie_id)
     assert gone.returncode == 1 and "no cookie" in gone.stderr
@@ -137,3 +140,36 @@ async def test_a_forced_cookie_delete_leaves_the_old_directories_refused_until_f
     assert not any(d.exists() for d in current_dirs(victim))
     await asyncio.to_thread(victim.start)
     await asyncio.to_thread(run_json, zk_hosts, "cookie_get", victim.bookie_id)
+
+
+async def test_a_wholly_replaced_bookie_is_formatted_by_name_from_its_conf_file(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    bookies = await new_cluster(zk_hosts, bookie_factory, 3)
+    victim = bookies[2]
+    assert await asyncio.to_thread(victim.stop) == 0
+    for directory in (*victim.journal_dirs, *victim.ledger_dirs):  # every disk replaced
+        shutil.rmtree(directory / "current")
+    with pytest.raises(BookieStartError):
+        await asyncio.to_thread(victim.start, 60.0)
+    assert f"bookieformat -d --bookieid {victim.bookie_id}" in victim.run_log_text()
+
+    # The operator's own conf file names the dirs and ZooKeeper; the shell is given neither.
+    conf = victim.base_dir / "format.conf"
+    conf.write_text(
+        f"zkServers={zk_hosts}\n"
+        f"journalDirectories={','.join(map(str, victim.journal_dirs))}\n"
+        f"ledgerDirectories={','.join(map(str, victim.ledger_dirs))}\n"
+    )
+    base = [sys.executable, "-m", "pybk", "shell", "--json", "bookieformat", "--conf", str(conf), "-d", "-f"]
+    unnamed = await asyncio.to_thread(
+        subprocess.run, base, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert unnamed.returncode == 1 and "--bookieid" in unnamed.stderr
+    named = await asyncio.to_thread(
+        subprocess.run, [*base, "--bookieid", victim.bookie_id], capture_output=True, text=True,
+        timeout=120, check=False,
+    )
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout)["cookies_deleted"] == [victim.bookie_id]
+    await asyncio.to_thread(victim.start)

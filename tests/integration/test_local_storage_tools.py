@@ -28,10 +28,13 @@ LEDGERS = (10, 11)  # 10 % 2 == 0 -> ledgers0, 11 -> ledgers1
 ENTRIES = 300
 
 
-def shell(bookie: BookieProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    """A command as an operator runs it on the bookie's host, with the bookie's configuration."""
+def shell(
+    bookie: BookieProcess, *args: str, zk: str | None = "127.0.0.1:1"
+) -> subprocess.CompletedProcess[str]:
+    """A command as an operator runs it on the bookie's host, with the bookie's configuration
+    (and, for these tools, a ZooKeeper nobody answers at: they must not need one)."""
     return subprocess.run(
-        [sys.executable, "-m", "pybk", "shell", "--zk", "127.0.0.1:1", "--json", *args,
+        [sys.executable, "-m", "pybk", "shell", *(["--zk", zk] if zk else []), "--json", *args,
          "--conf", str(bookie.conf_path),
          "--journal-dirs", ",".join(map(str, bookie.journal_dirs)),
          "--ledger-dirs", ",".join(map(str, bookie.ledger_dirs))],
@@ -68,7 +71,9 @@ def test_a_lost_location_index_is_refused_then_rebuilt_and_a_damaged_entry_is_na
     write(bookie, payloads)
 
     busy = shell(bookie, "rebuild-db-ledger-locations-index")
-    assert busy.returncode == 1 and "stop it first" in busy.stderr
+    assert busy.returncode == 1 and "running bookie" in json.dumps(json.loads(busy.stdout)["failed"])
+    busy = shell(bookie, "localconsistencycheck")  # its flushes would change files under the check
+    assert busy.returncode == 1 and "stop the bookie first" in busy.stderr
     assert bookie.stop() == 0  # a clean stop flushes everything into entry logs and indexes
     checked = shell(bookie, "localconsistencycheck")
     assert checked.returncode == 0, checked.stdout
@@ -164,3 +169,30 @@ def test_journal_and_entry_log_records_read_back_as_written(bookie_factory: Book
     report = json.loads(damaged.stdout)
     assert report["damaged"] == 1 and "checksum" in report["records"][0]["problem"]
     assert len(report["records"]) == 5  # the others still read
+
+
+def test_a_format_leaves_no_journal_mark_behind_and_spares_a_running_bookie(
+    bookie_factory: BookieFactory,
+) -> None:
+    # Unregistered (zkServers=none): no cookie, no ZooKeeper; the directories' locks are the guard.
+    bookie = bookie_factory(conf={"zkServers": "none"})
+    write(bookie, {(10, 0): entry_body(10, 0, -1, b"old")})
+    running = shell(bookie, "bookieformat", "-f", zk=None)
+    assert running.returncode == 1 and "running bookie" in running.stderr
+    assert (bookie.ledger_dirs[0] / "current").is_dir()
+    for _ in range(3):  # each start opens a new journal file: the mark names journal 3 or later
+        bookie.stop()
+        bookie.start()
+    bookie.stop()
+    assert list(bookie.ledger_dirs[0].glob("lastMark*"))
+
+    formatted = shell(bookie, "bookieformat", "-f", zk=None)
+    assert formatted.returncode == 0, formatted.stderr
+    assert not list(bookie.ledger_dirs[0].glob("lastMark*"))
+    assert not (bookie.ledger_dirs[0] / "current").exists()
+    bookie.start()  # journal 1 again: a mark left behind would skip it at the next replay
+    fresh = {(10, e): entry_body(10, e, e - 1, b"new %d" % e) for e in range(10)}
+    write(bookie, fresh)
+    bookie.kill9()
+    bookie.start()
+    read_back(bookie, fresh)

@@ -58,7 +58,8 @@ EXIT_CODES_HELP = """exit codes:
   0  success
   1  the operation failed (e.g. no such ledger, not enough bookies, a check failed)
   2  bad arguments or usage (e.g. unknown flag, a command that asks first without -f and no answer on stdin)
-  3  ZooKeeper unreachable"""
+  3  ZooKeeper unreachable
+  141  the reader of the output went away (e.g. `| head`)"""
 
 # BookKeeper's key name, as for every BK_<key> override (design §6).
 DEFAULT_ZK = os.environ.get("BK_zkServers", "127.0.0.1:2181")  # noqa: SIM112
@@ -69,7 +70,7 @@ def register(subparsers: Any) -> None:
         "shell", help="cluster administration commands (initnewcluster, listbookies, ...)",
         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--zk", default=DEFAULT_ZK, help=f"ZooKeeper connect string (default {DEFAULT_ZK})")
+    parser.add_argument("--zk", help=f"ZooKeeper connect string (default {DEFAULT_ZK})")
     parser.add_argument("--ledgers-root", default="/ledgers", help="ledgers root znode (default /ledgers)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     commands = parser.add_subparsers(dest="shell_command", required=True, metavar="COMMAND")
@@ -85,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    ctx = ShellContext(zk_hosts=args.zk, ledgers_root=args.ledgers_root, as_json=args.json)
+    ctx = ShellContext(zk_hosts=args.zk or DEFAULT_ZK, ledgers_root=args.ledgers_root, as_json=args.json,
+                       zk_given=args.zk is not None)
     try:
         return int(await args.run(ctx, args) or 0)
     except ZooKeeperUnreachableError as e:

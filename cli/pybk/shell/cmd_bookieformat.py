@@ -1,16 +1,19 @@
-"""``bookieformat [--conf F] [--data-dir D | --journal-dirs J --ledger-dirs L] [-d] [-f]``: wipe a
-stopped bookie's data so that it can start again empty (BookKeeper's command of the same name).
+"""``bookieformat [--conf F] [dir flags] [-d [--bookieid ID]] [-f]``: wipe a stopped bookie's data
+so that it can start again empty (BookKeeper's command of the same name).
 
-Run it on the bookie's host with the bookie's own configuration: the directories come from the
-same ``--conf`` file, ``BK_<key>`` variables and flags as ``pybk bookie``. What goes is each
-directory's ``current/`` (journals, entry logs, indexes and the local cookie), as in BookKeeper.
-The bookie is known by the cookie its directories hold.
+Run it on the bookie's host with the bookie's own configuration: the directories and ZooKeeper
+come from the same ``--conf`` file, ``BK_<key>`` variables and flags as ``pybk bookie`` (the
+shell's ``--zk``, when given, wins). What goes is each directory's ``current/`` (journals, entry
+logs, indexes, the local cookie) and the journal marks beside it. The bookie is known by the
+cookie its directories hold, or by ``--bookieid``.
 
-- Refused (exit 1) while that bookie is registered: its files are in use.
+- Refused (exit 1) while a bookie runs on these directories (it holds their index locks) or while
+  the bookie is registered in ZooKeeper.
 - ``-d/--deletecookie`` also deletes its cookie in ZooKeeper, so the id starts afresh (after a
   disk was replaced, say). Refused while ledgers still name the bookie: run ``recover`` first
   (see :mod:`pybk.shell.cookie_guard`). The cookie goes before the files, so a run cut short is
   finished by running it again.
+- A ``current/`` that holds no bookie file, or is a symbolic link, is left alone (exit 1).
 - Asks first unless ``-f``; without an answer on stdin it exits 2 and deletes nothing.
 
 Without ``-d`` the bookie will not start on the wiped directories while its cookie is in
@@ -31,12 +34,22 @@ from bkmeta import (
     read_instance_id,
     read_local_cookies,
 )
+from bookie.storage.last_mark import mark_files
+from bookie.storage.ledger_directory import (
+    CURRENT,
+    LEDGERS_INDEX,
+    DirectoryInUseError,
+    LostIndexError,
+    open_index,
+)
 from pybk.shell.context import ShellContext
 from pybk.shell.cookie_guard import ledgers_naming, running_reason, still_named
-from pybk.shell.ledger_view import EXIT_FAILED, refused
-from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
+from pybk.shell.ledger_view import EXIT_FAILED, bookie_id, refused
+from pybk.shell.local_dirs import BookieDirs, add_bookie_dir_options, bookie_dirs
 
-CURRENT = "current"
+# What a bookie keeps in current/: a directory holding none of these is not a bookie's.
+BOOKIE_FILES = ("VERSION", "ledgers", "locations", "BOOKIE_STATUS")
+BOOKIE_SUFFIXES = (".log", ".txn")
 
 
 def register(commands: Any) -> None:
@@ -46,20 +59,49 @@ def register(commands: Any) -> None:
     add_bookie_dir_options(parser)
     parser.add_argument("-d", "--deletecookie", action="store_true",
                         help="also delete the bookie's cookie in ZooKeeper")
+    parser.add_argument("--bookieid", type=bookie_id, metavar="ID",
+                        help="the bookie, when its directories no longer hold its cookie")
     parser.add_argument("-f", "--force", action="store_true", help="format without asking")
     parser.set_defaults(run=run)
 
 
-def _owners(ctx: ShellContext, dirs: list[Path]) -> list[str]:
-    """The bookie ids the directories' cookies name. An unreadable cookie is what formatting
-    cures, so it is only reported."""
-    owners: set[str] = set()
+def _owners(ctx: ShellContext, dirs: list[Path], named: str | None) -> list[str]:
+    """The bookie ids the directories' cookies name, and ``named``. An unreadable cookie is
+    what formatting cures, so it is only reported."""
+    owners = {named} if named else set()
     for directory in dirs:
         try:
             owners.update(cookie.bookie_host for cookie in read_local_cookies([directory]).values())
         except InvalidCookieError as exc:
             ctx.warn(str(exc))
     return sorted(owners)
+
+
+def _in_use(dirs: BookieDirs) -> str | None:
+    """Why the directories are in use by a running bookie (it holds its index locks), or None."""
+    for directory in dirs.ledger_dirs:
+        index = directory / CURRENT / LEDGERS_INDEX
+        if not index.is_dir():
+            continue
+        try:
+            open_index(index, create=False).close()
+        except DirectoryInUseError as exc:
+            return str(exc)
+        except LostIndexError:
+            continue  # damaged: formatting cures it
+    return None
+
+
+def _not_a_bookies(dirs: list[Path]) -> str | None:
+    for directory in dirs:
+        current = directory / CURRENT
+        if current.is_symlink():
+            return f"{current} is a symbolic link: wipe what it points at by hand"
+        if current.is_dir() and not any(
+            p.name in BOOKIE_FILES or p.suffix in BOOKIE_SUFFIXES for p in current.iterdir()
+        ):
+            return f"{current} holds no bookie file: is this the bookie's configuration?"
+    return None
 
 
 async def _cluster_exists(meta: MetadataClient) -> bool:
@@ -70,22 +112,39 @@ async def _cluster_exists(meta: MetadataClient) -> bool:
     return True
 
 
-def _wipe(dirs: list[Path]) -> list[str]:
+def _wipe(dirs: BookieDirs) -> list[str]:
     wiped = []
-    for directory in dirs:
+    for directory in dirs.all:
         current = directory / CURRENT
         if current.exists():
             shutil.rmtree(current)
             wiped.append(str(current))
+    for directory in dirs.ledger_dirs:
+        for mark in mark_files(directory):
+            mark.unlink()
+            wiped.append(str(mark))
     return wiped
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
-    dirs = bookie_dirs(args).all
-    owners = _owners(ctx, dirs)
-    # A bookie of a cluster whose metadata is gone (nuked) has nothing registered to check.
-    meta = await ctx.metadata(require_cluster=False, watch_bookies=False)
-    cluster = await _cluster_exists(meta)
+    dirs = bookie_dirs(args)
+    if (reason := _in_use(dirs) or _not_a_bookies(dirs.all)) is not None:
+        ctx.error(f"bookieformat: {reason}")
+        return EXIT_FAILED
+    owners = _owners(ctx, dirs.all, args.bookieid)
+    if args.deletecookie and not owners:
+        ctx.error("bookieformat: the directories hold no cookie, so which bookie's to delete is"
+                  " unknown: name it with --bookieid")
+        return EXIT_FAILED
+    if not ctx.zk_given and dirs.zk_servers is not None:
+        ctx.zk_hosts = dirs.zk_servers  # the bookie's own cluster
+    cluster = False
+    if dirs.zk_servers is not None or ctx.zk_given:
+        # A bookie of a cluster whose metadata is gone (nuked) has nothing registered to check.
+        cluster = await _cluster_exists(await ctx.metadata(require_cluster=False, watch_bookies=False))
+    elif args.deletecookie:
+        ctx.error("bookieformat: the bookie runs without ZooKeeper (zkServers=none): it has no cookie")
+        return EXIT_FAILED
     for bookie in owners if cluster else ():
         if (reason := await running_reason(ctx, bookie)) is not None:
             ctx.error(f"bookieformat: {reason}")
@@ -93,18 +152,23 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         if args.deletecookie and (ledgers := await ledgers_naming(ctx, bookie)):
             ctx.error(f"bookieformat: {still_named(bookie, ledgers)}")
             return EXIT_FAILED
-    what = "delete the cookie of " + ", ".join(owners) + " and " if args.deletecookie and owners else ""
+    what = "delete the cookie of " + ", ".join(owners) + " and " if args.deletecookie else ""
     if not args.force and (exit_code := await refused(
         ctx, f"Format bookie {', '.join(owners) or '(no cookie found)'}: {what}delete everything in"
-             f" {', '.join(str(d / CURRENT) for d in dirs)}?",
+             f" {', '.join(str(d / CURRENT) for d in dirs.all)}?",
         "bookieformat: no confirmation on stdin; pass -f to go ahead",
         ({"formatted": False}, "nothing done"),
     )) is not None:
         return exit_code
     deleted = []
     if args.deletecookie and cluster:
+        meta = await ctx.metadata(require_cluster=False, watch_bookies=False)
         deleted = [bookie for bookie in owners if await meta.cookies.delete(bookie)]
-    wiped = _wipe(dirs)
+    try:
+        wiped = _wipe(dirs)
+    except OSError as exc:
+        ctx.error(f"bookieformat: stopped part way ({exc}); run it again to finish")
+        return EXIT_FAILED
     lines = [f"deleted {path}" for path in wiped] or ["nothing to delete: no current/ directory"]
     lines += [f"deleted the cookie of bookie {bookie}" for bookie in deleted]
     ctx.emit({"formatted": True, "bookie_ids": owners, "wiped": wiped, "cookies_deleted": deleted},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bkmeta import InvalidCookieError
 from pybk.shell.context import ShellContext
 from pybk.shell.cookie_guard import ledgers_naming, running_reason, still_named
 from pybk.shell.ledger_view import EXIT_FAILED, bookie_id
@@ -29,10 +30,18 @@ def register(commands: Any) -> None:
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     bookie = args.bookie_id
     meta = await ctx.metadata()
-    found = await meta.cookies.get(bookie)
-    if found is None:
-        ctx.error(f"bookie {bookie} has no cookie (no {meta.layout.cookie(bookie)})")
-        return EXIT_FAILED
+    version = -1  # any: an unreadable cookie
+    try:
+        found = await meta.cookies.get(bookie)
+    except InvalidCookieError as exc:  # deleting it is one way out, if insisted on
+        if not args.force:
+            ctx.error(f"cookie_delete: {exc}; pass -f to delete it all the same")
+            return EXIT_FAILED
+    else:
+        if found is None:
+            ctx.error(f"bookie {bookie} has no cookie (no {meta.layout.cookie(bookie)})")
+            return EXIT_FAILED
+        version = found[1]
     if (reason := await running_reason(ctx, bookie)) is not None:
         ctx.error(f"cookie_delete: {reason}")
         return EXIT_FAILED
@@ -42,7 +51,9 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if ledgers:
         ctx.warn(still_named(bookie, ledgers))
-    await meta.cookies.delete(bookie, version=found[1])
+    if not await meta.cookies.delete(bookie, version=version):
+        ctx.error(f"cookie_delete: the cookie of bookie {bookie} was deleted meanwhile")
+        return EXIT_FAILED
     ctx.emit({"bookie_id": bookie, "deleted": True, "ledgers_naming_it": len(ledgers)},
              f"cookie of bookie {bookie} deleted")
     return 0

@@ -10,7 +10,7 @@ from typing import Any
 
 from bookie.storage.entry_logger import parse_log_name
 from bookie.storage.journal_format import parse_file_name
-from bookie.storage.offline import CURRENT, LEDGERS_INDEX, LOCATIONS_INDEX
+from bookie.storage.ledger_directory import CURRENT, LEDGERS_INDEX, LOCATIONS_INDEX
 from pybk.shell.context import ShellContext
 from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
 

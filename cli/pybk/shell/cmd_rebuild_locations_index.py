@@ -2,8 +2,9 @@
 each of this host's bookie's ledger directories from its entry logs (BookKeeper's command of the
 same name), after the index was lost or damaged. The bookie must be stopped (exit 1 otherwise:
 it holds the indexes' locks). Each old index is kept beside the new one as
-``current/locations.<time>.bak``; remove it once the bookie serves again. Exit 1 also when an
-entry log could not be read to its end: the entries before the damage are indexed."""
+``current/locations.<time>.bak``; remove it once the bookie serves again. Only records whose
+CRC checks out are indexed. Exit 1 also when a record was damaged or an entry log could not be
+read to its end (what it held before the damage is indexed), or a directory could not be done."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from bookie.storage.offline import DirectoryInUseError, RebuildReport, rebuild_locations
+from bookie.storage.offline import DirectoryInUseError, LostIndexError, RebuildReport, rebuild_locations
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED
 from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
@@ -32,20 +33,23 @@ def _lines(report: RebuildReport) -> list[str]:
              f" entry log(s), {report.entries_skipped} of deleted ledgers skipped"]
     if report.backup:
         lines.append(f"  the old index is kept as {report.backup}")
+    lines += [f"  DAMAGED, not indexed: {problem}" for problem in report.damaged_entries]
     lines += [f"  UNREADABLE: {problem}" for problem in report.unreadable_logs]
     return lines
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     dirs = bookie_dirs(args)
-    reports = []
+    reports: list[RebuildReport] = []
+    failures: dict[str, str] = {}
     for directory in dirs.ledger_dirs:
         try:
             reports.append(await asyncio.to_thread(rebuild_locations, directory))
-        except (DirectoryInUseError, FileNotFoundError) as exc:
-            ctx.error(f"rebuild-db-ledger-locations-index: {exc}")
-            return EXIT_FAILED
-    ok = not any(r.unreadable_logs for r in reports)
-    ctx.emit({"ok": ok, "directories": [dataclasses.asdict(r) for r in reports]},
-             "\n".join(line for r in reports for line in _lines(r)))
+        except (DirectoryInUseError, LostIndexError) as exc:  # the next directory may still do
+            failures[str(directory)] = str(exc)
+    ok = not failures and not any(r.unreadable_logs or r.damaged_entries for r in reports)
+    lines = [line for r in reports for line in _lines(r)]
+    lines += [f"{directory}: NOT rebuilt: {why}" for directory, why in failures.items()]
+    ctx.emit({"ok": ok, "directories": [dataclasses.asdict(r) for r in reports], "failed": failures},
+             "\n".join(lines))
     return 0 if ok else EXIT_FAILED

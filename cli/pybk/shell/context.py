@@ -24,6 +24,7 @@ class ShellContext:
     zk_hosts: str
     ledgers_root: str = "/ledgers"
     as_json: bool = False
+    zk_given: bool = True  # False: --zk was not passed (a command may use the bookie's zkServers)
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     _metadata: MetadataClient | None = None

@@ -17,6 +17,7 @@ from pybk.cmd_bookie import add_dir_options, dir_overrides
 class BookieDirs:
     journal_dirs: tuple[Path, ...]
     ledger_dirs: tuple[Path, ...]
+    zk_servers: str | None  # the bookie's ZooKeeper (zkServers); None: it runs unregistered
 
     @property
     def all(self) -> list[Path]:
@@ -33,5 +34,7 @@ def bookie_dirs(args: argparse.Namespace) -> BookieDirs:
     """The bookie's directories, resolved; ``ConfigError`` as ``pybk bookie`` would report it."""
     config = load_config(args.conf, os.environ, dir_overrides(args))
     return BookieDirs(
-        tuple(d.resolve() for d in config.journal_dirs), tuple(d.resolve() for d in config.ledger_dirs)
+        tuple(d.resolve() for d in config.journal_dirs),
+        tuple(d.resolve() for d in config.ledger_dirs),
+        config.zk_servers,
     )
