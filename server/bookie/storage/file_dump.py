@@ -8,6 +8,7 @@ An entry's ``data`` is its body after the 32-byte entry header: the digest, then
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from bkproto.entry_format import HEADER, HEADER_SIZE
 
 from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger, parse_log_name
+from .fileio import mapped
 from .journal_format import (
     FILE_HEADER,
     FILE_HEADER_SIZE,
@@ -55,19 +57,26 @@ class JournalDump:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._data = path.read_bytes()
+        self._files = contextlib.ExitStack()
+        self._data = self._files.enter_context(mapped(path))  # up to 2 GiB: not read whole
         if len(self._data) < FILE_HEADER_SIZE:
+            self.close()
             raise ValueError(f"{path}: {len(self._data)} bytes, too short for a journal file header")
         magic, _version, self.journal_id = FILE_HEADER.unpack_from(self._data)
         if magic != FILE_MAGIC:
+            self.close()
             raise ValueError(f"{path}: not a journal file (magic {magic!r})")
         self.end_offset = FILE_HEADER_SIZE
         self.end_reason = ""
+
+    def close(self) -> None:
+        self._files.close()
 
     def records(self) -> Iterator[DumpedRecord]:
         offset = FILE_HEADER_SIZE
         for rtype, payload, end in scan_records(self._data, FILE_HEADER_SIZE):
             yield _journal_record(rtype, bytes(payload), offset)
+            del payload  # copied: no view may outlive the map
             offset = end
         self.end_offset = offset
         self.end_reason = scan_end(self._data, offset).name.lower()

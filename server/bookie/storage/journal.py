@@ -31,6 +31,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import LogMark
 from bookie.errors import BookieError
 
+from .fileio import mapped
 from .health import StorageHealth
 from .journal_file import JournalFile
 from .journal_format import (
@@ -115,16 +116,17 @@ class Journal:
             if journal_id < mark.journal_id:
                 continue
             path = self._s.directory / file_name(journal_id)
-            data = path.read_bytes()
-            if not check_file_header(data, journal_id):
-                log.warning("journal %s has no valid header; skipped", path)
-                continue
-            start = mark.offset if journal_id == mark.journal_id else FILE_HEADER_SIZE
-            start = max(start, FILE_HEADER_SIZE)
-            end = start
-            for rtype, payload, end in scan_records(data, start):
-                yield rtype, payload, LogMark(journal_id, end)
-            why = scan_end(data, end)
+            with mapped(path) as data:
+                if not check_file_header(data, journal_id):
+                    log.warning("journal %s has no valid header; skipped", path)
+                    continue
+                start = mark.offset if journal_id == mark.journal_id else FILE_HEADER_SIZE
+                start = max(start, FILE_HEADER_SIZE)
+                end = start
+                for rtype, payload, end in scan_records(data, start):
+                    yield rtype, payload, LogMark(journal_id, end)
+                    del payload  # the caller copies what it keeps: no view outlives the map
+                why = scan_end(data, end)
             if why is not ScanEnd.CLEAN:
                 log.warning(
                     "journal %s: %s record at offset %d; replay of this file stops there",

@@ -17,6 +17,8 @@ from enum import IntEnum
 
 import crc32c
 
+from .fileio import ByteSource
+
 FILE_MAGIC = b"PBKJ"
 FILE_VERSION = 1
 FILE_HEADER = struct.Struct(">4sIQ")
@@ -81,7 +83,7 @@ def explicit_lac_record(ledger_id: int, lac: int, body: bytes) -> bytes:
     return record(RecordType.EXPLICIT_LAC, LEDGER_LAC.pack(ledger_id, lac) + body)
 
 
-def check_file_header(data: bytes, journal_id: int) -> bool:
+def check_file_header(data: ByteSource, journal_id: int) -> bool:
     if len(data) < FILE_HEADER_SIZE:
         return False
     magic, version, jid = FILE_HEADER.unpack_from(data)
@@ -94,7 +96,7 @@ class ScanEnd(IntEnum):
     CORRUPT = 2  # bad type, absurd length or CRC mismatch
 
 
-def scan_records(data: bytes, start: int) -> Iterator[tuple[RecordType, memoryview, int]]:
+def scan_records(data: ByteSource, start: int) -> Iterator[tuple[RecordType, memoryview, int]]:
     """(type, payload, offset after the record) for each valid record from ``start``.
 
     Stops silently at the first record that is not valid; :func:`scan_end` says why.
@@ -116,7 +118,7 @@ def scan_records(data: bytes, start: int) -> Iterator[tuple[RecordType, memoryvi
         offset = end
 
 
-def scan_end(data: bytes, offset: int) -> ScanEnd:
+def scan_end(data: ByteSource, offset: int) -> ScanEnd:
     """Why scanning stopped at ``offset``."""
     if offset + RECORD_HEADER_SIZE > len(data):
         return ScanEnd.CLEAN if not any(data[offset:]) else ScanEnd.TORN
