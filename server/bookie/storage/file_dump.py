@@ -8,7 +8,6 @@ An entry's ``data`` is its body after the 32-byte entry header: the digest, then
 
 from __future__ import annotations
 
-import contextlib
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,18 +16,17 @@ from pathlib import Path
 from bkproto.entry_format import HEADER, HEADER_SIZE
 
 from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger, parse_log_name
-from .fileio import mapped
 from .journal_format import (
     FILE_HEADER,
     FILE_HEADER_SIZE,
     FILE_MAGIC,
     LEDGER_ID,
     LEDGER_LAC,
+    FileRecords,
     RecordType,
     parse_file_name,
-    scan_end,
-    scan_records,
 )
+from .journal_format import RECORD_HEADER_SIZE as JOURNAL_RECORD_HEADER_SIZE
 from .ledger_directory import CURRENT
 
 
@@ -57,29 +55,25 @@ class JournalDump:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._files = contextlib.ExitStack()
-        self._data = self._files.enter_context(mapped(path))  # up to 2 GiB: not read whole
-        if len(self._data) < FILE_HEADER_SIZE:
-            self.close()
-            raise ValueError(f"{path}: {len(self._data)} bytes, too short for a journal file header")
-        magic, _version, self.journal_id = FILE_HEADER.unpack_from(self._data)
+        self._records = FileRecords(path, FILE_HEADER_SIZE)  # read a window at a time
+        header = self._records.header()
+        if len(header) < FILE_HEADER_SIZE:
+            raise ValueError(f"{path}: {len(header)} bytes, too short for a journal file header")
+        magic, _version, self.journal_id = FILE_HEADER.unpack_from(header)
         if magic != FILE_MAGIC:
-            self.close()
             raise ValueError(f"{path}: not a journal file (magic {magic!r})")
-        self.end_offset = FILE_HEADER_SIZE
-        self.end_reason = ""
 
-    def close(self) -> None:
-        self._files.close()
+    @property
+    def end_offset(self) -> int:
+        return self._records.end
+
+    @property
+    def end_reason(self) -> str:
+        return self._records.why.name.lower()
 
     def records(self) -> Iterator[DumpedRecord]:
-        offset = FILE_HEADER_SIZE
-        for rtype, payload, end in scan_records(self._data, FILE_HEADER_SIZE):
-            yield _journal_record(rtype, bytes(payload), offset)
-            del payload  # copied: no view may outlive the map
-            offset = end
-        self.end_offset = offset
-        self.end_reason = scan_end(self._data, offset).name.lower()
+        for rtype, payload, end in self._records:
+            yield _journal_record(rtype, bytes(payload), end - JOURNAL_RECORD_HEADER_SIZE - len(payload))
 
 
 def _journal_record(rtype: RecordType, payload: bytes, offset: int) -> DumpedRecord:

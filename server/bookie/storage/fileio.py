@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-# A file's bytes as the readers take them: read whole, or mapped.
-ByteSource = bytes | mmap.mmap
 
 
 def pwrite_all(fd: int, data: bytes, offset: int) -> None:
@@ -44,18 +38,3 @@ def replace_atomically(path: Path, data: bytes) -> None:
     os.replace(temporary, path)
     fsync_dir(path.parent)
 
-
-@contextlib.contextmanager
-def mapped(path: Path) -> Iterator[ByteSource]:
-    """``path``'s content, mapped rather than read: a journal file grows to 2 GiB before it
-    rolls, and replaying it from its mark then touches only the pages past the mark."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            yield b""  # mmap refuses an empty file
-            return
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        yield data
-    finally:
-        with contextlib.suppress(BufferError):  # a view of it is still alive: freed with that
-            data.close()

@@ -31,18 +31,16 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import LogMark
 from bookie.errors import BookieError
 
-from .fileio import mapped
 from .health import StorageHealth
 from .journal_file import JournalFile
 from .journal_format import (
     FILE_HEADER_SIZE,
+    FileRecords,
     RecordType,
     ScanEnd,
     check_file_header,
     file_name,
     parse_file_name,
-    scan_end,
-    scan_records,
 )
 from .stats import StorageStats
 
@@ -95,6 +93,7 @@ class Journal:
         self._failure: BaseException | None = None
         # position after the last record written (read by the loop at write-cache swap)
         self.written_mark = LogMark(0, 0)
+        self._first_new_id = 1  # raised by replay() past the mark it replayed from
         # records submitted but not completed: the bound of journalQueueSize (loop only)
         self._outstanding = 0
         self._room = asyncio.Event()
@@ -111,22 +110,22 @@ class Journal:
 
     def replay(self, mark: LogMark) -> Iterator[tuple[RecordType, memoryview, LogMark]]:
         """Every valid record after ``mark`` in file order; a damaged record ends its file."""
+        # The next file must come after the mark, or the next replay would skip it: a mark
+        # can name a file no longer there (its directory wiped by hand, say).
+        self._first_new_id = max(self._first_new_id, mark.journal_id + 1)
         self._s.directory.mkdir(parents=True, exist_ok=True)
         for journal_id in self.file_ids():
             if journal_id < mark.journal_id:
                 continue
             path = self._s.directory / file_name(journal_id)
-            with mapped(path) as data:
-                if not check_file_header(data, journal_id):
-                    log.warning("journal %s has no valid header; skipped", path)
-                    continue
-                start = mark.offset if journal_id == mark.journal_id else FILE_HEADER_SIZE
-                start = max(start, FILE_HEADER_SIZE)
-                end = start
-                for rtype, payload, end in scan_records(data, start):
-                    yield rtype, payload, LogMark(journal_id, end)
-                    del payload  # the caller copies what it keeps: no view outlives the map
-                why = scan_end(data, end)
+            records = FileRecords(path, mark.offset if journal_id == mark.journal_id else FILE_HEADER_SIZE)
+            if not check_file_header(records.header(), journal_id):
+                log.warning("journal %s has no valid header; skipped", path)
+                continue
+            records.start = max(records.start, FILE_HEADER_SIZE)
+            for rtype, payload, end in records:
+                yield rtype, payload, LogMark(journal_id, end)
+            why, end = records.why, records.end
             if why is not ScanEnd.CLEAN:
                 log.warning(
                     "journal %s: %s record at offset %d; replay of this file stops there",
@@ -141,7 +140,7 @@ class Journal:
         self._room = asyncio.Event()
         ids = self.file_ids()
         try:
-            self._open_file((ids[-1] + 1) if ids else 1)
+            self._open_file(max((ids[-1] + 1) if ids else 1, self._first_new_id))
         except OSError as exc:  # a full disk: start without writes (read-only) rather than not at all
             log.error("journal %s: cannot open a new file: %s", self._s.directory, exc)
             self._failure = exc

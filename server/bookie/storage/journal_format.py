@@ -11,13 +11,13 @@ Payloads: ENTRY = entry body (its 32-byte header names ledger and entry); MASTER
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from enum import IntEnum
+from pathlib import Path
 
 import crc32c
-
-from .fileio import ByteSource
 
 FILE_MAGIC = b"PBKJ"
 FILE_VERSION = 1
@@ -83,7 +83,7 @@ def explicit_lac_record(ledger_id: int, lac: int, body: bytes) -> bytes:
     return record(RecordType.EXPLICIT_LAC, LEDGER_LAC.pack(ledger_id, lac) + body)
 
 
-def check_file_header(data: ByteSource, journal_id: int) -> bool:
+def check_file_header(data: bytes, journal_id: int) -> bool:
     if len(data) < FILE_HEADER_SIZE:
         return False
     magic, version, jid = FILE_HEADER.unpack_from(data)
@@ -96,7 +96,7 @@ class ScanEnd(IntEnum):
     CORRUPT = 2  # bad type, absurd length or CRC mismatch
 
 
-def scan_records(data: ByteSource, start: int) -> Iterator[tuple[RecordType, memoryview, int]]:
+def scan_records(data: bytes, start: int) -> Iterator[tuple[RecordType, memoryview, int]]:
     """(type, payload, offset after the record) for each valid record from ``start``.
 
     Stops silently at the first record that is not valid; :func:`scan_end` says why.
@@ -118,7 +118,7 @@ def scan_records(data: ByteSource, start: int) -> Iterator[tuple[RecordType, mem
         offset = end
 
 
-def scan_end(data: ByteSource, offset: int) -> ScanEnd:
+def scan_end(data: bytes, offset: int) -> ScanEnd:
     """Why scanning stopped at ``offset``."""
     if offset + RECORD_HEADER_SIZE > len(data):
         return ScanEnd.CLEAN if not any(data[offset:]) else ScanEnd.TORN
@@ -128,3 +128,41 @@ def scan_end(data: ByteSource, offset: int) -> ScanEnd:
     if rtype in _TYPE_SEED and length <= MAX_PAYLOAD and offset + RECORD_HEADER_SIZE + length > len(data):
         return ScanEnd.TORN
     return ScanEnd.CORRUPT
+
+
+# Bytes read at a time: the largest record fits, so a window only ever cuts a record at its end.
+WINDOW = MAX_PAYLOAD + RECORD_HEADER_SIZE + (1 << 20)
+
+
+class FileRecords:
+    """The valid records of one journal file from ``start``, read a window at a time: a file
+    grows to journalMaxSizeMB (2 GiB) before it rolls, and read whole at every restart it cost
+    that much memory. After iterating, :attr:`end` and :attr:`why` say where and why it stopped.
+    A read error is an OSError (a mapped file would have killed the process with SIGBUS)."""
+
+    def __init__(self, path: Path, start: int) -> None:
+        self.path = path
+        self.start = start
+        self.end = start
+        self.why = ScanEnd.CLEAN
+
+    def header(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), FILE_HEADER_SIZE, 0)
+
+    def __iter__(self) -> Iterator[tuple[RecordType, memoryview, int]]:
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            pos = self.start
+            while True:
+                data = os.pread(f.fileno(), max(0, min(WINDOW, size - pos)), pos)
+                stop = 0
+                for rtype, payload, end in scan_records(data, 0):
+                    yield rtype, payload, pos + end
+                    stop = end
+                why = scan_end(data, stop)
+                if why is ScanEnd.TORN and stop > 0 and pos + len(data) < size:
+                    pos += stop  # the window cut a record: read on from it
+                    continue
+                self.end, self.why = pos + stop, why
+                return

@@ -45,11 +45,15 @@ class KeyValueStorage(Protocol):
 
 
 class RocksKeyValueStorage:
-    def __init__(self, path: Path, *, create: bool = True) -> None:
-        """``create=False`` refuses a missing index (RocksDB raises) rather than start an empty one."""
+    def __init__(self, path: Path, *, create: bool = True, read_only: bool = False) -> None:
+        """``create=False`` refuses a missing index (RocksDB raises) rather than start an empty one.
+        ``read_only`` takes no lock and writes nothing, not even its recovery of the log (for
+        inspection tools, which hold the lock themselves); such a store refuses writes."""
         options = Options(raw_mode=True)
-        options.create_if_missing(create)
-        self._db = Rdict(str(path), options, access_type=AccessType.read_write())
+        options.create_if_missing(create and not read_only)
+        access = AccessType.read_only() if read_only else AccessType.read_write()
+        self._db = Rdict(str(path), options, access_type=access)
+        self._read_only = read_only
         self._write_opt = WriteOptions()
         self._closed = False
 
@@ -96,7 +100,8 @@ class RocksKeyValueStorage:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._db.flush_wal(True)
+            if not self._read_only:
+                self._db.flush_wal(True)
             self._db.close()
 
 

@@ -9,9 +9,11 @@ while their entries waited in the write cache, so a deleted ledger never comes b
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -30,27 +32,74 @@ class KvFactory(Protocol):
     def __call__(self, path: Path, *, create: bool = True) -> KeyValueStorage: ...
 
 
-def rocks_kv(path: Path, *, create: bool = True) -> KeyValueStorage:
-    return RocksKeyValueStorage(path, create=create)
-
-
 class DirectoryInUseError(OSError):
     """Another process (a running bookie) holds the index's RocksDB lock."""
 
 
 class LostIndexError(OSError):
-    """A directory's index is missing or cannot be opened while its entry logs are there (an
-    OSError: the daemon reports it as it reports other unusable directories, and stops)."""
+    """A directory's index is missing, emptied or damaged (an OSError: the daemon reports it as
+    it reports other unusable directories, and stops)."""
+
+
+def _require_index(path: Path) -> None:
+    # RocksDB creates its directory and files even when it then refuses to open a missing index.
+    if not (path / "CURRENT").is_file():
+        raise LostIndexError(f"{path} holds no index (no CURRENT file)")
+
+
+def rocks_kv(path: Path, *, create: bool = True) -> KeyValueStorage:
+    if not create:
+        _require_index(path)
+    return RocksKeyValueStorage(path, create=create)
+
+
+def read_only_kv(path: Path, *, create: bool = False) -> KeyValueStorage:
+    """An existing index, read without its lock and without writing (inspection tools)."""
+    _require_index(path)
+    return RocksKeyValueStorage(path, create=False, read_only=True)
+
+
+# RocksDB's status texts (rocksdict raises plain Exceptions): another holder of the LOCK file,
+# and an index that is not there or not whole. Anything else (a full disk, EIO, EACCES) is the
+# machine's trouble, not the index's, and is reported as it is.
+_IN_USE = ("While lock file", "lock hold by current process")
+_LOST = ("does not exist (create_if_missing is false)", "Corruption:", "No such file or directory")
 
 
 def open_index(path: Path, kv_factory: KvFactory = rocks_kv, *, create: bool = True) -> KeyValueStorage:
-    """An index; RocksDB's errors (plain Exceptions with its status text) translated."""
     try:
         return kv_factory(path, create=create)
-    except Exception as exc:  # rocksdict raises only plain Exceptions
-        if "lock" in str(exc).lower():
+    except OSError:
+        raise
+    except Exception as exc:
+        text = str(exc)
+        if any(marker in text for marker in _IN_USE):
             raise DirectoryInUseError(f"{path} is in use by another process (a running bookie?)") from exc
-        raise LostIndexError(f"cannot open {path}: {exc}") from exc
+        if any(marker in text for marker in _LOST):
+            raise LostIndexError(f"cannot open {path}: {text}") from exc
+        raise OSError(f"cannot open {path}: {text}") from exc
+
+
+@contextlib.contextmanager
+def index_locks(roots: Iterable[Path]) -> Iterator[None]:
+    """Hold the RocksDB locks of the indexes under ``roots`` (fcntl locks on their LOCK files,
+    as RocksDB takes them), so that no bookie starts on them meanwhile; DirectoryInUseError
+    when one runs. For tools only: POSIX locks belong to the process, so this must not run in
+    a process that has these indexes open itself (closing our descriptor would drop its lock)."""
+    with contextlib.ExitStack() as held:
+        for root in roots:
+            for name in (LEDGERS_INDEX, LOCATIONS_INDEX):
+                lock_file = root / CURRENT / name / "LOCK"
+                if not lock_file.is_file():
+                    continue
+                f = held.enter_context(open(lock_file, "r+b"))
+                try:
+                    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    raise DirectoryInUseError(
+                        f"{lock_file.parent} is in use by another process (a running bookie?)"
+                    ) from exc
+        yield
 
 
 _REPAIR = {

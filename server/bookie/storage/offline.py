@@ -1,7 +1,9 @@
 """Offline tools over one ledger directory, for an operator on the bookie's host with the bookie
 stopped (BookKeeper's ``localconsistencycheck`` and ``rebuild-db-ledger-locations-index``). Both
-take the indexes' RocksDB locks, so they refuse (:class:`DirectoryInUseError`) while a bookie
-runs: beside a live bookie, flushes and garbage collection would change the files under them.
+hold the indexes' RocksDB locks while they work, so they refuse (:class:`DirectoryInUseError`)
+while a bookie runs (its flushes and garbage collection would change the files under them) and
+no bookie starts meanwhile. They read the existing indexes read-only: RocksDB's recovery of a
+damaged log would otherwise rewrite the very index being inspected or backed up.
 
 - :func:`check_directory` reads back every entry the location index points at (ids and CRC32C)
   and walks every entry log for entries of live ledgers that the index lacks. The second half
@@ -19,7 +21,6 @@ entry logs at its next start.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +37,9 @@ from .ledger_directory import (
     LOCATIONS_INDEX,
     DirectoryInUseError,
     LostIndexError,
+    index_locks,
     open_index,
+    read_only_kv,
 )
 
 MAX_LISTED_PROBLEMS = 100  # each report names this many; the counts cover all
@@ -81,7 +84,8 @@ class RebuildReport:
     logs_scanned: int = 0
     entries_indexed: int = 0  # records indexed (a compacted entry's older copies count too)
     entries_skipped: int = 0  # of ledgers the ledger index does not hold (deleted ones)
-    damaged_entries: list[str] = field(default_factory=list)  # records not indexed: bad CRC
+    damaged: int = 0  # records not indexed: their CRC or ids do not check out
+    damaged_entries: list[str] = field(default_factory=list)  # the first of them
     unreadable_logs: list[str] = field(default_factory=list)
     backup: str | None = None  # where the old index went
 
@@ -117,41 +121,46 @@ def check_directory(root: Path) -> ConsistencyReport:
         report.checked = False
         return report
     held: list[KeyValueStorage] = []
-    logger = EntryLogger(current, size_limit=0)
-    try:
-        live: set[int] = set()
-        ledgers_kv = _open_for_check(current / LEDGERS_INDEX, report, held)
-        if ledgers_kv is not None:
-            live = set(LedgerIndex(ledgers_kv).ids())
-        report.ledgers = len(live)
-        locations = _open_for_check(current / LOCATIONS_INDEX, report, held) or MemoryKeyValueStorage()
-        for key, value in locations.range(*_ALL_KEYS):
-            ids = ENTRY_KEY.unpack(key)
-            log_id, offset, length = LOCATION.unpack(value)
-            report.entries_checked += 1
-            if (problem := _record_problem(logger, log_id, offset, ids, length)) is not None:
-                report.bad_entries += 1
-                report.note(f"entry {ids[0]}/{ids[1]} (log {log_name(log_id)}, offset {offset}): {problem}")
-        for log_id in logger.finished_log_ids():
-            for offset, ledger_id, entry_id, _length in _records(logger, log_id, report.log_damaged):
-                if ledger_id in live and locations.get(ENTRY_KEY.pack(ledger_id, entry_id)) is None:
-                    report.unindexed_entries += 1
-                    report.note(f"entry {ledger_id}/{entry_id} at offset {offset} of entry log"
-                                f" {log_name(log_id)} is not in the index")
-    finally:
-        for kv in held:
-            kv.close()
-        logger.close()
+    with index_locks([root]):
+        logger = EntryLogger(current, size_limit=0)
+        try:
+            live: set[int] = set()
+            ledgers_kv = _open_for_check(current / LEDGERS_INDEX, report, held)
+            if ledgers_kv is not None:
+                live = set(LedgerIndex(ledgers_kv).ids())
+            report.ledgers = len(live)
+            locations = _open_for_check(current / LOCATIONS_INDEX, report, held) or MemoryKeyValueStorage()
+            _check_indexed(locations, logger, report)
+            for log_id in logger.finished_log_ids():
+                for offset, ledger_id, entry_id, _length in _records(logger, log_id, report.log_damaged):
+                    if ledger_id in live and locations.get(ENTRY_KEY.pack(ledger_id, entry_id)) is None:
+                        report.unindexed_entries += 1
+                        report.note(f"entry {ledger_id}/{entry_id} at offset {offset} of entry log"
+                                    f" {log_name(log_id)} is not in the index")
+        finally:
+            for kv in held:
+                kv.close()
+            logger.close()
     return report
+
+
+def _check_indexed(locations: KeyValueStorage, logger: EntryLogger, report: ConsistencyReport) -> None:
+    """Read back every entry the index points at."""
+    for key, value in locations.range(*_ALL_KEYS):
+        ids = ENTRY_KEY.unpack(key)
+        log_id, offset, length = LOCATION.unpack(value)
+        report.entries_checked += 1
+        if (problem := _record_problem(logger, log_id, offset, ids, length)) is not None:
+            report.bad_entries += 1
+            report.note(f"entry {ids[0]}/{ids[1]} (log {log_name(log_id)}, offset {offset}): {problem}")
 
 
 def _open_for_check(
     path: Path, report: ConsistencyReport, held: list[KeyValueStorage]
 ) -> KeyValueStorage | None:
-    """The index, held (its lock keeps a bookie from starting meanwhile), or None after noting
-    why not. :class:`DirectoryInUseError` while a bookie runs."""
+    """The index, read-only, or None after noting why it cannot be read."""
     try:
-        kv = open_index(path, create=False)
+        kv = open_index(path, read_only_kv, create=False)
     except LostIndexError as exc:
         report.index_problems.append(str(exc))
         return None
@@ -162,25 +171,22 @@ def _open_for_check(
 def rebuild_locations(root: Path) -> RebuildReport:
     current = root / CURRENT
     report = RebuildReport(str(root))
-    # The ledger index names the live ledgers, and its lock proves no bookie runs here.
-    ledgers_kv = open_index(current / LEDGERS_INDEX, create=False)
-    try:
-        live = set(LedgerIndex(ledgers_kv).ids())
+    with index_locks([root]):
+        ledgers_kv = open_index(current / LEDGERS_INDEX, read_only_kv, create=False)  # the live ledgers
+        try:
+            live = set(LedgerIndex(ledgers_kv).ids())
+        finally:
+            ledgers_kv.close()
         old = current / LOCATIONS_INDEX
-        if old.exists():
-            with contextlib.suppress(LostIndexError):  # damaged: what the rebuild is for
-                open_index(old, create=False).close()  # a running bookie holds this one too
         fresh = current / f"{LOCATIONS_INDEX}.rebuild"
         shutil.rmtree(fresh, ignore_errors=True)  # left by a rebuild cut short
         _fill(fresh, EntryLogger(current, size_limit=0), live, report)
-        if old.exists():
+        if old.exists():  # kept as it was, never opened: a damaged one is evidence
             backup = _backup_name(old)
             old.rename(backup)
             report.backup = str(backup)
         fresh.rename(old)
         fsync_dir(current)
-    finally:
-        ledgers_kv.close()
     return report
 
 
@@ -207,7 +213,9 @@ def _fill(path: Path, logger: EntryLogger, live: set[int], report: RebuildReport
                     continue
                 problem = _record_problem(logger, log_id, offset, (ledger_id, entry_id), length)
                 if problem is not None:
-                    report.damaged_entries.append(problem)
+                    report.damaged += 1
+                    if len(report.damaged_entries) < MAX_LISTED_PROBLEMS:
+                        report.damaged_entries.append(problem)
                     continue
                 batch.append((ENTRY_KEY.pack(ledger_id, entry_id), LOCATION.pack(log_id, offset, length)))
                 report.entries_indexed += 1

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from bkproto.entry_format import HEADER
+from bookie.storage import journal_format
 from bookie.storage.journal_format import (
     FILE_HEADER_SIZE,
+    FileRecords,
     RecordType,
     ScanEnd,
     entry_record_header,
     explicit_lac_record,
     fence_record,
     file_header,
+    file_name,
     master_key_record,
+    record,
     scan_end,
     scan_records,
 )
@@ -66,3 +74,24 @@ def test_flipped_type_byte_is_detected() -> None:
     data = bytearray(_journal())
     data[FILE_HEADER_SIZE + 8] = RecordType.FENCE  # master-key record claims to be a fence
     assert list(scan_records(bytes(data), FILE_HEADER_SIZE)) == []
+
+
+def test_a_file_read_in_windows_yields_every_record_across_the_cuts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Windows of 100 bytes over records of 9 + 31 bytes: most windows end inside a record.
+    monkeypatch.setattr(journal_format, "WINDOW", 100)
+    path = tmp_path / file_name(3)
+    payloads = [bytes([i]) * 31 for i in range(40)]
+    with open(path, "wb") as f:
+        f.write(file_header(3))
+        for payload in payloads:
+            f.write(record(RecordType.FENCE, payload))
+        f.write(b"\0" * 50)  # the zero-filled area
+    records = FileRecords(path, FILE_HEADER_SIZE)
+    assert [bytes(p) for _, p, _ in records] == payloads
+    assert records.why is ScanEnd.CLEAN and records.end == FILE_HEADER_SIZE + 40 * 40
+    with open(path, "r+b") as f:  # a torn last record is still found as torn, not as a cut
+        f.truncate(FILE_HEADER_SIZE + 39 * 40 + 20)
+    records = FileRecords(path, FILE_HEADER_SIZE)
+    assert len(list(records)) == 39 and records.why is ScanEnd.TORN

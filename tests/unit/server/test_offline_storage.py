@@ -4,7 +4,12 @@ from the entry logs; and a bookie refuses a directory whose location index is go
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,7 @@ import pytest
 from bookie.storage.entry_logger import LOG_HEADER_SIZE, RECORD_HEADER_SIZE, log_name
 from bookie.storage.flush_pacer import FlushPacer
 from bookie.storage.indexes import LedgerRecord
-from bookie.storage.ledger_directory import LedgerDirectory, LostIndexError
+from bookie.storage.ledger_directory import LedgerDirectory, LostIndexError, index_locks
 from bookie.storage.offline import DirectoryInUseError, check_directory, rebuild_locations
 
 BODY = 100
@@ -76,7 +81,7 @@ def test_rebuild_restores_a_lost_index_and_skips_deleted_ledgers(tmp_path: Path)
 
     report = rebuild_locations(tmp_path)
     assert (report.entries_indexed, report.entries_skipped, report.logs_scanned) == (16, 4, 2)
-    assert not report.unreadable_logs and not report.damaged_entries
+    assert not report.unreadable_logs and not report.damaged
     assert check_directory(tmp_path).ok
     directory = LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
     try:
@@ -102,15 +107,48 @@ def test_rebuild_keeps_the_old_index_and_the_newest_copy_of_an_entry(tmp_path: P
         directory.close()
 
 
-def test_rebuild_and_check_are_refused_while_a_bookie_holds_the_directory(tmp_path: Path) -> None:
-    directory = filled(tmp_path, {1: 4})
+@contextlib.contextmanager
+def held_by_another_process(root: Path) -> Iterator[None]:
+    """The directory open in another process, as a running bookie holds it (RocksDB's locks
+    belong to a process: one in this process would not keep this process out)."""
+    script = (
+        "import sys; from pathlib import Path; from bookie.storage.ledger_directory import LedgerDirectory;"
+        f" d = LedgerDirectory(Path({str(root)!r}), 1 << 30); print('ready', flush=True); sys.stdin.read()"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env=env, text=True)
     try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        yield
+    finally:
+        holder.communicate("", timeout=30)
+
+
+def test_rebuild_and_check_are_refused_while_a_bookie_holds_the_directory(tmp_path: Path) -> None:
+    filled(tmp_path, {1: 4}).close()
+    with held_by_another_process(tmp_path):
         with pytest.raises(DirectoryInUseError, match="running bookie"):
             rebuild_locations(tmp_path)
-        with pytest.raises(DirectoryInUseError):  # flushes and GC would change files under it
+        with pytest.raises(DirectoryInUseError):  # its flushes and GC would change files under it
             check_directory(tmp_path)
-    finally:
-        directory.close()
+    # and a bookie cannot start while a tool works: the tool holds the same locks
+    with index_locks([tmp_path]):
+        script = ("from pathlib import Path; from bookie.storage.ledger_directory import LedgerDirectory;"
+                  f" LedgerDirectory(Path({str(tmp_path)!r}), 1 << 30)")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        started = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                 check=False)
+        assert started.returncode != 0 and "DirectoryInUseError" in started.stderr
+    assert check_directory(tmp_path).ok  # nothing left held
+
+
+def test_checking_a_directory_without_an_index_creates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "current").mkdir()
+    (tmp_path / "current" / "notes.txt").write_text("not a bookie's")
+    report = check_directory(tmp_path)
+    assert not report.ok and len(report.index_problems) == 2
+    assert sorted(p.name for p in (tmp_path / "current").iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("damage", ["emptied", "bad CURRENT"])
@@ -122,7 +160,7 @@ def test_an_emptied_or_damaged_index_is_refused_and_rebuilt(tmp_path: Path, dama
             path.unlink()
     else:
         (index / "CURRENT").write_text("MANIFEST-999999\n")
-    with pytest.raises(LostIndexError, match="cannot open"):
+    with pytest.raises(LostIndexError, match="rebuild-db-ledger-locations-index"):
         LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
     report = check_directory(tmp_path)
     assert not report.ok and report.index_problems and report.unindexed_entries == 6
@@ -145,7 +183,7 @@ def test_rebuild_indexes_an_older_intact_copy_over_a_newer_damaged_one(tmp_path:
         f.seek(offset + RECORD_HEADER_SIZE + 5)
         f.write(b"#")
     report = rebuild_locations(tmp_path)
-    assert len(report.damaged_entries) == 1 and "entry 1/0" in report.damaged_entries[0]
+    assert report.damaged == 1 and "entry 1/0" in report.damaged_entries[0]
     directory = LedgerDirectory(tmp_path, entry_log_size_limit=1 << 30)
     try:
         assert directory.locations.get(1, 0)[0] == 0  # type: ignore[index]  # the original, log 0
