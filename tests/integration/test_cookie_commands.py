@@ -92,6 +92,9 @@ async def test_a_replaced_disk_is_recovered_formatted_and_the_bookie_rejoins_emp
     assert unanswered.returncode == 2 and "-f" in unanswered.stderr
     assert all(d.is_dir() for d in current_dirs(victim))
 
+    mismatched = format_args(victim, "-d", "-f", "--bookieid", "10.9.9.9:1")
+    other = await asyncio.to_thread(pybk_shell, zk_hosts, *mismatched)
+    assert other.returncode == 2 and "not of --bookieid" in other.stderr  # the dirs are another's
     formatted = await asyncio.to_thread(run_json, zk_hosts, *format_args(victim, "-d", "-f"))
     assert formatted["bookie_ids"] == [victim.bookie_id]
     assert formatted["cookies_deleted"] == [victim.bookie_id]
@@ -165,7 +168,7 @@ async def test_a_wholly_replaced_bookie_is_formatted_by_name_from_its_conf_file(
     unnamed = await asyncio.to_thread(
         subprocess.run, base, capture_output=True, text=True, timeout=120, check=False
     )
-    assert unnamed.returncode == 1 and "--bookieid" in unnamed.stderr
+    assert unnamed.returncode == 2 and "--bookieid" in unnamed.stderr
     named = await asyncio.to_thread(
         subprocess.run, [*base, "--bookieid", victim.bookie_id], capture_output=True, text=True,
         timeout=120, check=False,

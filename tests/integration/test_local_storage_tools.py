@@ -196,3 +196,16 @@ def test_a_format_leaves_no_journal_mark_behind_and_spares_a_running_bookie(
     bookie.kill9()
     bookie.start()
     read_back(bookie, fresh)
+
+
+def test_a_directory_that_is_not_a_bookies_is_left_alone(tmp_path: Path) -> None:
+    current = tmp_path / "data" / "current"
+    current.mkdir(parents=True)
+    (current / "notes.txt").write_text("someone else's")
+    args = [sys.executable, "-m", "pybk", "shell", "bookieformat", "-f",
+            "--journal-dirs", str(tmp_path / "data"), "--ledger-dirs", str(tmp_path / "data")]
+    for _ in range(2):  # the first run must not leave anything that would let the second through
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False,
+                              env=dict(os.environ, BK_zkServers="none"))
+        assert done.returncode == 1 and "holds no bookie file" in done.stderr
+    assert [p.name for p in current.iterdir()] == ["notes.txt"]

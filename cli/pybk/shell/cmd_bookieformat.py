@@ -7,13 +7,15 @@ shell's ``--zk``, when given, wins). What goes is each directory's ``current/`` 
 logs, indexes, the local cookie) and the journal marks beside it. The bookie is known by the
 cookie its directories hold, or by ``--bookieid``.
 
-- Refused (exit 1) while a bookie runs on these directories (it holds their index locks) or while
-  the bookie is registered in ZooKeeper.
+- Refused (exit 1) while a bookie runs on these directories (it holds their index locks; the
+  command then holds them itself until it is done, so none starts meanwhile) or while the bookie
+  is registered in ZooKeeper.
 - ``-d/--deletecookie`` also deletes its cookie in ZooKeeper, so the id starts afresh (after a
   disk was replaced, say). Refused while ledgers still name the bookie: run ``recover`` first
-  (see :mod:`pybk.shell.cookie_guard`). The cookie goes before the files, so a run cut short is
-  finished by running it again.
-- A ``current/`` that holds no bookie file, or is a symbolic link, is left alone (exit 1).
+  (see :mod:`pybk.shell.cookie_guard`). The cookie goes first, then the journal marks, then the
+  files, so a run cut short is finished by running it again.
+- A ``current/`` that is a symbolic link, or holds files but none of a bookie's, is left alone
+  (exit 1); ``--bookieid`` naming another bookie than the directories' cookie is a usage error.
 - Asks first unless ``-f``; without an answer on stdin it exits 2 and deletes nothing.
 
 Without ``-d`` the bookie will not start on the wiped directories while its cookie is in
@@ -34,21 +36,22 @@ from bkmeta import (
     read_instance_id,
     read_local_cookies,
 )
+from bookie.storage.fileio import fsync_dir
 from bookie.storage.last_mark import mark_files
 from bookie.storage.ledger_directory import (
     CURRENT,
     LEDGERS_INDEX,
+    LOCATIONS_INDEX,
     DirectoryInUseError,
-    LostIndexError,
-    open_index,
+    index_locks,
 )
 from pybk.shell.context import ShellContext
 from pybk.shell.cookie_guard import ledgers_naming, running_reason, still_named
-from pybk.shell.ledger_view import EXIT_FAILED, bookie_id, refused
+from pybk.shell.ledger_view import EXIT_FAILED, bookie_id, refused, usage_error
 from pybk.shell.local_dirs import BookieDirs, add_bookie_dir_options, bookie_dirs
 
-# What a bookie keeps in current/: a directory holding none of these is not a bookie's.
-BOOKIE_FILES = ("VERSION", "ledgers", "locations", "BOOKIE_STATUS")
+# What a bookie keeps in current/: a non-empty one holding none of these is not a bookie's.
+BOOKIE_FILES = ("VERSION", "BOOKIE_STATUS", f"{LEDGERS_INDEX}/CURRENT", f"{LOCATIONS_INDEX}/CURRENT")
 BOOKIE_SUFFIXES = (".log", ".txn")
 
 
@@ -65,10 +68,10 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _owners(ctx: ShellContext, dirs: list[Path], named: str | None) -> list[str]:
-    """The bookie ids the directories' cookies name, and ``named``. An unreadable cookie is
-    what formatting cures, so it is only reported."""
-    owners = {named} if named else set()
+def _owners(ctx: ShellContext, dirs: list[Path]) -> list[str]:
+    """The bookie ids the directories' cookies name. An unreadable cookie is what formatting
+    cures, so it is only reported."""
+    owners: set[str] = set()
     for directory in dirs:
         try:
             owners.update(cookie.bookie_host for cookie in read_local_cookies([directory]).values())
@@ -77,28 +80,15 @@ def _owners(ctx: ShellContext, dirs: list[Path], named: str | None) -> list[str]
     return sorted(owners)
 
 
-def _in_use(dirs: BookieDirs) -> str | None:
-    """Why the directories are in use by a running bookie (it holds its index locks), or None."""
-    for directory in dirs.ledger_dirs:
-        index = directory / CURRENT / LEDGERS_INDEX
-        if not index.is_dir():
-            continue
-        try:
-            open_index(index, create=False).close()
-        except DirectoryInUseError as exc:
-            return str(exc)
-        except LostIndexError:
-            continue  # damaged: formatting cures it
-    return None
-
-
 def _not_a_bookies(dirs: list[Path]) -> str | None:
     for directory in dirs:
         current = directory / CURRENT
         if current.is_symlink():
             return f"{current} is a symbolic link: wipe what it points at by hand"
-        if current.is_dir() and not any(
-            p.name in BOOKIE_FILES or p.suffix in BOOKIE_SUFFIXES for p in current.iterdir()
+        if not current.is_dir() or not any(current.iterdir()):
+            continue  # nothing to lose
+        if not any((current / name).exists() for name in BOOKIE_FILES) and not any(
+            p.suffix in BOOKIE_SUFFIXES for p in current.iterdir()
         ):
             return f"{current} holds no bookie file: is this the bookie's configuration?"
     return None
@@ -113,29 +103,46 @@ async def _cluster_exists(meta: MetadataClient) -> bool:
 
 
 def _wipe(dirs: BookieDirs) -> list[str]:
+    """The marks first: a mark left behind, with current/ gone, would make the next start skip
+    its new journal; a current/ left behind is refused at start by its cookie, or found again."""
     wiped = []
+    for directory in dirs.ledger_dirs:
+        marks = mark_files(directory)
+        for mark in marks:
+            mark.unlink()
+            wiped.append(str(mark))
+        if marks:
+            fsync_dir(directory)
     for directory in dirs.all:
         current = directory / CURRENT
         if current.exists():
             shutil.rmtree(current)
             wiped.append(str(current))
-    for directory in dirs.ledger_dirs:
-        for mark in mark_files(directory):
-            mark.unlink()
-            wiped.append(str(mark))
     return wiped
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     dirs = bookie_dirs(args)
-    if (reason := _in_use(dirs) or _not_a_bookies(dirs.all)) is not None:
+    try:
+        with index_locks(dirs.ledger_dirs):  # held to the end: no bookie starts on them meanwhile
+            return await _format(ctx, args, dirs)
+    except DirectoryInUseError as exc:
+        ctx.error(f"bookieformat: {exc}: stop it first")
+        return EXIT_FAILED
+
+
+async def _format(ctx: ShellContext, args: argparse.Namespace, dirs: BookieDirs) -> int:
+    if (reason := _not_a_bookies(dirs.all)) is not None:
         ctx.error(f"bookieformat: {reason}")
         return EXIT_FAILED
-    owners = _owners(ctx, dirs.all, args.bookieid)
+    owners = _owners(ctx, dirs.all)
+    if args.bookieid is not None and owners and owners != [args.bookieid]:
+        return usage_error(ctx, f"bookieformat: the directories hold the cookie of {', '.join(owners)},"
+                                f" not of --bookieid {args.bookieid}")
+    owners = owners or ([args.bookieid] if args.bookieid else [])
     if args.deletecookie and not owners:
-        ctx.error("bookieformat: the directories hold no cookie, so which bookie's to delete is"
-                  " unknown: name it with --bookieid")
-        return EXIT_FAILED
+        return usage_error(ctx, "bookieformat: the directories hold no cookie, so which bookie's to"
+                                " delete is unknown: name it with --bookieid")
     if not ctx.zk_given and dirs.zk_servers is not None:
         ctx.zk_hosts = dirs.zk_servers  # the bookie's own cluster
     cluster = False

@@ -31,16 +31,13 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         dump = JournalDump(find_file(list(bookie_dirs(args).journal_dirs), args.journal, ".txn"))
     except (ValueError, OSError) as exc:
         return usage_error(ctx, f"readjournal: {exc}")
-    try:
-        if ctx.as_json:
-            records = [record_json(r, args.msg) for r in dump.records()]
-            ctx.emit({"file": str(dump.path), "journal_id": dump.journal_id, "records": records,
-                      "end_offset": dump.end_offset, "end": dump.end_reason}, "")
-            return 0
-        print(f"Journal {dump.journal_id:x} ({dump.path})", file=ctx.out)
-        for record in dump.records():
-            print("\n".join(record_lines(record, args.msg)), file=ctx.out)
-        print(f"end at offset {dump.end_offset}: {dump.end_reason}", file=ctx.out)
+    if ctx.as_json:
+        records = [record_json(r, args.msg) for r in dump.records()]
+        ctx.emit({"file": str(dump.path), "journal_id": dump.journal_id, "records": records,
+                  "end_offset": dump.end_offset, "end": dump.end_reason}, "")
         return 0
-    finally:
-        dump.close()
+    print(f"Journal {dump.journal_id:x} ({dump.path})", file=ctx.out)
+    for record in dump.records():
+        print("\n".join(record_lines(record, args.msg)), file=ctx.out)
+    print(f"end at offset {dump.end_offset}: {dump.end_reason}", file=ctx.out)
+    return 0

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from bookie.storage.offline import DirectoryInUseError, LostIndexError, RebuildReport, rebuild_locations
+from bookie.storage.offline import RebuildReport, rebuild_locations
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED
 from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
@@ -34,6 +34,8 @@ def _lines(report: RebuildReport) -> list[str]:
     if report.backup:
         lines.append(f"  the old index is kept as {report.backup}")
     lines += [f"  DAMAGED, not indexed: {problem}" for problem in report.damaged_entries]
+    if report.damaged > len(report.damaged_entries):
+        lines.append(f"  ... and {report.damaged - len(report.damaged_entries)} more damaged records")
     lines += [f"  UNREADABLE: {problem}" for problem in report.unreadable_logs]
     return lines
 
@@ -45,9 +47,9 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     for directory in dirs.ledger_dirs:
         try:
             reports.append(await asyncio.to_thread(rebuild_locations, directory))
-        except (DirectoryInUseError, LostIndexError) as exc:  # the next directory may still do
+        except OSError as exc:  # in use, no ledger index, a disk error: the next may still do
             failures[str(directory)] = str(exc)
-    ok = not failures and not any(r.unreadable_logs or r.damaged_entries for r in reports)
+    ok = not failures and not any(r.unreadable_logs or r.damaged for r in reports)
     lines = [line for r in reports for line in _lines(r)]
     lines += [f"{directory}: NOT rebuilt: {why}" for directory, why in failures.items()]
     ctx.emit({"ok": ok, "directories": [dataclasses.asdict(r) for r in reports], "failed": failures},
