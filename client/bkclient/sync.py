@@ -25,9 +25,11 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from bkmeta.model import DigestType, LedgerMetadata, Versioned
+from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment
 from bkproto.errors import BKError
 
 from . import bookkeeper as aio
+from . import named_log as aio_log
 from . import read_handle as aio_read
 from . import write_handle as aio_write
 from .config import ClientConfig
@@ -338,3 +340,89 @@ class BookKeeper:
 
     def is_closed(self, ledger_id: int) -> bool:
         return self._runner.run(self._bk.is_closed(ledger_id))
+
+    def logs(self, root: str = LOGS_ROOT) -> NamedLogs:
+        """The cluster's named logs (see :mod:`bkclient.named_log`)."""
+        return NamedLogs(self._runner, aio_log.NamedLogs(self._bk, root))
+
+
+class SegmentWriter:
+    """A log segment being written: ``append`` pipelines (blocking only on the throttle) and
+    raises the first failed add; ``close`` waits for every add and returns the segment."""
+
+    def __init__(self, runner: _LoopThread, writer: aio_log.SegmentWriter) -> None:
+        self._runner = runner
+        self._writer = writer
+        self._handle = WriteHandle(runner, writer.handle)
+        self._error: BKError | None = None
+
+    @property
+    def ledger_id(self) -> int:
+        return self._writer.ledger_id
+
+    def append(self, data: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._handle.append_with_callback(self._writer.counted(data), self._done)
+
+    def _done(self, _entry_id: int, error: BKError | None) -> None:
+        if error is not None and self._error is None:
+            self._error = error
+
+    def close(self) -> LogSegment:
+        try:
+            segment = self._runner.run(self._writer.close())
+        except BKError:
+            if self._error is not None:
+                raise self._error from None  # the add that failed says more than the close
+            raise
+        if self._error is not None:
+            raise self._error
+        return segment
+
+
+
+class NamedLogs:
+    """Blocking :class:`bkclient.named_log.NamedLogs`."""
+
+    def __init__(self, runner: _LoopThread, logs: aio_log.NamedLogs) -> None:
+        self._runner = runner
+        self._logs = logs
+
+    def names(self) -> list[str]:
+        return self._runner.run(self._logs.names())
+
+    def segments(self, name: str) -> list[LogSegment]:
+        return self._runner.run(self._logs.segments(name))
+
+    def pending(self, name: str) -> dict[int, str]:
+        return self._runner.run(self._logs.pending(name))
+
+    def open_segment(
+        self, name: str, write_id: str, task: int, options: aio_log.SegmentOptions | None = None
+    ) -> SegmentWriter:
+        writer = self._runner.run(self._logs.open_segment(name, write_id, task, options))
+        return SegmentWriter(self._runner, writer)
+
+    def commit(
+        self,
+        name: str,
+        write_id: str,
+        segments: list[LogSegment | None],
+        *,
+        overwrite: bool = False,
+        txn: tuple[str, int] | None = None,
+    ) -> CommitResult:
+        return self._runner.run(self._logs.commit(name, write_id, segments, overwrite=overwrite, txn=txn))
+
+    def abort(self, name: str, write_id: str, segments: list[LogSegment | None] | None = None) -> None:
+        self._runner.run(self._logs.abort(name, write_id, segments or []))
+
+    def discard(self, name: str, writer: SegmentWriter) -> None:
+        self._runner.run(self._logs.discard(name, writer._writer))
+
+    def read(self, name: str, password: bytes = b"") -> Iterator[LedgerEntry]:
+        return self._runner.iterate(self._logs.read(name, password))
+
+    def read_segment(self, segment: LogSegment, password: bytes = b"") -> Iterator[LedgerEntry]:
+        return self._runner.iterate(self._logs.read_segment(segment, password))

@@ -1,0 +1,195 @@
+"""Named logs from the client's side: write ledgers as segments of a log, commit them as one.
+
+The parallel-ingestion protocol (the Spark sink's, usable without Spark):
+
+1. The coordinator picks a ``write_id`` (any unique string).
+2. Each worker calls :meth:`NamedLogs.open_segment`, appends its entries, and closes the segment;
+   its :class:`~bkmeta.named_log.LogSegment` goes back to the coordinator. The ledger is
+   registered under the log's ``pending/`` before its first entry.
+3. The coordinator calls :meth:`NamedLogs.commit` with every worker's segment: they join the log
+   in one ZooKeeper transaction, in the order given. Ledgers this write registered but did not
+   commit (a worker attempt that died, say) are deleted then. Or it calls :meth:`NamedLogs.abort`,
+   which deletes every ledger of the write.
+
+Readers see a log only as committed segments, all of them closed ledgers, so a reader never sees
+a partial write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from bkmeta.model import DigestType
+from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, LogStore, check_log_name
+from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
+
+from .bookkeeper import BookKeeper
+from .entry import LedgerEntry
+from .write_handle import WriteHandle
+
+log = logging.getLogger(__name__)
+
+# Custom metadata on every segment ledger: an orphan (its writer and coordinator both gone) can
+# be traced to its log and write with `pybk shell ledgermetadata`.
+LOG_NAME_KEY = "pybk.log"
+WRITE_ID_KEY = "pybk.write"
+
+
+@dataclass(frozen=True)
+class SegmentOptions:
+    """How segment ledgers are created (BookKeeper's -e/-w/-a, digest and password)."""
+
+    ensemble: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    digest: DigestType = DigestType.CRC32C
+    password: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
+            raise IncorrectParameterError(
+                f"need ensemble >= write quorum >= ack quorum >= 1, got "
+                f"{self.ensemble}/{self.write_quorum}/{self.ack_quorum}"
+            )
+
+
+class SegmentWriter:
+    """One worker's ledger of a log. ``close()`` returns the segment to hand to the commit."""
+
+    def __init__(self, handle: WriteHandle, write_id: str, task: int) -> None:
+        self.handle = handle
+        self._write_id = write_id
+        self._task = task
+        self.entries = 0
+        self.length = 0
+
+    @property
+    def ledger_id(self) -> int:
+        return self.handle.ledger_id
+
+    def counted(self, data: bytes) -> bytes:
+        """Count ``data`` as appended (the caller appends it through ``handle``)."""
+        self.entries += 1
+        self.length += len(data)
+        return data
+
+    async def append(self, data: bytes) -> int:
+        """Append and wait for the acks (throughput comes from ``handle.append_async``)."""
+        return await self.handle.append(self.counted(data))
+
+    async def close(self) -> LogSegment:
+        await self.handle.close()
+        if self.handle.last_add_confirmed != self.entries - 1:
+            raise IncorrectParameterError(
+                f"ledger {self.ledger_id}: closed at entry {self.handle.last_add_confirmed} "
+                f"but {self.entries} entries were counted"
+            )
+        return LogSegment(self.ledger_id, self.entries, self.length, self._write_id, self._task)
+
+
+class NamedLogs:
+    """Named logs of one cluster, through ``bk``'s metadata connection."""
+
+    def __init__(self, bk: BookKeeper, root: str = LOGS_ROOT) -> None:
+        self._bk = bk
+        self.store = LogStore(bk.ctx.metadata.zk, root)
+
+    async def names(self) -> list[str]:
+        return await self.store.names()
+
+    async def segments(self, name: str) -> list[LogSegment]:
+        return await self.store.segments(name)
+
+    async def pending(self, name: str) -> dict[int, str]:
+        """Ledgers registered to writes not committed yet (or whose writer died): id -> write id."""
+        return await self.store.pending(name)
+
+    async def open_segment(
+        self, name: str, write_id: str, task: int, options: SegmentOptions | None = None
+    ) -> SegmentWriter:
+        """Create the log if needed, and a ledger registered as ``write_id``'s."""
+        check_log_name(name)
+        if not write_id:
+            raise IncorrectParameterError("write id must not be empty")
+        options = options or SegmentOptions()
+        await self.store.ensure(name)
+        handle = await self._bk.create_ledger(
+            options.ensemble, options.write_quorum, options.ack_quorum, options.digest,
+            options.password, {LOG_NAME_KEY: name.encode(), WRITE_ID_KEY: write_id.encode()},
+        )
+        try:
+            await self.store.register_pending(name, handle.ledger_id, write_id)
+        except BaseException:
+            await self._delete_quietly(handle.ledger_id)
+            raise
+        return SegmentWriter(handle, write_id, task)
+
+    async def commit(
+        self,
+        name: str,
+        write_id: str,
+        segments: Sequence[LogSegment | None],
+        *,
+        overwrite: bool = False,
+        txn: tuple[str, int] | None = None,
+    ) -> CommitResult:
+        """Make ``segments`` part of the log, in this order (``None`` and empty ones are skipped:
+        a task that wrote nothing). Then delete what this write left uncommitted and, after an
+        overwrite, the replaced ledgers. A refused ``txn`` (committed before) deletes this
+        write's ledgers instead: the log already holds that data."""
+        await self.store.ensure(name)
+        kept = [s for s in segments if s is not None and s.entries > 0]
+        for seg in kept:
+            if seg.write_id != write_id:
+                raise IncorrectParameterError(
+                    f"segment of ledger {seg.ledger_id} belongs to write {seg.write_id!r}, not {write_id!r}"
+                )
+        result = await self.store.commit(name, write_id, kept, overwrite=overwrite, txn=txn)
+        committed = {s.ledger_id for s in result.segments}
+        await self._delete_write(name, write_id, keep=committed)
+        for seg in result.replaced:
+            await self._delete_quietly(seg.ledger_id)
+        return result
+
+    async def abort(self, name: str, write_id: str, segments: Sequence[LogSegment | None] = ()) -> None:
+        """Delete every ledger of ``write_id``: the registered ones and those named."""
+        for seg in segments:
+            if seg is not None and seg.write_id == write_id:
+                await self._delete_quietly(seg.ledger_id)
+        if await self.store.exists(name):
+            await self._delete_write(name, write_id, keep=set())
+
+    async def discard(self, name: str, writer: SegmentWriter) -> None:
+        """Give up one segment (its worker failed): its adds stop, its ledger goes."""
+        await writer.handle.abort()
+        await self._delete_quietly(writer.ledger_id)
+        await self.store.forget_pending(name, writer.ledger_id)
+
+    async def _delete_write(self, name: str, write_id: str, keep: set[int]) -> None:
+        for ledger_id, owner in (await self.store.pending(name)).items():
+            if owner == write_id and ledger_id not in keep:
+                await self._delete_quietly(ledger_id)
+                await self.store.forget_pending(name, ledger_id)
+
+    async def _delete_quietly(self, ledger_id: int) -> None:
+        with contextlib.suppress(NoSuchLedgerError):
+            await self._bk.delete_ledger(ledger_id)
+
+    async def read(self, name: str, password: bytes = b"") -> AsyncIterator[LedgerEntry]:
+        """Every entry of the log, segment after segment, in order."""
+        for seg in await self.store.segments(name):
+            async for entry in self.read_segment(seg, password):
+                yield entry
+
+    async def read_segment(self, seg: LogSegment, password: bytes = b"") -> AsyncIterator[LedgerEntry]:
+        if seg.entries == 0:
+            return
+        handle = await self._bk.open_ledger(seg.ledger_id, password, recovery=False)
+        try:
+            async for entry in handle.read(0, seg.entries - 1):
+                yield entry
+        finally:
+            await handle.close()

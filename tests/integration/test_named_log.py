@@ -1,0 +1,158 @@
+"""Named logs against a real ZooKeeper and real bookies: the commit protocol the Spark sink uses
+(concurrent commits, idempotent versions, the sweep of a write's uncommitted ledgers, abort,
+overwrite) driven through the blocking client, as a Spark task or driver would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
+
+from bkclient import IncorrectParameterError, NoSuchLedgerError
+from bkclient import sync as bksync
+from bkclient.named_log import LOG_NAME_KEY, NamedLogs, SegmentOptions
+from bkclient.spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
+
+__all__ = ["client_cluster"]
+
+pytestmark = pytest.mark.integration
+
+
+def values(task: int, count: int) -> list[bytes]:
+    return [f"{task}:{i}:".encode() + os.urandom(16) for i in range(count)]
+
+
+def ledgers_of_log(bk: bksync.BookKeeper, log: str) -> set[int]:
+    """Every ledger tagged as this log's, committed or not."""
+    return {
+        lid for lid in bk.list_ledgers()
+        if bk.ledger_metadata(lid).custom_metadata.get(LOG_NAME_KEY) == log.encode()
+    }
+
+
+async def test_write_commit_read_in_task_order_and_sweep_failed_attempts(
+    client_cluster: ClientCluster,
+) -> None:
+    await client_cluster.client()  # waits until the bookies are registered
+    opts = SinkOptions.parse({"zkServers": client_cluster.zk_hosts, "log": "events"})
+
+    def job() -> None:
+        write_id = new_write_id()
+        written = {t: values(t, 50 + t) for t in range(3)}
+        segments = [write_partition(opts, write_id, t, written[t]) for t in (2, 0, 1)]
+        assert write_partition(opts, write_id, 3, []) is None  # an empty task makes no ledger
+        with bksync.BookKeeper(client_cluster.zk_hosts) as bk:
+            logs = bk.logs()
+            # A task attempt that died after writing: registered, never committed.
+            dead = logs.open_segment("events", write_id, 0)
+            dead.append(b"from an attempt that died")
+            # Nothing is visible before the commit.
+            assert logs.segments("events") == []
+            result = commit_write(opts, write_id, [segments[1], segments[2], segments[0], None])
+            assert result.committed
+            got = logs.segments("events")
+            assert [s.task for s in got] == [0, 1, 2]
+            assert [s.entries for s in got] == [50, 51, 52]
+            assert [e.data for e in logs.read("events")] == written[0] + written[1] + written[2]
+            for seg in got:
+                md = bk.ledger_metadata(seg.ledger_id)
+                assert md.is_closed and md.last_entry_id == seg.entries - 1 and md.length == seg.length
+            # The dead attempt's ledger was deleted by the commit, and nothing is left pending.
+            with pytest.raises(NoSuchLedgerError):
+                bk.ledger_metadata(dead.ledger_id)
+            assert logs.pending("events") == {}
+            assert ledgers_of_log(bk, "events") == {s.ledger_id for s in got}
+
+    await asyncio.to_thread(job)
+
+
+async def test_txn_version_commits_once(client_cluster: ClientCluster) -> None:
+    await client_cluster.client()
+    opts = SinkOptions.parse({"zkServers": client_cluster.zk_hosts, "log": "ingest",
+                              "txnAppId": "app-1", "txnVersion": "7"})
+
+    def job() -> None:
+        first = new_write_id()
+        seg = write_partition(opts, first, 0, [b"a", b"b"])
+        assert commit_write(opts, first, [seg]).committed
+        # The same micro-batch replayed (or an older one): refused, and its ledger deleted.
+        for version in (7, 3):
+            again = new_write_id()
+            dup = write_partition(opts, again, 0, [b"a", b"b"])
+            assert dup is not None
+            result = commit_write(opts, again, [dup], txn=("app-1", version))
+            assert not result.committed
+            with bksync.BookKeeper(client_cluster.zk_hosts) as bk, pytest.raises(NoSuchLedgerError):
+                bk.ledger_metadata(dup.ledger_id)
+        # Another app, or the next version, goes in.
+        third = new_write_id()
+        seg3 = write_partition(opts, third, 0, [b"c"])
+        assert commit_write(opts, third, [seg3], txn=("app-1", 8)).committed
+        fourth = new_write_id()
+        seg4 = write_partition(opts, fourth, 0, [b"d"])
+        assert commit_write(opts, fourth, [seg4], txn=("app-2", 0)).committed
+        with bksync.BookKeeper(client_cluster.zk_hosts) as bk:
+            assert [e.data for e in bk.logs().read("ingest")] == [b"a", b"b", b"c", b"d"]
+
+    await asyncio.to_thread(job)
+
+
+async def test_abort_and_overwrite_delete_ledgers(client_cluster: ClientCluster) -> None:
+    await client_cluster.client()
+    opts = SinkOptions.parse({"zkServers": client_cluster.zk_hosts, "log": "table"})
+
+    def job() -> None:
+        old_id = new_write_id()
+        old = [write_partition(opts, old_id, t, values(t, 10)) for t in range(2)]
+        commit_write(opts, old_id, old)
+        # An aborted write: one finished task, one still registered; both ledgers go.
+        gone_id = new_write_id()
+        finished = write_partition(opts, gone_id, 0, values(0, 5))
+        with bksync.BookKeeper(client_cluster.zk_hosts) as bk:
+            stray = bk.logs().open_segment("table", gone_id, 1)
+            stray.append(b"x")
+        abort_write(opts, gone_id, [finished, None])
+        new_id = new_write_id()
+        new = [write_partition(opts, new_id, 0, [b"only"])]
+        result = commit_write(opts, new_id, new, overwrite=True)
+        assert {s.ledger_id for s in result.replaced} == {s.ledger_id for s in old if s}
+        with bksync.BookKeeper(client_cluster.zk_hosts) as bk:
+            assert [e.data for e in bk.logs().read("table")] == [b"only"]
+            assert ledgers_of_log(bk, "table") == {s.ledger_id for s in new if s}
+
+    await asyncio.to_thread(job)
+
+
+async def test_concurrent_commits_all_land_in_distinct_slots(client_cluster: ClientCluster) -> None:
+    bk = await client_cluster.client()
+    logs = NamedLogs(bk)
+    options = SegmentOptions(ensemble=3, write_quorum=2, ack_quorum=2)
+
+    async def one_write(n: int) -> int:
+        write_id = f"w{n}"
+        writer = await logs.open_segment("shared", write_id, 0, options)
+        await writer.append(f"write {n}".encode())
+        seg = await writer.close()
+        assert (await logs.commit("shared", write_id, [seg])).committed
+        return seg.ledger_id
+
+    ledger_ids = await asyncio.gather(*(one_write(n) for n in range(8)))
+    segments = await logs.segments("shared")
+    assert sorted(s.ledger_id for s in segments) == sorted(ledger_ids)
+    written = sorted(f"write {n}".encode() for n in range(8))
+    assert sorted([e.data async for e in logs.read("shared")]) == written
+
+
+async def test_bad_names_and_options_are_refused(client_cluster: ClientCluster) -> None:
+    bk = await client_cluster.client()
+    logs = NamedLogs(bk)
+    for name in ("", "a/b", "../x", "x" * 201):
+        with pytest.raises(IncorrectParameterError, match="log name"):
+            await logs.open_segment(name, "w", 0)
+    with pytest.raises(IncorrectParameterError, match="does not exist"):
+        await logs.segments("never-written")
+    with pytest.raises(IncorrectParameterError, match="ensemble >= write quorum"):
+        SegmentOptions(ensemble=2, write_quorum=3, ack_quorum=2)
+    assert await bk.list_ledgers() == []  # nothing was created by the refusals
