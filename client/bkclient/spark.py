@@ -1,0 +1,195 @@
+"""``format("bookkeeper")``: PySpark (4.0+) reads and writes of named logs.
+
+    from bkclient.spark import BookKeeperDataSource
+    spark.dataSource.register(BookKeeperDataSource)
+    df.selectExpr("to_json(struct(*)) AS value").write.format("bookkeeper") \\
+        .option("zkServers", "zk:2181").mode("append").save("events")
+    spark.read.format("bookkeeper").option("zkServers", "zk:2181").load("events")
+    stream.writeStream.format("bookkeeper").option("zkServers", "zk:2181") \\
+        .option("checkpointLocation", "/chk").start("events")
+
+Writes take a ``value`` column (binary, or string stored as UTF-8); each row becomes one entry,
+each partition one ledger, and the job's ledgers join the log in partition order when Spark
+commits the job (:mod:`bkclient.spark_sink`). ``mode("overwrite")`` replaces the log's segments
+and deletes the old ledgers. Streaming micro-batches commit with their batch id as a transaction
+version under an app id (``txnAppId``, by default the checkpoint location), so a batch that Spark
+replays after a failure is not appended twice. Batch writes can do the same with ``txnAppId`` and
+``txnVersion`` (Delta Lake's options for idempotent ``foreachBatch`` writes).
+
+Reads give ``ledger_id``, ``entry_id`` and ``value`` (binary), one partition per segment, in the
+log's order.
+
+Executors need ``bkclient`` installed and Spark's Python data sources need ``pyarrow``; both come
+with ``pip install 'pybookkeeper[spark]'``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from bkmeta.named_log import LogSegment
+from bkproto.errors import IncorrectParameterError
+
+from .spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
+
+__all__ = ["BookKeeperDataSource", "SegmentWritten"]
+
+READ_SCHEMA = "ledger_id long, entry_id long, value binary"
+
+
+@dataclass
+class SegmentWritten(WriterCommitMessage):  # type: ignore[misc]
+    """What one write task tells the driver: its segment, or None if its partition was empty."""
+
+    segment: LogSegment | None
+
+
+class BookKeeperDataSource(DataSource):  # type: ignore[misc]
+    """The ``bookkeeper`` format: named logs of a BookKeeper cluster."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bookkeeper"
+
+    def schema(self) -> str:
+        return READ_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _LogReader(SinkOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        opts = SinkOptions.parse(self.options)
+        return _BatchWriter(opts, value_index(schema), overwrite, new_write_id())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        opts = SinkOptions.parse(self.options)
+        if opts.txn_version is not None:
+            raise IncorrectParameterError(
+                "option 'txnVersion' is for batch writes; a stream's versions are its batch ids"
+            )
+        app_id = opts.txn_app_id or (
+            f"checkpoint:{opts.checkpoint_location}" if opts.checkpoint_location else None
+        )
+        if app_id is None:
+            raise IncorrectParameterError(
+                "a streaming write to a log needs option 'checkpointLocation' or 'txnAppId': its "
+                "micro-batches commit once per (app id, batch id), so a replayed batch is not "
+                "appended twice"
+            )
+        return _StreamWriter(opts, value_index(schema), app_id)
+
+
+def value_index(schema: StructType) -> int:
+    """Position of the ``value`` column, which must be binary or string."""
+    for i, field in enumerate(schema.fields):
+        if field.name == "value":
+            if not isinstance(field.dataType, (BinaryType, StringType)):
+                raise IncorrectParameterError(
+                    f"column 'value' is {field.dataType.simpleString()}; a log entry needs binary or "
+                    "string (for example selectExpr(\"to_json(struct(*)) AS value\"))"
+                )
+            return i
+    raise IncorrectParameterError(
+        f"no 'value' column in {schema.simpleString()}; each row's 'value' (binary or string) "
+        "becomes one entry (for example selectExpr(\"to_json(struct(*)) AS value\"))"
+    )
+
+
+def _values(rows: Iterator[Any], index: int) -> Iterator[object]:
+    for row in rows:
+        yield row[index]
+
+
+def _task() -> int:
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
+
+
+def _segments(messages: list[WriterCommitMessage | None]) -> list[LogSegment | None]:
+    """Each task's segment, in partition order (a failed task's message is None)."""
+    return [m.segment if isinstance(m, SegmentWritten) else None for m in messages]
+
+
+class _BatchWriter(DataSourceWriter):  # type: ignore[misc]
+    def __init__(self, opts: SinkOptions, index: int, overwrite: bool, write_id: str) -> None:
+        self.opts = opts
+        self.index = index
+        self.overwrite = overwrite
+        self.write_id = write_id
+
+    def write(self, iterator: Iterator[Any]) -> SegmentWritten:
+        task = _task()
+        return SegmentWritten(write_partition(self.opts, self.write_id, task, _values(iterator, self.index)))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_write(self.opts, self.write_id, _segments(messages), overwrite=self.overwrite)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_write(self.opts, self.write_id, _segments(messages))
+
+
+class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+    """One write id per micro-batch, so a batch's commit sweeps only that batch's leftovers.
+
+    The id is derived from (app id, batch id), not drawn at random: Spark makes the writer more
+    than once (the tasks' copy and the committing one differ), and a batch replayed after a
+    crash then shares its id with the attempt that crashed, whose ledgers its commit sweeps."""
+
+    def __init__(self, opts: SinkOptions, index: int, app_id: str) -> None:
+        self.opts = opts
+        self.index = index
+        self.app_id = app_id
+        self.base_id = hashlib.sha256(app_id.encode()).hexdigest()[:24]
+
+    def _write_id(self, batch_id: int | str) -> str:
+        return f"{self.base_id}-{batch_id}"
+
+    def write(self, iterator: Iterator[Any]) -> SegmentWritten:
+        context = TaskContext.get()
+        batch_id = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+        if batch_id is None:
+            raise IncorrectParameterError("no micro-batch id in this task's context")
+        segment = write_partition(self.opts, self._write_id(batch_id), _task(), _values(iterator, self.index))
+        return SegmentWritten(segment)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_write(self.opts, self._write_id(batchId), _segments(messages), txn=(self.app_id, batchId))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        abort_write(self.opts, self._write_id(batchId), _segments(messages))
+
+
+@dataclass
+class _SegmentPartition(InputPartition):  # type: ignore[misc]
+    segment: LogSegment
+
+
+class _LogReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[_SegmentPartition]:
+        with self.opts.client() as bk:
+            segments = bk.logs(self.opts.logs_root).segments(self.opts.log)
+        return [_SegmentPartition(seg) for seg in segments if seg.entries > 0]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, bytes]]:
+        assert isinstance(partition, _SegmentPartition)
+        with self.opts.client() as bk:
+            logs = bk.logs(self.opts.logs_root)
+            for entry in logs.read_segment(partition.segment, self.opts.segment.password):
+                yield entry.ledger_id, entry.entry_id, entry.data

@@ -1,0 +1,190 @@
+"""The Spark sink's work, without Spark: options, one partition's write, the driver's commit.
+
+:mod:`bkclient.spark` wires these into PySpark's Python Data Source API (Spark 4). On older Spark,
+or for a hand-made job, the same protocol works from ``foreachPartition`` and the driver::
+
+    from bkclient.spark_sink import SinkOptions, new_write_id, write_partition, commit_write
+    opts = SinkOptions.parse({"zkServers": "zk:2181", "log": "events"})
+    write_id = new_write_id()
+    segments = df.rdd.mapPartitionsWithIndex(
+        lambda i, rows: [write_partition(opts, write_id, i, (r.value for r in rows))]).collect()
+    commit_write(opts, write_id, segments)
+
+Each partition becomes one ledger (BookKeeper ledgers are single-writer), each value one entry,
+in the partition's order. The ledgers join the named log in partition order in one ZooKeeper
+transaction (:mod:`bkmeta.named_log`), so readers see all of a write or none of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bkmeta.model import DigestType
+from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, check_log_name
+from bkproto.errors import IncorrectParameterError
+
+from .config import ClientConfig
+from .named_log import SegmentOptions
+from .sync import BookKeeper
+
+log = logging.getLogger(__name__)
+
+# Spark hands options over case-insensitively (lower-cased); documented spellings are these.
+_KNOWN = (
+    "zkServers", "log", "path", "ensembleSize", "writeQuorumSize", "ackQuorumSize", "digestType",
+    "password", "logsRootPath", "maxOutstandingAdds", "txnAppId", "txnVersion", "checkpointLocation",
+)
+_BY_LOWER = {k.lower(): k for k in _KNOWN}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    zk_servers: str
+    log: str
+    segment: SegmentOptions = field(default_factory=SegmentOptions)
+    logs_root: str = LOGS_ROOT
+    max_outstanding_adds: int = 1000
+    txn_app_id: str | None = None
+    txn_version: int | None = None
+    checkpoint_location: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        """Strict: an unknown option or a bad value is an error naming it."""
+        raw: dict[str, str] = {}
+        for key, value in options.items():
+            name = _BY_LOWER.get(key.lower())
+            if name is None:
+                raise IncorrectParameterError(
+                    f"unknown bookkeeper option {key!r}; known: {', '.join(_KNOWN)}"
+                )
+            raw[name] = str(value)
+        if not raw.get("zkServers"):
+            raise IncorrectParameterError("option 'zkServers' (ZooKeeper hosts, e.g. zk1:2181) is required")
+        log = raw.get("log") or raw.get("path")
+        if not log:
+            raise IncorrectParameterError("option 'log' (or save(<log name>)) is required: the named log")
+        if raw.get("log") and raw.get("path") and raw["log"] != raw["path"]:
+            raise IncorrectParameterError(f"option 'log' {raw['log']!r} and path {raw['path']!r} disagree")
+        segment = SegmentOptions(
+            ensemble=_int(raw, "ensembleSize", 3),
+            write_quorum=_int(raw, "writeQuorumSize", 2),
+            ack_quorum=_int(raw, "ackQuorumSize", 2),
+            digest=_digest(raw.get("digestType", "CRC32C")),
+            password=raw.get("password", "").encode(),
+        )
+        txn_version = _int(raw, "txnVersion", -1) if "txnVersion" in raw else None
+        if (txn_version is None) != ("txnAppId" not in raw):
+            raise IncorrectParameterError("options 'txnAppId' and 'txnVersion' go together")
+        return cls(
+            zk_servers=raw["zkServers"],
+            log=check_log_name(log),
+            segment=segment,
+            logs_root=raw.get("logsRootPath", LOGS_ROOT),
+            max_outstanding_adds=_int(raw, "maxOutstandingAdds", 1000),
+            txn_app_id=raw.get("txnAppId") or None,
+            txn_version=txn_version,
+            checkpoint_location=raw.get("checkpointLocation") or None,
+        )
+
+    def client(self) -> BookKeeper:
+        return BookKeeper(self.zk_servers, ClientConfig(max_outstanding_adds=self.max_outstanding_adds))
+
+    @property
+    def txn(self) -> tuple[str, int] | None:
+        if self.txn_app_id is None or self.txn_version is None:
+            return None
+        return self.txn_app_id, self.txn_version
+
+
+def _int(raw: Mapping[str, str], key: str, default: int) -> int:
+    value = raw.get(key)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise IncorrectParameterError(f"option {key!r} must be an integer, got {value!r}") from None
+    minimum = 0 if key == "txnVersion" else 1
+    if number < minimum:
+        raise IncorrectParameterError(f"option {key!r} must be at least {minimum}, got {number}")
+    return number
+
+
+def _digest(value: str) -> DigestType:
+    try:
+        return DigestType[value.strip().upper()]
+    except KeyError:
+        names = ", ".join(d.name for d in DigestType)
+        raise IncorrectParameterError(f"option 'digestType' must be one of {names}, got {value!r}") from None
+
+
+def new_write_id() -> str:
+    return uuid.uuid4().hex
+
+
+def as_entry(value: object, task: int, row: int) -> bytes:
+    """A row's ``value`` as entry bytes: binary as is, strings in UTF-8; nothing else."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    if value is None:
+        raise IncorrectParameterError(f"partition {task}, row {row}: 'value' is null; an entry needs bytes")
+    raise IncorrectParameterError(
+        f"partition {task}, row {row}: 'value' is a {type(value).__name__}; use binary or string"
+    )
+
+
+def write_partition(
+    opts: SinkOptions, write_id: str, task: int, values: Iterable[object]
+) -> LogSegment | None:
+    """Write ``values`` as one ledger of the log; None if there were none (no ledger is made).
+    On failure the ledger is deleted (best effort; the commit or abort sweeps it otherwise)."""
+    iterator = iter(values)
+    first = next(iterator, _END)
+    if first is _END:
+        return None
+    with opts.client() as bk:
+        logs = bk.logs(opts.logs_root)
+        writer = logs.open_segment(opts.log, write_id, task, opts.segment)
+        try:
+            writer.append(as_entry(first, task, 0))
+            for row, value in enumerate(iterator, start=1):
+                writer.append(as_entry(value, task, row))
+            return writer.close()
+        except BaseException:
+            try:
+                logs.discard(opts.log, writer)
+            except Exception:  # the write's own error matters more; the job's abort sweeps
+                log.warning("could not discard ledger %d of %s", writer.ledger_id, opts.log, exc_info=True)
+            raise
+
+
+_END = object()
+
+
+def commit_write(
+    opts: SinkOptions,
+    write_id: str,
+    segments: Sequence[LogSegment | None],
+    *,
+    overwrite: bool = False,
+    txn: tuple[str, int] | None = None,
+) -> CommitResult:
+    """The driver's commit: the segments join the log (or replace it) in the order given."""
+    with opts.client() as bk:
+        return bk.logs(opts.logs_root).commit(
+            opts.log, write_id, list(segments), overwrite=overwrite, txn=txn if txn is not None else opts.txn
+        )
+
+
+def abort_write(opts: SinkOptions, write_id: str, segments: Sequence[LogSegment | None]) -> None:
+    """The driver's abort: every ledger of the write goes."""
+    with opts.client() as bk:
+        bk.logs(opts.logs_root).abort(opts.log, write_id, list(segments))

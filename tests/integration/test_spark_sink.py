@@ -1,0 +1,206 @@
+"""``format("bookkeeper")`` in a real local Spark (JVM + Python workers) against a real ZooKeeper
+and real bookie processes: batch appends and overwrite, a failing job, a streaming query run twice
+over growing input, reads back through Spark, and the errors a user gets for bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
+
+from bkclient import sync as bksync
+from bkclient.named_log import LOG_NAME_KEY
+
+__all__ = ["client_cluster"]
+
+pytestmark = pytest.mark.integration
+
+pyspark = pytest.importorskip("pyspark", reason="the spark extra is part of `make install`")
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from bkclient.spark import BookKeeperDataSource
+
+    # Python workers must run this interpreter (the one with bkclient and pyarrow installed).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pybk-sink-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        # Partitions exactly as each test asks (one ledger per partition is what is checked).
+        .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
+        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(BookKeeperDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def log_values(zk: str, log: str) -> list[bytes]:
+    with bksync.BookKeeper(zk) as bk:
+        return [e.data for e in bk.logs().read(log)]
+
+
+def tagged_ledgers(zk: str, log: str) -> set[int]:
+    with bksync.BookKeeper(zk) as bk:
+        return {
+            lid for lid in bk.list_ledgers()
+            if bk.ledger_metadata(lid).custom_metadata.get(LOG_NAME_KEY) == log.encode()
+        }
+
+
+async def test_batch_append_overwrite_and_read_back(spark: Any, client_cluster: ClientCluster) -> None:
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+
+    def job() -> None:
+        # 4 partitions in a known order (one of them empty): the log keeps partition order.
+        rows = [(f"row-{i}",) for i in range(300)]
+        df = spark.createDataFrame(rows, "value string").repartitionByRange(3, "value")
+        expected = [r.value.encode() for r in df.collect()]
+        df.write.format("bookkeeper").option("zkServers", zk).mode("append").save("events")
+        binary = spark.createDataFrame([(bytes([i, 0, 255]),) for i in range(10)], "value binary").coalesce(1)
+        binary.write.format("bookkeeper").option("zkServers", zk).option("log", "events") \
+            .option("ensembleSize", "3").option("writeQuorumSize", "3").option("ackQuorumSize", "2") \
+            .option("digestType", "crc32").mode("append").save()
+        expected += [bytes([i, 0, 255]) for i in range(10)]
+        assert log_values(zk, "events") == expected
+
+        read = spark.read.format("bookkeeper").option("zkServers", zk).load("events")
+        assert read.schema.simpleString() == "struct<ledger_id:bigint,entry_id:bigint,value:binary>"
+        got = read.collect()
+        assert [bytes(r.value) for r in got] == expected
+        assert read.groupBy("ledger_id").count().count() == 4  # 3 + 1 segments
+        assert read.where("value = X'0500FF'").count() == 1
+
+        with bksync.BookKeeper(zk) as bk:
+            segments = bk.logs().segments("events")
+            assert bk.ledger_metadata(segments[-1].ledger_id).write_quorum_size == 3
+        before = tagged_ledgers(zk, "events")
+        assert before == {s.ledger_id for s in segments}
+
+        spark.createDataFrame([("new",)], "value string").write.format("bookkeeper") \
+            .option("zkServers", zk).mode("overwrite").save("events")
+        assert log_values(zk, "events") == [b"new"]
+        assert not (tagged_ledgers(zk, "events") & before)  # the replaced ledgers are deleted
+
+    await asyncio.to_thread(job)
+
+
+async def test_failed_job_commits_nothing_and_leaves_no_ledger(
+    spark: Any, client_cluster: ClientCluster
+) -> None:
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+
+    def job() -> None:
+        spark.createDataFrame([("kept",)], "value string").write.format("bookkeeper") \
+            .option("zkServers", zk).mode("append").save("audit")
+        committed = tagged_ledgers(zk, "audit")
+        # One task fails late in its partition (a null value after 5,000 entries), by when the
+        # other, small task has written and closed its ledger: the abort must delete both.
+        rows = [(0, (i, f"other-{i}")) for i in range(10)]
+        rows += [(1, (i, f"row-{i}" if i != 5000 else None)) for i in range(5001)]
+        by_task = spark.sparkContext.parallelize(rows, 1).partitionBy(2, lambda task: task)
+        def in_order(pairs: Iterator[tuple[int, tuple[int, str | None]]]) -> list[tuple[str | None]]:
+            return [(value,) for _, (_, value) in sorted(pairs, key=lambda pair: pair[1][0])]
+
+        df = spark.createDataFrame(by_task.mapPartitions(in_order), "value string")
+        with pytest.raises(Exception, match="partition 1, row 5000: 'value' is null"):
+            df.write.format("bookkeeper").option("zkServers", zk).mode("append").save("audit")
+        assert log_values(zk, "audit") == [b"kept"]
+        assert tagged_ledgers(zk, "audit") == committed
+        with bksync.BookKeeper(zk) as bk:
+            assert bk.logs().pending("audit") == {}
+
+    await asyncio.to_thread(job)
+
+
+async def test_stream_appends_each_micro_batch_once(
+    spark: Any, client_cluster: ClientCluster, tmp_path: Path
+) -> None:
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+
+    def run_stream() -> None:
+        # Spark finds Python data sources for a stream through the JVM thread's active session,
+        # and this runs on a worker thread (the test's event loop keeps the main one).
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        query = (
+            spark.readStream.text(str(source)).writeStream.format("bookkeeper")
+            .option("zkServers", zk).option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start("stream")
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    def job() -> None:
+        (source / "a.txt").write_text("a1\na2\n")
+        run_stream()
+        (source / "b.txt").write_text("b1\n")
+        run_stream()  # a restart from the checkpoint: only the new file is written
+        assert sorted(log_values(zk, "stream")) == [b"a1", b"a2", b"b1"]
+        with bksync.BookKeeper(zk) as bk:
+            logs = bk.logs()
+            assert len(logs.segments("stream")) == 2
+            # A micro-batch Spark would replay after a crash between its write and its commit:
+            from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition
+
+            opts = SinkOptions.parse({"zkServers": zk, "log": "stream"})
+            write_id = new_write_id()
+            replay = write_partition(opts, write_id, 0, [b"b1"])
+            result = commit_write(opts, write_id, [replay], txn=(f"checkpoint:{checkpoint}", 1))
+            assert not result.committed
+        assert sorted(log_values(zk, "stream")) == [b"a1", b"a2", b"b1"]
+
+    await asyncio.to_thread(job)
+
+
+async def test_bad_input_is_refused_before_anything_is_written(
+    spark: Any, client_cluster: ClientCluster
+) -> None:
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+
+    def job() -> None:
+        df = spark.createDataFrame([(1, "x")], "id int, name string")
+        with pytest.raises(Exception, match="no 'value' column"):
+            df.write.format("bookkeeper").option("zkServers", zk).mode("append").save("bad")
+        with pytest.raises(Exception, match="column 'value' is int"):
+            df.selectExpr("id AS value").write.format("bookkeeper").option("zkServers", zk) \
+                .mode("append").save("bad")
+        ok = df.selectExpr("name AS value")
+        with pytest.raises(Exception, match="unknown bookkeeper option 'ensemble'"):
+            ok.write.format("bookkeeper").option("zkServers", zk).option("ensemble", "3") \
+                .mode("append").save("bad")
+        with pytest.raises(Exception, match="'zkServers'"):
+            ok.write.format("bookkeeper").mode("append").save("bad")
+        with pytest.raises(Exception, match="log name"):
+            ok.write.format("bookkeeper").option("zkServers", zk).mode("append") \
+                .save("a/b")
+        with pytest.raises(Exception, match="'value' is null"):
+            spark.createDataFrame([(None,)], "value string").write.format("bookkeeper") \
+                .option("zkServers", zk).mode("append").save("bad")
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        with pytest.raises(Exception, match="checkpointLocation"):
+            spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value") \
+                .writeStream.format("bookkeeper").option("zkServers", zk).start("bad")
+        assert tagged_ledgers(zk, "bad") == set()
+
+    await asyncio.to_thread(job)
