@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from bkmeta.model import DigestType
 from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, LogStore, check_log_name
-from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
+from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError
 
 from .bookkeeper import BookKeeper
 from .entry import LedgerEntry
@@ -65,6 +65,7 @@ class SegmentWriter:
         self._task = task
         self.entries = 0
         self.length = 0
+        self.error: BKError | None = None  # the first failed add of append_many
 
     @property
     def ledger_id(self) -> int:
@@ -77,11 +78,33 @@ class SegmentWriter:
         return data
 
     async def append(self, data: bytes) -> int:
-        """Append and wait for the acks (throughput comes from ``handle.append_async``)."""
+        """Append and wait for the acks (throughput comes from :meth:`append_many`)."""
         return await self.handle.append(self.counted(data))
 
+    async def append_many(self, values: Sequence[bytes]) -> None:
+        """Send ``values`` without waiting for their acks; returns once all are sent, waiting
+        for room under the handle's outstanding limits first (the backpressure). A failed add
+        is raised by the next call, or by :meth:`close`."""
+        handle = self.handle
+        for data in values:
+            if self.error is not None:
+                raise self.error
+            await handle.wait_writable()
+            handle.append_with_callback(self.counted(data), self._completed)
+
+    def _completed(self, _entry_id: int, error: BKError | None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+
     async def close(self) -> LogSegment:
-        await self.handle.close()
+        try:
+            await self.handle.close()
+        except BKError:
+            if self.error is not None:
+                raise self.error from None  # the add that failed says more than the close
+            raise
+        if self.error is not None:
+            raise self.error
         if self.handle.last_add_confirmed != self.entries - 1:
             raise IncorrectParameterError(
                 f"ledger {self.ledger_id}: closed at entry {self.handle.last_add_confirmed} "

@@ -46,7 +46,7 @@ class SinkOptions:
     log: str
     segment: SegmentOptions = field(default_factory=SegmentOptions)
     logs_root: str = LOGS_ROOT
-    max_outstanding_adds: int = 1000
+    max_outstanding_adds: int = 5000  # the client's throttle (BookKeeper's default too)
     txn_app_id: str | None = None
     txn_version: int | None = None
     checkpoint_location: str | None = None
@@ -84,7 +84,7 @@ class SinkOptions:
             log=check_log_name(log),
             segment=segment,
             logs_root=raw.get("logsRootPath", LOGS_ROOT),
-            max_outstanding_adds=_int(raw, "maxOutstandingAdds", 1000),
+            max_outstanding_adds=_int(raw, "maxOutstandingAdds", 5000),
             txn_app_id=raw.get("txnAppId") or None,
             txn_version=txn_version,
             checkpoint_location=raw.get("checkpointLocation") or None,

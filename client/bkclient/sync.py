@@ -347,39 +347,38 @@ class BookKeeper:
 
 
 class SegmentWriter:
-    """A log segment being written: ``append`` pipelines (blocking only on the throttle) and
-    raises the first failed add; ``close`` waits for every add and returns the segment."""
+    """A log segment being written from a plain thread (a Spark task). ``append`` collects
+    values and hands them to the loop a batch at a time: one thread round trip per entry cost
+    more than the entry (6,000 entries/s). ``close`` sends the rest, waits for every ack and
+    returns the segment; a failed add is raised by the next ``append`` or by ``close``."""
+
+    BATCH_ENTRIES = 512
+    BATCH_BYTES = 1024 * 1024
 
     def __init__(self, runner: _LoopThread, writer: aio_log.SegmentWriter) -> None:
         self._runner = runner
         self._writer = writer
-        self._handle = WriteHandle(runner, writer.handle)
-        self._error: BKError | None = None
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
 
     @property
     def ledger_id(self) -> int:
         return self._writer.ledger_id
 
     def append(self, data: bytes) -> None:
-        if self._error is not None:
-            raise self._error
-        self._handle.append_with_callback(self._writer.counted(data), self._done)
+        self._batch.append(data)
+        self._batch_bytes += len(data)
+        if len(self._batch) >= self.BATCH_ENTRIES or self._batch_bytes >= self.BATCH_BYTES:
+            self._send()
 
-    def _done(self, _entry_id: int, error: BKError | None) -> None:
-        if error is not None and self._error is None:
-            self._error = error
+    def _send(self) -> None:
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        if batch:
+            self._runner.run(self._writer.append_many(batch))
 
     def close(self) -> LogSegment:
-        try:
-            segment = self._runner.run(self._writer.close())
-        except BKError:
-            if self._error is not None:
-                raise self._error from None  # the add that failed says more than the close
-            raise
-        if self._error is not None:
-            raise self._error
-        return segment
-
+        self._send()
+        return self._runner.run(self._writer.close())
 
 
 class NamedLogs:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
 
 import pytest
 from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
 
-from bkclient import IncorrectParameterError, NoSuchLedgerError
+from bkclient import IncorrectParameterError, LedgerFencedError, NoSuchLedgerError
 from bkclient import sync as bksync
 from bkclient.named_log import LOG_NAME_KEY, NamedLogs, SegmentOptions
 from bkclient.spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
@@ -156,3 +157,25 @@ async def test_bad_names_and_options_are_refused(client_cluster: ClientCluster) 
     with pytest.raises(IncorrectParameterError, match="ensemble >= write quorum"):
         SegmentOptions(ensemble=2, write_quorum=3, ack_quorum=2)
     assert await bk.list_ledgers() == []  # nothing was created by the refusals
+
+
+async def test_a_failed_add_fails_the_task_and_its_ledger_goes(client_cluster: ClientCluster) -> None:
+    await client_cluster.client()
+    opts = SinkOptions.parse({"zkServers": client_cluster.zk_hosts, "log": "fenced"})
+
+    def job() -> None:
+        with bksync.BookKeeper(client_cluster.zk_hosts) as other:
+
+            def values_then_fence() -> Iterator[bytes]:
+                for i in range(3000):
+                    if i == 2000:  # another client recovers the ledger under the writer
+                        (ledger_id,) = other.logs().pending("fenced")
+                        other.open_ledger(ledger_id, recovery=True).close()
+                    yield b"%d" % i
+
+            with pytest.raises(LedgerFencedError):
+                write_partition(opts, new_write_id(), 0, values_then_fence())
+            assert other.logs().pending("fenced") == {}
+            assert ledgers_of_log(other, "fenced") == set()
+
+    await asyncio.to_thread(job)
