@@ -23,7 +23,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from bkmeta.model import DigestType
-from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, LogStore, check_log_name
+from bkmeta.named_log import (
+    LOGS_ROOT,
+    CommitResult,
+    LogSegment,
+    LogStore,
+    PendingLedger,
+    check_log_name,
+    check_write_id,
+)
 from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError
 
 from .bookkeeper import BookKeeper
@@ -126,8 +134,8 @@ class NamedLogs:
     async def segments(self, name: str) -> list[LogSegment]:
         return await self.store.segments(name)
 
-    async def pending(self, name: str) -> dict[int, str]:
-        """Ledgers registered to writes not committed yet (or whose writer died): id -> write id."""
+    async def pending(self, name: str) -> dict[int, PendingLedger]:
+        """Ledgers registered to writes not committed yet (or whose writer died)."""
         return await self.store.pending(name)
 
     async def open_segment(
@@ -135,8 +143,7 @@ class NamedLogs:
     ) -> SegmentWriter:
         """Create the log if needed, and a ledger registered as ``write_id``'s."""
         check_log_name(name)
-        if not write_id:
-            raise IncorrectParameterError("write id must not be empty")
+        check_write_id(write_id)
         options = options or SegmentOptions()
         await self.store.ensure(name)
         handle = await self._bk.create_ledger(
@@ -146,6 +153,7 @@ class NamedLogs:
         try:
             await self.store.register_pending(name, handle.ledger_id, write_id)
         except BaseException:
+            await handle.abort()
             await self._delete_quietly(handle.ledger_id)
             raise
         return SegmentWriter(handle, write_id, task)
@@ -160,30 +168,40 @@ class NamedLogs:
         txn: tuple[str, int] | None = None,
     ) -> CommitResult:
         """Make ``segments`` part of the log, in this order (``None`` and empty ones are skipped:
-        a task that wrote nothing). Then delete what this write left uncommitted and, after an
-        overwrite, the replaced ledgers. A refused ``txn`` (committed before) deletes this
-        write's ledgers instead: the log already holds that data."""
+        a task that wrote nothing). Then, best effort, delete what this write left uncommitted
+        and, after an overwrite, the replaced ledgers. A refused ``txn`` (committed before)
+        deletes this write's ledgers instead: the log already holds that data."""
         await self.store.ensure(name)
         kept = [s for s in segments if s is not None and s.entries > 0]
         for seg in kept:
             if seg.write_id != write_id:
                 raise IncorrectParameterError(
-                    f"segment of ledger {seg.ledger_id} belongs to write {seg.write_id!r}, not {write_id!r}"
+                    f"log {name!r}: the segment of ledger {seg.ledger_id} is write "
+                    f"{seg.write_id!r}'s, not {write_id!r}'s"
                 )
         result = await self.store.commit(name, write_id, kept, overwrite=overwrite, txn=txn)
-        committed = {s.ledger_id for s in result.segments}
-        await self._delete_write(name, write_id, keep=committed)
-        for seg in result.replaced:
-            await self._delete_quietly(seg.ledger_id)
+        if not result.committed:
+            log.warning("log %s: write %s refused: %s already committed version %s; its ledgers go",
+                        name, write_id, txn[0] if txn else None, result.last_version)
+        await self._tidy(name, write_id, result)
         return result
 
-    async def abort(self, name: str, write_id: str, segments: Sequence[LogSegment | None] = ()) -> None:
-        """Delete every ledger of ``write_id``: the registered ones and those named."""
-        for seg in segments:
-            if seg is not None and seg.write_id == write_id:
+    async def _tidy(self, name: str, write_id: str, result: CommitResult) -> None:
+        """After a commit: nothing here may fail it, since the log already says what it holds."""
+        try:
+            await self._delete_write(name, write_id)
+            for seg in result.replaced:
                 await self._delete_quietly(seg.ledger_id)
+        except BKError as e:
+            log.warning("log %s: clean-up after write %s stopped (orphans stay for `loggc`): %s",
+                        name, write_id, e)
+
+    async def abort(self, name: str, write_id: str) -> None:
+        """Delete every ledger ``write_id`` registered and did not commit (a ledger stops being
+        pending in the transaction that commits it, so an abort never deletes what a log names)."""
+        check_write_id(write_id)
         if await self.store.exists(name):
-            await self._delete_write(name, write_id, keep=set())
+            await self._delete_write(name, write_id)
 
     async def discard(self, name: str, writer: SegmentWriter) -> None:
         """Give up one segment (its worker failed): its adds stop, its ledger goes."""
@@ -191,9 +209,10 @@ class NamedLogs:
         await self._delete_quietly(writer.ledger_id)
         await self.store.forget_pending(name, writer.ledger_id)
 
-    async def _delete_write(self, name: str, write_id: str, keep: set[int]) -> None:
+    async def _delete_write(self, name: str, write_id: str) -> None:
+        """Every ledger still pending for ``write_id`` goes (it was not committed)."""
         for ledger_id, owner in (await self.store.pending(name)).items():
-            if owner == write_id and ledger_id not in keep:
+            if owner.write_id == write_id:
                 await self._delete_quietly(ledger_id)
                 await self.store.forget_pending(name, ledger_id)
 

@@ -90,7 +90,7 @@ class BookKeeperDataSource(DataSource):  # type: ignore[misc]
                 "micro-batches commit once per (app id, batch id), so a replayed batch is not "
                 "appended twice"
             )
-        return _StreamWriter(opts, value_index(schema), app_id)
+        return _StreamWriter(opts, value_index(schema), app_id, overwrite)
 
 
 def value_index(schema: StructType) -> int:
@@ -139,7 +139,7 @@ class _BatchWriter(DataSourceWriter):  # type: ignore[misc]
         commit_write(self.opts, self.write_id, _segments(messages), overwrite=self.overwrite)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_write(self.opts, self.write_id, _segments(messages))
+        abort_write(self.opts, self.write_id)
 
 
 class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
@@ -149,10 +149,11 @@ class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
     than once (the tasks' copy and the committing one differ), and a batch replayed after a
     crash then shares its id with the attempt that crashed, whose ledgers its commit sweeps."""
 
-    def __init__(self, opts: SinkOptions, index: int, app_id: str) -> None:
+    def __init__(self, opts: SinkOptions, index: int, app_id: str, overwrite: bool) -> None:
         self.opts = opts
         self.index = index
         self.app_id = app_id
+        self.overwrite = overwrite  # outputMode("complete"): each batch is the whole result
         self.base_id = hashlib.sha256(app_id.encode()).hexdigest()[:24]
 
     def _write_id(self, batch_id: int | str) -> str:
@@ -167,10 +168,22 @@ class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         return SegmentWritten(segment)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        commit_write(self.opts, self._write_id(batchId), _segments(messages), txn=(self.app_id, batchId))
+        result = commit_write(
+            self.opts, self._write_id(batchId), _segments(messages), overwrite=self.overwrite,
+            txn=(self.app_id, batchId),
+        )
+        if not result.committed and result.last_version is not None and batchId < result.last_version:
+            # Not a replay (that has the last version itself): batch ids started again, which is
+            # what a deleted and re-created checkpoint does. Refusing every batch up to the old
+            # mark would drop them silently.
+            raise IncorrectParameterError(
+                f"log {self.opts.log!r} already holds batch {result.last_version} of app "
+                f"{self.app_id!r}, and batch {batchId} came now: was the checkpoint reset? "
+                "Give this query its own option 'txnAppId'"
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort_write(self.opts, self._write_id(batchId), _segments(messages))
+        abort_write(self.opts, self._write_id(batchId))
 
 
 @dataclass

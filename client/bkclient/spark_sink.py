@@ -79,13 +79,15 @@ class SinkOptions:
         txn_version = _int(raw, "txnVersion", -1) if "txnVersion" in raw else None
         if (txn_version is None) != ("txnAppId" not in raw):
             raise IncorrectParameterError("options 'txnAppId' and 'txnVersion' go together")
+        if "txnAppId" in raw and not raw["txnAppId"].strip():
+            raise IncorrectParameterError("option 'txnAppId' must not be empty")
         return cls(
             zk_servers=raw["zkServers"],
             log=check_log_name(log),
             segment=segment,
             logs_root=raw.get("logsRootPath", LOGS_ROOT),
             max_outstanding_adds=_int(raw, "maxOutstandingAdds", 5000),
-            txn_app_id=raw.get("txnAppId") or None,
+            txn_app_id=raw.get("txnAppId"),
             txn_version=txn_version,
             checkpoint_location=raw.get("checkpointLocation") or None,
         )
@@ -184,7 +186,7 @@ def commit_write(
         )
 
 
-def abort_write(opts: SinkOptions, write_id: str, segments: Sequence[LogSegment | None]) -> None:
-    """The driver's abort: every ledger of the write goes."""
+def abort_write(opts: SinkOptions, write_id: str) -> None:
+    """The driver's abort: every ledger the write registered and did not commit goes."""
     with opts.client() as bk:
-        bk.logs(opts.logs_root).abort(opts.log, write_id, list(segments))
+        bk.logs(opts.logs_root).abort(opts.log, write_id)

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from bkmeta.model import DigestType, LedgerMetadata, Versioned
-from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment
+from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, PendingLedger
 from bkproto.errors import BKError
 
 from . import bookkeeper as aio
@@ -394,7 +394,7 @@ class NamedLogs:
     def segments(self, name: str) -> list[LogSegment]:
         return self._runner.run(self._logs.segments(name))
 
-    def pending(self, name: str) -> dict[int, str]:
+    def pending(self, name: str) -> dict[int, PendingLedger]:
         return self._runner.run(self._logs.pending(name))
 
     def open_segment(
@@ -414,8 +414,8 @@ class NamedLogs:
     ) -> CommitResult:
         return self._runner.run(self._logs.commit(name, write_id, segments, overwrite=overwrite, txn=txn))
 
-    def abort(self, name: str, write_id: str, segments: list[LogSegment | None] | None = None) -> None:
-        self._runner.run(self._logs.abort(name, write_id, segments or []))
+    def abort(self, name: str, write_id: str) -> None:
+        self._runner.run(self._logs.abort(name, write_id))
 
     def discard(self, name: str, writer: SegmentWriter) -> None:
         self._runner.run(self._logs.discard(name, writer._writer))

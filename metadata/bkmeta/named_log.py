@@ -1,4 +1,4 @@
-"""Named logs: an ordered list of closed ledgers under one name, committed atomically.
+"""Named logs: an ordered list of closed ledgers under one name, committed a write at a time.
 
 BookKeeper ledgers are single-writer and have no names, so a job that ingests data in parallel
 (say a Spark write, one ledger per task) needs a place where its ledgers become one log, all at
@@ -6,17 +6,20 @@ once or not at all. Pulsar's managed ledgers and DistributedLog keep such lists 
 ours is deliberately small, outside the ledgers root (BookKeeper iterates every non-reserved child
 of ``/ledgers`` as a ledger range):
 
-    /pybk/logs/<name>                     {"version": 1, "next": N, "txns": {appId: lastVersion}}
-    /pybk/logs/<name>/segments/<seq>      {"ledger_id", "entries", "length", "write_id", "task"}
-    /pybk/logs/<name>/pending/<ledgerId>  write id: a ledger being written, not yet committed
+    /pybk/logs/<name>                         {"version": 1, "next": N, "txns": {appId: lastVersion}}
+    /pybk/logs/<name>/commits/<seq>-<write>   {"write_id": ..., "segments": [{ledger_id, entries,
+                                                length, task}, ...]}: one write's ledgers, in order
+    /pybk/logs/<name>/pending/<ledgerId>      write id: a ledger being written, not committed yet
 
-A writer registers each ledger under ``pending/`` before its first entry, so a write that fails
-can find and delete every ledger it made, even those of task attempts that died. A commit is one
-ZooKeeper transaction: the log znode is rewritten at the version read (so commits serialise),
-the segments are created with the next sequence numbers, and their pending znodes go. The
-``txns`` map makes a commit idempotent, as Delta Lake's ``txnAppId``/``txnVersion`` do: a version
-at or below the last one committed for that app is refused, so a Spark micro-batch replayed after
-a failure is not appended twice.
+A commit is one ZooKeeper transaction: the log znode rewritten at the version read (so commits
+serialise and take the next sequence number), one commit znode, and the deletion of the
+ledgers' pending znodes. So a ledger is pending until the moment it is committed, and an abort
+(which deletes what is pending) can never delete a committed ledger; and the same commit applied
+twice fails on the pending znodes. The commit znode's name carries the write id, so a commit
+whose reply was lost to a connection drop is recognised as done. The ``txns`` map
+makes a commit idempotent, as Delta Lake's ``txnAppId``/``txnVersion`` do: a version at or below
+the last one committed for that app is refused, so a Spark micro-batch replayed after a failure
+is not appended twice.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,7 +39,12 @@ from bkproto.errors import IncorrectParameterError, MetadataStoreError, Metadata
 LOGS_ROOT = "/pybk/logs"
 _FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_COMMIT_ATTEMPTS = 20
+_WRITE_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_COMMIT_ATTEMPTS = 30
+_READ_ATTEMPTS = 10
+# ZooKeeper refuses a request above jute.maxbuffer (1 MiB by default) by dropping the connection,
+# which looks like an outage: refuse a commit record well below that, with its size.
+MAX_COMMIT_BYTES = 900 * 1024
 
 
 def check_log_name(name: str) -> str:
@@ -48,6 +57,15 @@ def check_log_name(name: str) -> str:
     return name
 
 
+def check_write_id(write_id: str) -> str:
+    """Write ids end commit znode names, after the sequence number and a dash."""
+    if not isinstance(write_id, str) or not _WRITE_ID.fullmatch(write_id):
+        raise IncorrectParameterError(
+            f"write id {write_id!r} is invalid: use 1-100 letters, digits, '.', '_' or '-'"
+        )
+    return write_id
+
+
 @dataclass(frozen=True)
 class LogSegment:
     """One closed ledger of a log: entries ``0 .. entries - 1``."""
@@ -58,17 +76,31 @@ class LogSegment:
     write_id: str
     task: int = 0  # the writing task's partition, for the operator's eye
 
+
+@dataclass(frozen=True)
+class LogCommit:
+    """One write's segments, as committed."""
+
+    node: str  # <seq>-<write id>
+    write_id: str
+    segments: tuple[LogSegment, ...]
+
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        rows = [{k: v for k, v in asdict(s).items() if k != "write_id"} for s in self.segments]
+        return json.dumps({"write_id": self.write_id, "segments": rows}, sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> LogSegment:
+    def from_bytes(cls, node: str, data: bytes, where: str) -> LogCommit:
         try:
             raw = json.loads(data)
-            return cls(int(raw["ledger_id"]), int(raw["entries"]), int(raw["length"]),
-                       str(raw["write_id"]), int(raw.get("task", 0)))
+            write_id = str(raw["write_id"])
+            segments = tuple(
+                LogSegment(int(s["ledger_id"]), int(s["entries"]), int(s["length"]), write_id, int(s["task"]))
+                for s in raw["segments"]
+            )
         except (ValueError, KeyError, TypeError) as e:
-            raise MetadataStoreError(f"unreadable log segment at {where}: {e}") from e
+            raise MetadataStoreError(f"unreadable log commit at {where}: {e}") from e
+        return cls(node, write_id, segments)
 
 
 @dataclass
@@ -96,6 +128,13 @@ class CommitResult:
     committed: bool  # False: the (app, version) was committed before; nothing was added
     segments: tuple[LogSegment, ...] = ()  # what the log now holds from this commit
     replaced: tuple[LogSegment, ...] = ()  # an overwrite's previous segments (ledgers to delete)
+    last_version: int | None = None  # when refused: the app's last committed version
+
+
+@dataclass(frozen=True)
+class PendingLedger:
+    write_id: str
+    created_ms: int  # when it was registered (the znode's ctime)
 
 
 class LogStore:
@@ -110,8 +149,8 @@ class LogStore:
     def path(self, name: str) -> str:
         return f"{self.root}/{check_log_name(name)}"
 
-    def _segments(self, name: str) -> str:
-        return f"{self.path(name)}/segments"
+    def _commits(self, name: str) -> str:
+        return f"{self.path(name)}/commits"
 
     def _pending(self, name: str) -> str:
         return f"{self.path(name)}/pending"
@@ -128,7 +167,7 @@ class LogStore:
         if await self._zk.exists(f"{path}/pending") is not None:
             return
         await self._zk.ensure_path(self.root)
-        for node, value in ((path, _LogHeader().to_bytes()), (f"{path}/segments", b""),
+        for node, value in ((path, _LogHeader().to_bytes()), (f"{path}/commits", b""),
                             (f"{path}/pending", b"")):
             with contextlib.suppress(ZkNodeExistsError):
                 await self._zk.create(node, value)
@@ -140,25 +179,28 @@ class LogStore:
 
     async def register_pending(self, name: str, ledger_id: int, write_id: str) -> None:
         """Note that ``write_id`` is writing ``ledger_id``, before the ledger holds anything."""
-        await self._zk.create(f"{self._pending(name)}/{ledger_id}", write_id.encode())
+        await self._zk.create(f"{self._pending(name)}/{ledger_id}", check_write_id(write_id).encode())
 
-    async def pending(self, name: str) -> dict[int, str]:
-        """Ledgers being written and not committed, with the write each belongs to."""
+    async def pending(self, name: str) -> dict[int, PendingLedger]:
+        """Ledgers registered by writes and not yet committed or swept, by ledger id."""
         base = self._pending(name)
         try:
             children = await self._zk.get_children(base)
         except ZkNoNodeError:
             return {}
-        values = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
-        return {int(c): v.decode() for c, v in zip(children, values, strict=True) if v is not None}
+        found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
+        return {
+            int(c): PendingLedger(got[0].decode(), got[1].ctime)
+            for c, got in zip(children, found, strict=True) if got is not None
+        }
 
     async def forget_pending(self, name: str, ledger_id: int) -> None:
         with contextlib.suppress(ZkNoNodeError):
             await self._zk.delete(f"{self._pending(name)}/{ledger_id}")
 
-    async def _get_or_none(self, path: str) -> bytes | None:
+    async def _get_or_none(self, path: str) -> tuple[bytes, Any] | None:
         try:
-            return (await self._zk.get(path))[0]
+            return await self._zk.get(path)
         except ZkNoNodeError:
             return None
 
@@ -166,23 +208,35 @@ class LogStore:
 
     async def segments(self, name: str) -> list[LogSegment]:
         """The log's segments in commit order; a log that does not exist is an error."""
+        return [seg for commit in await self.commits(name) for seg in commit.segments]
+
+    async def commits(self, name: str) -> list[LogCommit]:
+        """Every commit of the log, in order. A commit that vanishes while being read (an
+        overwrite under way) restarts the read: a reader never gets part of a log."""
         if not await self.exists(name):
             raise IncorrectParameterError(f"log {name!r} does not exist under {self.root}")
-        return [seg for _, seg in await self._read_segments(name)]
-
-    async def _read_segments(self, name: str) -> list[tuple[str, LogSegment]]:
-        base = self._segments(name)
-        try:
+        base = self._commits(name)
+        for _ in range(_READ_ATTEMPTS):
             children = sorted(await self._zk.get_children(base))
-        except ZkNoNodeError:
-            return []
-        values = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
-        return [(c, LogSegment.from_bytes(v, f"{base}/{c}"))
-                for c, v in zip(children, values, strict=True) if v is not None]
+            found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
+            if all(got is not None for got in found):
+                return [LogCommit.from_bytes(c, got[0], f"{base}/{c}")
+                        for c, got in zip(children, found, strict=True) if got is not None]
+        raise MetadataVersionError(f"log {name!r} kept changing while it was read ({_READ_ATTEMPTS} tries)")
 
-    async def last_txn_version(self, name: str, app_id: str) -> int | None:
-        data, _ = await self._zk.get(self.path(name))
-        return _LogHeader.from_bytes(data, self.path(name)).txns.get(app_id)
+    async def commit_of(self, name: str, write_id: str) -> LogCommit | None:
+        """The commit of ``write_id``, if it committed (and was not overwritten since)."""
+        base = self._commits(name)
+        try:
+            children = await self._zk.get_children(base)
+        except ZkNoNodeError:
+            return None
+        for node in children:
+            if node.partition("-")[2] == write_id:
+                got = await self._get_or_none(f"{base}/{node}")
+                if got is not None:
+                    return LogCommit.from_bytes(node, got[0], f"{base}/{node}")
+        return None
 
     async def commit(
         self,
@@ -193,34 +247,69 @@ class LogStore:
         overwrite: bool = False,
         txn: tuple[str, int] | None = None,
     ) -> CommitResult:
-        """Append ``segments`` (in the given order) to the log in one transaction, or with
-        ``overwrite`` make them the whole log. ``txn`` = (app id, version): refused, with
-        ``committed=False``, if that app already committed this version or a later one."""
+        """Append ``segments`` (in the given order; each registered as pending by this write)
+        to the log in one transaction, or with ``overwrite`` make them the whole log. ``txn`` =
+        (app id, version): refused, with ``committed=False``, if that app already committed
+        this version or a later one. Committing the same write again returns its commit."""
         path = self.path(name)
-        for _ in range(_COMMIT_ATTEMPTS):
+        check_write_id(write_id)
+        tried: dict[str, tuple[LogSegment, ...]] = {}  # commit node -> what it replaced
+        for attempt in range(_COMMIT_ATTEMPTS):
             data, stat = await self._zk.get(path)
             header = _LogHeader.from_bytes(data, path)
             if txn is not None:
                 app_id, version = txn
                 last = header.txns.get(app_id)
                 if last is not None and version <= last:
-                    return CommitResult(committed=False)
+                    # This very commit, made before (its reply lost)? Not another batch that
+                    # shares its write id: a replay brings new ledgers.
+                    prior = await self.commit_of(name, write_id)
+                    if prior is not None and prior.segments == tuple(segments):
+                        return CommitResult(True, prior.segments)
+                    return CommitResult(committed=False, last_version=last)
                 header.txns[app_id] = version
-            replaced = await self._read_segments(name) if overwrite else []
-            pending = set(await self._zk.get_children(self._pending(name)))
-            ops: list[tuple[str, str, bytes, int]] = []
-            ops += [("delete", f"{self._segments(name)}/{node}", b"", -1) for node, _ in replaced]
-            for seg in segments:
-                ops.append(("create", f"{self._segments(name)}/{header.next:010d}", seg.to_bytes(), -1))
-                header.next += 1
-                if str(seg.ledger_id) in pending:
-                    ops.append(("delete", f"{self._pending(name)}/{seg.ledger_id}", b"", -1))
-            ops.insert(0, ("set", path, header.to_bytes(), stat.version))
+            replaced = await self.commits(name) if overwrite else []
+            node = f"{header.next:010d}-{write_id}"
+            header.next += 1
+            record = LogCommit(node, write_id, tuple(segments)).to_bytes()
+            ops: list[tuple[str, str, bytes, int]] = [("set", path, header.to_bytes(), stat.version)]
+            ops += [("delete", f"{self._commits(name)}/{c.node}", b"", -1) for c in replaced]
+            ops.append(("create", f"{self._commits(name)}/{node}", record, -1))
+            ops += [("delete", f"{self._pending(name)}/{seg.ledger_id}", b"", -1) for seg in segments]
+            size = sum(len(op[1]) + len(op[2]) + 16 for op in ops)
+            if size > MAX_COMMIT_BYTES:
+                raise IncorrectParameterError(
+                    f"log {name!r}: a commit of {len(segments)} segments takes {size} bytes, over "
+                    f"the {MAX_COMMIT_BYTES} a ZooKeeper request may carry; write fewer partitions"
+                )
+            tried[node] = tuple(seg for c in replaced for seg in c.segments)
             try:
                 await self._zk.multi(ops)
-            except (MetadataVersionError, ZkNodeExistsError, ZkNoNodeError):
-                continue  # another commit (or cleanup) came between our read and our write
-            return CommitResult(True, tuple(segments), tuple(seg for _, seg in replaced))
+            except (MetadataVersionError, ZkNodeExistsError, ZkNoNodeError, MetadataStoreError) as e:
+                # A reply lost to a connection drop, its request applied: then our node is there.
+                done = await self._landed(name, tried)
+                if done is not None:
+                    return CommitResult(True, tuple(segments), tried[done])
+                if isinstance(e, ZkNoNodeError) and await self._zk.exists(path) is not None:
+                    # A pending znode is gone: this write committed before, or was aborted.
+                    prior = await self.commit_of(name, write_id)
+                    if prior is not None and prior.segments == tuple(segments):
+                        return CommitResult(True, prior.segments)
+                    raise IncorrectParameterError(
+                        f"log {name!r}: write {write_id!r} has ledgers no longer pending "
+                        "(aborted or swept); nothing was committed"
+                    ) from e
+                if not isinstance(e, MetadataVersionError | ZkNodeExistsError):
+                    raise
+                await asyncio.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+                continue  # another commit came between our read and our write
+            return CommitResult(True, tuple(segments), tried[node])
         raise MetadataVersionError(
             f"log {name!r}: commit lost to concurrent commits {_COMMIT_ATTEMPTS} times in a row"
         )
+
+    async def _landed(self, name: str, tried: dict[str, tuple[LogSegment, ...]]) -> str | None:
+        for node in tried:
+            if await self._zk.exists(f"{self._commits(name)}/{node}") is not None:
+                return node
+        return None

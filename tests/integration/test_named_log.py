@@ -11,10 +11,11 @@ from collections.abc import Iterator
 import pytest
 from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
 
-from bkclient import IncorrectParameterError, LedgerFencedError, NoSuchLedgerError
+from bkclient import IncorrectParameterError, LedgerFencedError, MetadataStoreError, NoSuchLedgerError
 from bkclient import sync as bksync
 from bkclient.named_log import LOG_NAME_KEY, NamedLogs, SegmentOptions
 from bkclient.spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
+from bkmeta.named_log import LogSegment
 
 __all__ = ["client_cluster"]
 
@@ -114,7 +115,13 @@ async def test_abort_and_overwrite_delete_ledgers(client_cluster: ClientCluster)
         with bksync.BookKeeper(client_cluster.zk_hosts) as bk:
             stray = bk.logs().open_segment("table", gone_id, 1)
             stray.append(b"x")
-        abort_write(opts, gone_id, [finished, None])
+        abort_write(opts, gone_id)
+        assert finished is not None
+        with bksync.BookKeeper(client_cluster.zk_hosts) as bk, pytest.raises(NoSuchLedgerError):
+            bk.ledger_metadata(finished.ledger_id)
+        # Committing a ledger an abort deleted is refused, naming it.
+        with pytest.raises(IncorrectParameterError, match="ledgers no longer pending"):
+            commit_write(opts, gone_id, [finished])
         new_id = new_write_id()
         new = [write_partition(opts, new_id, 0, [b"only"])]
         result = commit_write(opts, new_id, new, overwrite=True)
@@ -179,3 +186,52 @@ async def test_a_failed_add_fails_the_task_and_its_ledger_goes(client_cluster: C
             assert ledgers_of_log(other, "fenced") == set()
 
     await asyncio.to_thread(job)
+
+
+async def test_a_commit_is_never_applied_twice_nor_undone_by_an_abort(
+    client_cluster: ClientCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bk = await client_cluster.client()
+    logs = NamedLogs(bk)
+    zk = logs.store._zk
+    real_multi = zk.multi
+
+    async def applied_then_reply_lost(ops: list[tuple[str, str, bytes, int]]) -> None:
+        await real_multi(ops)
+        raise MetadataStoreError("multi: ZooKeeper unavailable after 4 attempts (ConnectionLoss)")
+
+    async def write(write_id: str, data: bytes) -> LogSegment:
+        writer = await logs.open_segment("once", write_id, 0)
+        await writer.append(data)
+        return await writer.close()
+
+    async def zookeeper_gone(*_args: object) -> None:
+        raise MetadataStoreError("delete: ZooKeeper unavailable after 4 attempts (ConnectionLoss)")
+
+    first = await write("w1", b"one")
+    # The commit lands, its reply is lost, and the clean-up after it fails too.
+    monkeypatch.setattr(zk, "multi", applied_then_reply_lost)
+    monkeypatch.setattr(logs.store, "forget_pending", zookeeper_gone)
+    result = await logs.commit("once", "w1", [first], txn=("app", 1))
+    monkeypatch.undo()
+    assert result.committed and result.segments == (first,)
+    # The caller, unsure, commits again: still once. Then Spark's abort (a later step failed):
+    # the committed ledger stays, since the log names it.
+    again = await logs.commit("once", "w1", [first], txn=("app", 1))
+    assert again.committed
+    await logs.abort("once", "w1")
+    assert [e.data async for e in logs.read("once")] == [b"one"]
+    assert await logs.pending("once") == {}
+    second = await write("w2", b"two")
+    assert (await logs.commit("once", "w2", [second], txn=("app", 2))).committed
+    assert [e.data async for e in logs.read("once")] == [b"one", b"two"]
+
+
+async def test_a_commit_too_big_for_zookeeper_is_refused_with_its_size(client_cluster: ClientCluster) -> None:
+    bk = await client_cluster.client()
+    store = NamedLogs(bk).store
+    await store.ensure("big")
+    many = [LogSegment(10**12 + i, 10**6, 10**9, "w", i) for i in range(20_000)]
+    with pytest.raises(IncorrectParameterError, match=r"a commit of 20000 segments takes \d+ bytes"):
+        await store.commit("big", "w", many)
+    assert await store.segments("big") == []

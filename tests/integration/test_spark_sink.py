@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from tests.integration.test_client_read_cluster import ClientCluster, client_clu
 
 from bkclient import sync as bksync
 from bkclient.named_log import LOG_NAME_KEY
+from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition
 
 __all__ = ["client_cluster"]
 
@@ -157,17 +159,39 @@ async def test_stream_appends_each_micro_batch_once(
         run_stream()  # a restart from the checkpoint: only the new file is written
         assert sorted(log_values(zk, "stream")) == [b"a1", b"a2", b"b1"]
         with bksync.BookKeeper(zk) as bk:
-            logs = bk.logs()
-            assert len(logs.segments("stream")) == 2
-            # A micro-batch Spark would replay after a crash between its write and its commit:
-            from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition
-
-            opts = SinkOptions.parse({"zkServers": zk, "log": "stream"})
-            write_id = new_write_id()
-            replay = write_partition(opts, write_id, 0, [b"b1"])
-            result = commit_write(opts, write_id, [replay], txn=(f"checkpoint:{checkpoint}", 1))
-            assert not result.committed
+            assert len(bk.logs().segments("stream")) == 2
+        # A micro-batch Spark would replay after a crash between its write and its commit:
+        opts = SinkOptions.parse({"zkServers": zk, "log": "stream"})
+        write_id = new_write_id()
+        replay = write_partition(opts, write_id, 0, [b"b1"])
+        result = commit_write(opts, write_id, [replay], txn=(f"checkpoint:{checkpoint}", 1))
+        assert not result.committed and result.last_version == 1
         assert sorted(log_values(zk, "stream")) == [b"a1", b"a2", b"b1"]
+        # A checkpoint deleted and made again restarts batch ids: refused loudly, not dropped.
+        shutil.rmtree(checkpoint)
+        (source / "c.txt").write_text("c1\n")
+        with pytest.raises(Exception, match="was the checkpoint reset"):
+            run_stream()
+        assert sorted(log_values(zk, "stream")) == [b"a1", b"a2", b"b1"]
+        with bksync.BookKeeper(zk) as bk:
+            assert bk.logs().pending("stream") == {}
+        # outputMode("complete"): every batch is the whole result, so it replaces the log.
+        run_counts()
+        assert sorted(log_values(zk, "counts")) == [b"a1=1", b"a2=1", b"b1=1", b"c1=1"]
+        (source / "d.txt").write_text("a1\n")
+        run_counts()
+        assert sorted(log_values(zk, "counts")) == [b"a1=2", b"a2=1", b"b1=1", b"c1=1"]
+
+    def run_counts() -> None:
+        query = (
+            spark.readStream.text(str(source)).groupBy("value").count()
+            .selectExpr("concat(value, '=', CAST(count AS STRING)) AS value")
+            .writeStream.outputMode("complete").format("bookkeeper").option("zkServers", zk)
+            .option("checkpointLocation", str(tmp_path / "counts-checkpoint"))
+            .trigger(availableNow=True).start("counts")
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
 
     await asyncio.to_thread(job)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bkclient import DigestType, IncorrectParameterError
+from bkclient import DigestType, IncorrectParameterError, MetadataStoreError
 from bkclient.spark_sink import SinkOptions, as_entry
-from bkmeta.named_log import LogSegment, check_log_name
+from bkmeta.named_log import LogCommit, LogSegment, check_log_name, check_write_id
 
 BASE = {"zkservers": "zk1:2181,zk2:2181/chroot"}
 
@@ -39,6 +39,7 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({**BASE, "log": "x", "digestType": "md5"}, "'digestType' must be one of CRC32, HMAC, CRC32C, DUMMY"),
         ({**BASE, "log": "x", "txnAppId": "app"}, "'txnAppId' and 'txnVersion' go together"),
         ({**BASE, "log": "x", "txnVersion": "-1", "txnAppId": "a"}, "'txnVersion' must be at least 0"),
+        ({**BASE, "log": "x", "txnVersion": "1", "txnAppId": " "}, "'txnAppId' must not be empty"),
     ],
 )
 def test_bad_options_are_named(options: dict[str, str], message: str) -> None:
@@ -76,5 +77,11 @@ def test_log_names_and_segment_records() -> None:
     for bad in ("", ".hidden", "-x", "a b", "a/b", "A" * 201, "zookeeper\n"):
         with pytest.raises(IncorrectParameterError, match="log name"):
             check_log_name(bad)
-    seg = LogSegment(ledger_id=2**40, entries=3, length=99, write_id="w", task=4)
-    assert LogSegment.from_bytes(seg.to_bytes(), "/x") == seg
+    segs = (LogSegment(2**40, 3, 99, "w-1", 4), LogSegment(7, 1, 0, "w-1", 0))
+    commit = LogCommit("0000000003-w-1", "w-1", segs)
+    assert LogCommit.from_bytes(commit.node, commit.to_bytes(), "/x") == commit
+    with pytest.raises(MetadataStoreError, match="unreadable log commit at /x"):
+        LogCommit.from_bytes("n", b'{"write_id": "w", "segments": [{"ledger_id": 1}]}', "/x")
+    for bad in ("", "a/b", "x" * 101):
+        with pytest.raises(IncorrectParameterError, match="write id"):
+            check_write_id(bad)
