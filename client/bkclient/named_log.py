@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 from bkmeta.model import DigestType
 from bkmeta.named_log import (
+    LOG_NAME_KEY,
     LOGS_ROOT,
+    WRITE_ID_KEY,
     CommitResult,
     LogSegment,
     LogStore,
@@ -40,10 +42,6 @@ from .write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
 
-# Custom metadata on every segment ledger: an orphan (its writer and coordinator both gone) can
-# be traced to its log and write with `pybk shell ledgermetadata`.
-LOG_NAME_KEY = "pybk.log"
-WRITE_ID_KEY = "pybk.write"
 
 
 @dataclass(frozen=True)
@@ -193,7 +191,7 @@ class NamedLogs:
             for seg in result.replaced:
                 await self._delete_quietly(seg.ledger_id)
         except BKError as e:
-            log.warning("log %s: clean-up after write %s stopped (orphans stay for `loggc`): %s",
+            log.warning("log %s: clean-up after write %s stopped (orphans stay for `pybk shell loggc`): %s",
                         name, write_id, e)
 
     async def abort(self, name: str, write_id: str) -> None:

@@ -37,6 +37,10 @@ from bkmeta.zk import ZkClient, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import IncorrectParameterError, MetadataStoreError, MetadataVersionError
 
 LOGS_ROOT = "/pybk/logs"
+# Custom metadata on every segment ledger: an orphan (its writer and coordinator both gone) can
+# be traced to its log and write, and found by the log's garbage collection.
+LOG_NAME_KEY = "pybk.log"
+WRITE_ID_KEY = "pybk.write"
 _FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _WRITE_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -197,6 +201,15 @@ class LogStore:
     async def forget_pending(self, name: str, ledger_id: int) -> None:
         with contextlib.suppress(ZkNoNodeError):
             await self._zk.delete(f"{self._pending(name)}/{ledger_id}")
+
+    async def claim_pending(self, name: str, ledger_id: int) -> bool:
+        """Remove a pending znode so that no commit can take its ledger any more (a commit
+        deletes it in its own transaction); False if it was gone, i.e. committed or removed."""
+        try:
+            await self._zk.delete(f"{self._pending(name)}/{ledger_id}")
+        except ZkNoNodeError:
+            return False
+        return True
 
     async def _get_or_none(self, path: str) -> tuple[bytes, Any] | None:
         try:

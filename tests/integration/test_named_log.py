@@ -5,7 +5,10 @@ overwrite) driven through the blocking client, as a Spark task or driver would."
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -235,3 +238,48 @@ async def test_a_commit_too_big_for_zookeeper_is_refused_with_its_size(client_cl
     with pytest.raises(IncorrectParameterError, match=r"a commit of 20000 segments takes \d+ bytes"):
         await store.commit("big", "w", many)
     assert await store.segments("big") == []
+
+
+def shell(zk_hosts: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pybk", "shell", "--zk", zk_hosts, "--json", *args],
+        check=False, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+
+
+async def test_listlogs_and_loggc_remove_only_orphans(client_cluster: ClientCluster) -> None:
+    bk = await client_cluster.client()
+    zk = client_cluster.zk_hosts
+    logs = NamedLogs(bk)
+    kept = await logs.open_segment("app", "good", 0)
+    for i in range(5):
+        await kept.append(b"%d" % i)
+    assert (await logs.commit("app", "good", [await kept.close()])).committed
+    # A write whose driver died before its commit, and a ledger made but never registered.
+    dead = await logs.open_segment("app", "dead", 0)
+    await dead.append(b"never committed")
+    dead_segment = await dead.close()
+    untracked = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: b"app"})
+    await untracked.close()
+    other_log = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: b"other"})
+    await other_log.close()
+
+    listed = json.loads((await asyncio.to_thread(shell, zk, "listlogs", "-l", "app")).stdout)["logs"]
+    assert listed[0]["entries"] == 5 and listed[0]["pending_ledgers"] == [dead.ledger_id]
+    assert [s["ledger_id"] for s in listed[0]["segment_list"]] == [kept.ledger_id]
+
+    young = await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "-f")  # 6 h by default
+    assert young.returncode == 0 and json.loads(young.stdout)["found"]["ledger_id"] == []
+    dry = json.loads((await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "--min-age-s", "0",
+                                             "--dry-run")).stdout)
+    assert dry["found"]["ledger_id"] == sorted([dead.ledger_id, untracked.ledger_id]) and dry["deleted"] == []
+    unasked = await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "--min-age-s", "0")
+    assert unasked.returncode == 2, unasked.stderr
+    done = await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "--min-age-s", "0", "-f")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["deleted"] == sorted([dead.ledger_id, untracked.ledger_id])
+
+    assert sorted(await bk.list_ledgers()) == sorted([kept.ledger_id, other_log.ledger_id])
+    assert [e.data async for e in logs.read("app")] == [b"%d" % i for i in range(5)]
+    with pytest.raises(IncorrectParameterError, match="no longer pending"):
+        await logs.commit("app", "dead", [dead_segment])  # the late driver is refused

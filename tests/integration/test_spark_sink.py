@@ -16,8 +16,8 @@ import pytest
 from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
 
 from bkclient import sync as bksync
-from bkclient.named_log import LOG_NAME_KEY
 from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition
+from bkmeta.named_log import LOG_NAME_KEY
 
 __all__ = ["client_cluster"]
 

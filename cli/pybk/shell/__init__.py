@@ -51,6 +51,8 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_readjournal",
     "pybk.shell.cmd_readlog",
     "pybk.shell.cmd_readlogmetadata",
+    "pybk.shell.cmd_listlogs",
+    "pybk.shell.cmd_loggc",
 )
 
 EXIT_ZK_UNREACHABLE = 3

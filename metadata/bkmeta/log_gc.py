@@ -1,0 +1,78 @@
+"""Garbage of a named log: ledgers made for it that no commit will ever name.
+
+Writers clean up after themselves (a failed task discards its ledger, a commit or an abort
+deletes what its write left pending), but a process can die at any step. What can be left:
+
+- a ledger still *pending* because the driver died before committing or aborting its write;
+- an *untracked* ledger, tagged with the log's name but neither pending nor committed: its
+  writer died between creating it and registering it, or an overwrite's clean-up died before
+  deleting the ledgers it replaced.
+
+Both are found only once older than ``min_age_s``: a write in progress looks the same. A pending
+znode is removed before its ledger, so a late commit of that write fails (its transaction needs
+the znode) instead of naming a deleted ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from bkmeta.ledger_manager import LedgerManager
+from bkmeta.named_log import LOG_NAME_KEY, WRITE_ID_KEY, LogStore
+from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
+
+PENDING = "pending"
+UNTRACKED = "untracked"
+
+
+@dataclass(frozen=True)
+class LogGarbage:
+    ledger_id: int
+    write_id: str
+    kind: str  # PENDING or UNTRACKED
+    age_s: float
+
+
+async def find_garbage(
+    store: LogStore, ledgers: LedgerManager, name: str, *, min_age_s: float, now_s: float | None = None
+) -> list[LogGarbage]:
+    """The log's pending and untracked ledgers older than ``min_age_s``, by ledger id."""
+    if min_age_s < 0:
+        raise IncorrectParameterError(f"minimum age must be >= 0 seconds, got {min_age_s}")
+    now_ms = (time.time() if now_s is None else now_s) * 1000.0
+    committed = {seg.ledger_id for commit in await store.commits(name) for seg in commit.segments}
+    pending = await store.pending(name)
+    found = [
+        LogGarbage(ledger_id, p.write_id, PENDING, (now_ms - p.created_ms) / 1000.0)
+        for ledger_id, p in pending.items()
+        if now_ms - p.created_ms >= min_age_s * 1000.0
+    ]
+    tag = name.encode()
+    for ledger_id in await ledgers.list_ledgers():
+        if ledger_id in committed or ledger_id in pending:
+            continue
+        try:
+            md = (await ledgers.read_ledger_metadata(ledger_id)).value
+        except NoSuchLedgerError:
+            continue  # deleted meanwhile
+        if md.custom_metadata.get(LOG_NAME_KEY) != tag or now_ms - md.ctime < min_age_s * 1000.0:
+            continue
+        write_id = md.custom_metadata.get(WRITE_ID_KEY, b"").decode(errors="replace")
+        found.append(LogGarbage(ledger_id, write_id, UNTRACKED, (now_ms - md.ctime) / 1000.0))
+    return sorted(found, key=lambda g: g.ledger_id)
+
+
+async def remove_garbage(
+    store: LogStore, ledgers: LedgerManager, name: str, garbage: list[LogGarbage]
+) -> list[LogGarbage]:
+    """Delete the ledgers found; returns those deleted (a pending one committed since is kept)."""
+    removed = []
+    for item in garbage:
+        if item.kind == PENDING and not await store.claim_pending(name, item.ledger_id):
+            continue  # committed (or cleaned up) since it was found
+        with contextlib.suppress(NoSuchLedgerError):
+            await ledgers.remove_ledger_metadata(item.ledger_id)
+        removed.append(item)
+    return removed
