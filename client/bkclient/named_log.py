@@ -146,7 +146,7 @@ class NamedLogs:
         await self.store.ensure(name)
         handle = await self._bk.create_ledger(
             options.ensemble, options.write_quorum, options.ack_quorum, options.digest,
-            options.password, {LOG_NAME_KEY: name.encode(), WRITE_ID_KEY: write_id.encode()},
+            options.password, {LOG_NAME_KEY: self.store.path(name).encode(), WRITE_ID_KEY: write_id.encode()},
         )
         try:
             await self.store.register_pending(name, handle.ledger_id, write_id)
@@ -204,15 +204,16 @@ class NamedLogs:
     async def discard(self, name: str, writer: SegmentWriter) -> None:
         """Give up one segment (its worker failed): its adds stop, its ledger goes."""
         await writer.handle.abort()
-        await self._delete_quietly(writer.ledger_id)
-        await self.store.forget_pending(name, writer.ledger_id)
+        if await self.store.claim_pending(name, writer.ledger_id):
+            await self._delete_quietly(writer.ledger_id)
 
     async def _delete_write(self, name: str, write_id: str) -> None:
         """Every ledger still pending for ``write_id`` goes (it was not committed)."""
         for ledger_id, owner in (await self.store.pending(name)).items():
-            if owner.write_id == write_id:
+            # The pending znode first: once it is gone no commit can take the ledger, so a
+            # commit still in flight can never end up naming a deleted one.
+            if owner.write_id == write_id and await self.store.claim_pending(name, ledger_id):
                 await self._delete_quietly(ledger_id)
-                await self.store.forget_pending(name, ledger_id)
 
     async def _delete_quietly(self, ledger_id: int) -> None:
         with contextlib.suppress(NoSuchLedgerError):

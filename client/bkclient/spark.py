@@ -73,6 +73,7 @@ class BookKeeperDataSource(DataSource):  # type: ignore[misc]
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         opts = SinkOptions.parse(self.options)
+        opts.check_batch()
         return _BatchWriter(opts, value_index(schema), overwrite, new_write_id())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

@@ -77,8 +77,8 @@ class SinkOptions:
             password=raw.get("password", "").encode(),
         )
         txn_version = _int(raw, "txnVersion", -1) if "txnVersion" in raw else None
-        if (txn_version is None) != ("txnAppId" not in raw):
-            raise IncorrectParameterError("options 'txnAppId' and 'txnVersion' go together")
+        if txn_version is not None and "txnAppId" not in raw:
+            raise IncorrectParameterError("option 'txnVersion' needs option 'txnAppId'")
         if "txnAppId" in raw and not raw["txnAppId"].strip():
             raise IncorrectParameterError("option 'txnAppId' must not be empty")
         return cls(
@@ -94,6 +94,13 @@ class SinkOptions:
 
     def client(self) -> BookKeeper:
         return BookKeeper(self.zk_servers, ClientConfig(max_outstanding_adds=self.max_outstanding_adds))
+
+    def check_batch(self) -> None:
+        """A batch write versions itself only with both options (a stream uses its batch ids)."""
+        if self.txn_app_id is not None and self.txn_version is None:
+            raise IncorrectParameterError(
+                "a batch write with option 'txnAppId' needs option 'txnVersion' too"
+            )
 
     @property
     def txn(self) -> tuple[str, int] | None:

@@ -4,7 +4,7 @@ Writers clean up after themselves (a failed task discards its ledger, a commit o
 deletes what its write left pending), but a process can die at any step. What can be left:
 
 - a ledger still *pending* because the driver died before committing or aborting its write;
-- an *untracked* ledger, tagged with the log's name but neither pending nor committed: its
+- an *untracked* ledger, tagged with the log's path but neither pending nor committed: its
   writer died between creating it and registering it, or an overwrite's clean-up died before
   deleting the ledgers it replaced.
 
@@ -42,14 +42,16 @@ async def find_garbage(
     if min_age_s < 0:
         raise IncorrectParameterError(f"minimum age must be >= 0 seconds, got {min_age_s}")
     now_ms = (time.time() if now_s is None else now_s) * 1000.0
-    committed = {seg.ledger_id for commit in await store.commits(name) for seg in commit.segments}
+    # Pending before commits: a ledger only ever moves from pending to committed, so one that
+    # is in neither list after these two reads (in this order) can never be committed.
     pending = await store.pending(name)
+    committed = await _committed(store, name)
     found = [
         LogGarbage(ledger_id, p.write_id, PENDING, (now_ms - p.created_ms) / 1000.0)
         for ledger_id, p in pending.items()
         if now_ms - p.created_ms >= min_age_s * 1000.0
     ]
-    tag = name.encode()
+    tag = store.path(name).encode()
     for ledger_id in await ledgers.list_ledgers():
         if ledger_id in committed or ledger_id in pending:
             continue
@@ -67,12 +69,20 @@ async def find_garbage(
 async def remove_garbage(
     store: LogStore, ledgers: LedgerManager, name: str, garbage: list[LogGarbage]
 ) -> list[LogGarbage]:
-    """Delete the ledgers found; returns those deleted (a pending one committed since is kept)."""
+    """Delete the ledgers found; returns those deleted (one committed since is kept)."""
     removed = []
+    pending = await store.pending(name)
+    committed = await _committed(store, name)
     for item in garbage:
         if item.kind == PENDING and not await store.claim_pending(name, item.ledger_id):
             continue  # committed (or cleaned up) since it was found
+        if item.kind == UNTRACKED and (item.ledger_id in committed or item.ledger_id in pending):
+            continue  # registered since (only a write younger than the minimum age can be)
         with contextlib.suppress(NoSuchLedgerError):
             await ledgers.remove_ledger_metadata(item.ledger_id)
         removed.append(item)
     return removed
+
+
+async def _committed(store: LogStore, name: str) -> set[int]:
+    return {seg.ledger_id for commit in await store.commits(name) for seg in commit.segments}

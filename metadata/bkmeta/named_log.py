@@ -38,7 +38,8 @@ from bkproto.errors import IncorrectParameterError, MetadataStoreError, Metadata
 
 LOGS_ROOT = "/pybk/logs"
 # Custom metadata on every segment ledger: an orphan (its writer and coordinator both gone) can
-# be traced to its log and write, and found by the log's garbage collection.
+# be traced to its log and write, and found by the log's garbage collection. The log is named by
+# its whole path (root included): two roots may hold logs of the same name.
 LOG_NAME_KEY = "pybk.log"
 WRITE_ID_KEY = "pybk.write"
 _FORMAT_VERSION = 1
@@ -198,10 +199,6 @@ class LogStore:
             for c, got in zip(children, found, strict=True) if got is not None
         }
 
-    async def forget_pending(self, name: str, ledger_id: int) -> None:
-        with contextlib.suppress(ZkNoNodeError):
-            await self._zk.delete(f"{self._pending(name)}/{ledger_id}")
-
     async def claim_pending(self, name: str, ledger_id: int) -> bool:
         """Remove a pending znode so that no commit can take its ledger any more (a commit
         deletes it in its own transaction); False if it was gone, i.e. committed or removed."""
@@ -292,8 +289,10 @@ class LogStore:
             size = sum(len(op[1]) + len(op[2]) + 16 for op in ops)
             if size > MAX_COMMIT_BYTES:
                 raise IncorrectParameterError(
-                    f"log {name!r}: a commit of {len(segments)} segments takes {size} bytes, over "
-                    f"the {MAX_COMMIT_BYTES} a ZooKeeper request may carry; write fewer partitions"
+                    f"log {name!r}: a commit of {len(segments)} segments"
+                    + (f" replacing {len(replaced)} commits" if replaced else "")
+                    + f" takes {size} bytes, over the {MAX_COMMIT_BYTES} a ZooKeeper request may "
+                    "carry; write fewer partitions" + (" or overwrite a shorter log" if replaced else "")
                 )
             tried[node] = tuple(seg for c in replaced for seg in c.segments)
             try:
@@ -322,6 +321,8 @@ class LogStore:
         )
 
     async def _landed(self, name: str, tried: dict[str, tuple[LogSegment, ...]]) -> str | None:
+        # After a reconnect the server may lag behind the one that took our request: catch up.
+        await self._zk.sync(self.path(name))
         for node in tried:
             if await self._zk.exists(f"{self._commits(name)}/{node}") is not None:
                 return node

@@ -16,9 +16,10 @@ from tests.integration.test_client_read_cluster import ClientCluster, client_clu
 
 from bkclient import IncorrectParameterError, LedgerFencedError, MetadataStoreError, NoSuchLedgerError
 from bkclient import sync as bksync
-from bkclient.named_log import LOG_NAME_KEY, NamedLogs, SegmentOptions
+from bkclient.named_log import NamedLogs, SegmentOptions
 from bkclient.spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
-from bkmeta.named_log import LogSegment
+from bkmeta.log_gc import UNTRACKED, find_garbage, remove_garbage
+from bkmeta.named_log import LOG_NAME_KEY, LogSegment
 
 __all__ = ["client_cluster"]
 
@@ -33,7 +34,7 @@ def ledgers_of_log(bk: bksync.BookKeeper, log: str) -> set[int]:
     """Every ledger tagged as this log's, committed or not."""
     return {
         lid for lid in bk.list_ledgers()
-        if bk.ledger_metadata(lid).custom_metadata.get(LOG_NAME_KEY) == log.encode()
+        if bk.ledger_metadata(lid).custom_metadata.get(LOG_NAME_KEY) == f"/pybk/logs/{log}".encode()
     }
 
 
@@ -214,7 +215,7 @@ async def test_a_commit_is_never_applied_twice_nor_undone_by_an_abort(
     first = await write("w1", b"one")
     # The commit lands, its reply is lost, and the clean-up after it fails too.
     monkeypatch.setattr(zk, "multi", applied_then_reply_lost)
-    monkeypatch.setattr(logs.store, "forget_pending", zookeeper_gone)
+    monkeypatch.setattr(logs.store, "pending", zookeeper_gone)
     result = await logs.commit("once", "w1", [first], txn=("app", 1))
     monkeypatch.undo()
     assert result.committed and result.segments == (first,)
@@ -259,9 +260,10 @@ async def test_listlogs_and_loggc_remove_only_orphans(client_cluster: ClientClus
     dead = await logs.open_segment("app", "dead", 0)
     await dead.append(b"never committed")
     dead_segment = await dead.close()
-    untracked = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: b"app"})
+    untracked = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: b"/pybk/logs/app"})
     await untracked.close()
-    other_log = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: b"other"})
+    # The same name under another logs root is another log: never this one's garbage.
+    other_log = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: b"/staging/logs/app"})
     await other_log.close()
 
     listed = json.loads((await asyncio.to_thread(shell, zk, "listlogs", "-l", "app")).stdout)["logs"]
@@ -283,3 +285,19 @@ async def test_listlogs_and_loggc_remove_only_orphans(client_cluster: ClientClus
     assert [e.data async for e in logs.read("app")] == [b"%d" % i for i in range(5)]
     with pytest.raises(IncorrectParameterError, match="no longer pending"):
         await logs.commit("app", "dead", [dead_segment])  # the late driver is refused
+
+
+async def test_loggc_keeps_a_ledger_committed_after_it_was_found(client_cluster: ClientCluster) -> None:
+    bk = await client_cluster.client()
+    store = NamedLogs(bk).store
+    await store.ensure("race")
+    # A writer between creating its ledger and registering it: untracked, for now.
+    handle = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: store.path("race").encode()})
+    await handle.append(b"late but committed")
+    await handle.close()
+    found = await find_garbage(store, bk.ctx.metadata.ledger_manager, "race", min_age_s=0)
+    assert [(g.ledger_id, g.kind) for g in found] == [(handle.ledger_id, UNTRACKED)]
+    await store.register_pending("race", handle.ledger_id, "late")
+    assert (await store.commit("race", "late", [LogSegment(handle.ledger_id, 1, 18, "late")])).committed
+    assert await remove_garbage(store, bk.ctx.metadata.ledger_manager, "race", found) == []
+    assert [e.data async for e in NamedLogs(bk).read("race")] == [b"late but committed"]

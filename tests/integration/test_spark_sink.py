@@ -61,7 +61,7 @@ def tagged_ledgers(zk: str, log: str) -> set[int]:
     with bksync.BookKeeper(zk) as bk:
         return {
             lid for lid in bk.list_ledgers()
-            if bk.ledger_metadata(lid).custom_metadata.get(LOG_NAME_KEY) == log.encode()
+            if bk.ledger_metadata(lid).custom_metadata.get(LOG_NAME_KEY) == f"/pybk/logs/{log}".encode()
         }
 
 
@@ -140,13 +140,13 @@ async def test_stream_appends_each_micro_batch_once(
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     source.mkdir()
 
-    def run_stream() -> None:
+    def run_stream(**options: str) -> None:
         # Spark finds Python data sources for a stream through the JVM thread's active session,
         # and this runs on a worker thread (the test's event loop keeps the main one).
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         query = (
             spark.readStream.text(str(source)).writeStream.format("bookkeeper")
-            .option("zkServers", zk).option("checkpointLocation", str(checkpoint))
+            .option("zkServers", zk).option("checkpointLocation", str(checkpoint)).options(**options)
             .trigger(availableNow=True).start("stream")
         )
         query.awaitTermination(120)
@@ -175,6 +175,9 @@ async def test_stream_appends_each_micro_batch_once(
         assert sorted(log_values(zk, "stream")) == [b"a1", b"a2", b"b1"]
         with bksync.BookKeeper(zk) as bk:
             assert bk.logs().pending("stream") == {}
+        # As the error advises: the new query gets its own app id (and reads every file again).
+        run_stream(txnAppId="second-query")
+        assert sorted(log_values(zk, "stream")) == sorted([b"a1", b"a2", b"b1"] * 2 + [b"c1"])
         # outputMode("complete"): every batch is the whole result, so it replaces the log.
         run_counts()
         assert sorted(log_values(zk, "counts")) == [b"a1=1", b"a2=1", b"b1=1", b"c1=1"]

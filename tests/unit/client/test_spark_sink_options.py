@@ -37,7 +37,7 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({**BASE, "log": "x", "ackQuorumSize": "0"}, "'ackQuorumSize' must be at least 1"),
         ({**BASE, "log": "x", "ensembleSize": "1"}, "ensemble >= write quorum >= ack quorum"),
         ({**BASE, "log": "x", "digestType": "md5"}, "'digestType' must be one of CRC32, HMAC, CRC32C, DUMMY"),
-        ({**BASE, "log": "x", "txnAppId": "app"}, "'txnAppId' and 'txnVersion' go together"),
+        ({**BASE, "log": "x", "txnVersion": "3"}, "'txnVersion' needs option 'txnAppId'"),
         ({**BASE, "log": "x", "txnVersion": "-1", "txnAppId": "a"}, "'txnVersion' must be at least 0"),
         ({**BASE, "log": "x", "txnVersion": "1", "txnAppId": " "}, "'txnAppId' must not be empty"),
     ],
@@ -85,3 +85,11 @@ def test_log_names_and_segment_records() -> None:
     for bad in ("", "a/b", "x" * 101):
         with pytest.raises(IncorrectParameterError, match="write id"):
             check_write_id(bad)
+
+
+def test_txn_app_id_alone_is_for_streams() -> None:
+    opts = SinkOptions.parse({**BASE, "log": "x", "txnAppId": "q1"})
+    assert opts.txn_app_id == "q1" and opts.txn is None
+    with pytest.raises(IncorrectParameterError, match="needs option 'txnVersion' too"):
+        opts.check_batch()
+    SinkOptions.parse({**BASE, "log": "x", "txnAppId": "q1", "txnVersion": "2"}).check_batch()
