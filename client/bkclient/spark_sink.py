@@ -70,7 +70,7 @@ class SinkOptions:
         if raw.get("log") and raw.get("path") and raw["log"] != raw["path"]:
             raise IncorrectParameterError(f"option 'log' {raw['log']!r} and path {raw['path']!r} disagree")
         segment = SegmentOptions(
-            ensemble=_int(raw, "ensembleSize", 3),
+            ensemble=_int(raw, "ensembleSize", 2),
             write_quorum=_int(raw, "writeQuorumSize", 2),
             ack_quorum=_int(raw, "ackQuorumSize", 2),
             digest=_digest(raw.get("digestType", "CRC32C")),

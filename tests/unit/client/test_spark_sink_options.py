@@ -16,7 +16,7 @@ def test_defaults_and_case_insensitive_keys() -> None:
     opts = SinkOptions.parse({**BASE, "path": "events"})
     assert opts.zk_servers == "zk1:2181,zk2:2181/chroot" and opts.log == "events"
     seg = opts.segment
-    assert (seg.ensemble, seg.write_quorum, seg.ack_quorum, seg.digest) == (3, 2, 2, DigestType.CRC32C)
+    assert (seg.ensemble, seg.write_quorum, seg.ack_quorum, seg.digest) == (2, 2, 2, DigestType.CRC32C)
     assert opts.txn is None and opts.logs_root == "/pybk/logs"
     spelled = SinkOptions.parse({"ZKSERVERS": "zk:1", "Log": "x", "EnsembleSize": "5", "writequorumsize": "3",
                                  "ackQuorumSize": "2", "digestType": "hmac", "password": "pw",
