@@ -34,7 +34,7 @@ from bkmeta.named_log import (
     check_log_name,
     check_write_id,
 )
-from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError
+from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError, UnexpectedConditionError
 
 from .bookkeeper import BookKeeper
 from .entry import LedgerEntry
@@ -117,7 +117,7 @@ class SegmentWriter:
         if self.error is not None:
             raise self.error
         if self.handle.last_add_confirmed != self.entries - 1:
-            raise IncorrectParameterError(
+            raise UnexpectedConditionError(
                 f"ledger {self.ledger_id}: closed at entry {self.handle.last_add_confirmed} "
                 f"but {self.entries} entries were counted"
             )

@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from bkmeta.named_log import LogSegment
-from bkproto.errors import IncorrectParameterError
+from bkproto.errors import IncorrectParameterError, UnexpectedConditionError
 
 from .spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
 
@@ -164,7 +164,7 @@ class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         context = TaskContext.get()
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
         if batch_id is None:
-            raise IncorrectParameterError("no micro-batch id in this task's context")
+            raise UnexpectedConditionError("no micro-batch id in this streaming task's context")
         segment = write_partition(self.opts, self._write_id(batch_id), _task(), _values(iterator, self.index))
         return SegmentWritten(segment)
 
