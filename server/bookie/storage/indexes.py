@@ -146,15 +146,16 @@ class EntryLocationIndex:
         return entry if led == ledger_id else -1
 
     def following(self, ledger_id: int, first: int, count: int) -> list[tuple[int, int, int, int]]:
-        """(entry id, log id, offset, length) of up to ``count`` consecutive entries from ``first``."""
+        """(entry id, log id, offset, length) of ``first`` and of the next entries of the ledger
+        held here, up to ``count`` in all; none if ``first`` is not held. Ids may skip: a bookie
+        of a striped ledger (E > Qw) holds Qw of every E entries, and its read-ahead must cover
+        the next ones it holds, as BookKeeper's does (it follows the entry log, not the ids)."""
         out: list[tuple[int, int, int, int]] = []
-        expected = first
         for key, value in self._kv.range(ENTRY_KEY.pack(ledger_id, first), LEDGER_KEY.pack(ledger_id + 1)):
             entry = ENTRY_KEY.unpack(key)[1]
-            if entry != expected or len(out) >= count:
+            if (not out and entry != first) or len(out) >= count:
                 break
             out.append((entry, *LOCATION.unpack(value)))
-            expected += 1
         return out
 
     def entry_ids(self, ledger_id: int) -> list[int]:

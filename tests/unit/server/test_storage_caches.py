@@ -6,10 +6,12 @@ import gc
 import threading
 from pathlib import Path
 
+import pytest
 from tests.unit.server.storage_helpers import add_all, add_op, body, make_bookie, make_config
 
 from bkproto.v1 import bookie_pb2
 from bookie.bookie import Bookie
+from bookie.errors import BookieError
 from bookie.storage.kv import KeyValueStorage, MemoryKeyValueStorage
 from bookie.storage.read_cache import ReadCache
 from bookie.storage.write_cache import WriteCache
@@ -117,3 +119,22 @@ async def test_cold_read_reads_ahead_into_the_bounded_read_cache(tmp_path: Path)
         for e in range(0, 2000, 11):
             assert await bookie.read_entry(2, e) == body(2, e, payload=payload)
         assert bookie.storage.read_cache.size <= 1024 * 1024
+
+
+async def test_read_ahead_skips_the_entries_a_striped_ledger_keeps_elsewhere(tmp_path: Path) -> None:
+    """E=3, Qw=2: this bookie holds entries 0, 1, 3, 4, 6, 7, ...; a miss reads ahead the next
+    ones it holds, across the gaps, so a strided read (every third id) hits after one miss."""
+    config = make_config(tmp_path, read_ahead_cache_max_size_mb=1, read_ahead_batch_size=20)
+    held = [e for e in range(300) if e % 3 != 2]
+    async with make_bookie(config) as bookie:
+        await add_all(bookie, [add_op(4, e) for e in held])
+        await bookie.storage.checkpoint()
+        stats = bookie.stats
+        for e in range(0, 30, 3):  # 0, 3, ..., 27: entry 0 plus the next 20 held reach id 31
+            assert await bookie.read_entry(4, e) == body(4, e)
+        assert stats.read_cache_misses._value.get() == 1
+        assert stats.read_cache_hits._value.get() == 9
+        strided = await bookie.read_entries(4, 1, 100, 1 << 20, stride=3)
+        assert strided == [body(4, e) for e in range(1, 300, 3)]
+        with pytest.raises(BookieError):
+            await bookie.read_entry(4, 2)  # never held: not read ahead from a neighbour either
