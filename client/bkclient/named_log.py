@@ -50,8 +50,8 @@ class SegmentOptions:
 
     2/2/2 by default, as Pulsar's managed ledgers: two copies, like 3/2/2, but with the ensemble
     equal to the write quorum every bookie holds every entry, so a reader fetches a thousand
-    entries per call (striped ledgers are read an entry per call: 1,900 entries/s against tens
-    of thousands here). A job writes a ledger per task, so placement spreads the load anyway."""
+    consecutive entries per call (a striped ledger is read in strided calls, a few times more of
+    them). A job writes a ledger per task, so placement spreads the load anyway."""
 
     ensemble: int = 2
     write_quorum: int = 2

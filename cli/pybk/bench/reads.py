@@ -2,8 +2,9 @@
 random entry reads.
 
 Without ``--ledger`` the benchmark first writes ``--entries`` entries to a new ledger (E/Qw/Qa as
-given; with E == Qw the reader uses batched ReadEntries, otherwise one read per entry), closes it,
-and then reads it end to end with a fresh client, so nothing is served from the writer's memory.
+given), closes it, and then reads it end to end with a fresh client, so nothing is served from the
+writer's memory. The reader fetches chunks of consecutive entries with ReadEntries when E == Qw,
+and E strided chunks per block when the ledger is striped (``read_calls`` in the result).
 Throughput is the catch-up read; ``latency_ms`` is measured on ``--samples`` sequential reads of
 random single entries (a catch-up read has no per-entry latency worth reporting).
 """
@@ -122,7 +123,7 @@ async def run_reads(args: argparse.Namespace) -> BenchResult:
             "ensemble": md.ensemble_size,
             "write_quorum": md.write_quorum_size,
             "ack_quorum": md.ack_quorum_size,
-            "batched": md.ensemble_size == md.write_quorum_size,
+            "read_calls": "chunks" if md.ensemble_size == md.write_quorum_size else "strided chunks",
             "latency": f"{len(latencies)} sequential random single-entry reads",
         },
     )

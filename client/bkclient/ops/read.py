@@ -5,10 +5,18 @@ times out or returns a body whose digest does not match is skipped in favour of 
 the entry's write set. A replica that is merely slow gets company: after the speculative read timeout
 the next replica is asked too, and the first verified answer wins (BookKeeper's speculative reads).
 
-Ranges are read in order but with several requests in flight. When the ensemble equals the write
-quorum every bookie holds every entry of the segment, so the range is cut into chunks fetched with
-one ReadEntries call each, spread over the replicas; otherwise each entry is read on its own.
-Memory stays bounded: at most ``_CHUNKS_IN_FLIGHT`` chunks or ``_READS_IN_FLIGHT`` entries wait.
+Ranges are read in order but with several requests in flight, in ReadEntries calls of many entries
+each (a gRPC call costs hundreds of microseconds on each side, an entry a few):
+
+- When the ensemble equals the write quorum every bookie holds every entry of the segment, so the
+  range is cut into chunks of consecutive entries, spread over the replicas.
+- When it does not (striping, E > Qw), entries whose ids are equal modulo E share a write set, so
+  a block of consecutive entries is read as E strided chunks (ids ``first + r``, ``first + r + E``,
+  ...; the bookies' ReadEntries ``stride``), each from one of its residue's replicas, and the
+  answers are interleaved back into entry order. BookKeeper reads such ledgers an entry per call.
+
+Memory stays bounded: at most ``_CHUNKS_IN_FLIGHT`` chunks or blocks (each of at most
+``read_batch_max_entries`` entries) or ``_READS_IN_FLIGHT`` single entries wait.
 """
 
 from __future__ import annotations
@@ -185,13 +193,23 @@ class ReadEntryOp:
         raise pick_failure(self._ledger_id, self._entry_id, self.errors)
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What one read request of a range produced: its first entries in order, and the error that
+    stopped it short (None: all of them). The range yields the entries before raising."""
+
+    entries: list[LedgerEntry]
+    error: BKError | None = None
+
+
 class ReadChunkOp:
-    """Read ``count`` consecutive entries from bookies that each hold all of them (E == Qw),
-    with ReadEntries calls. Starts at replica ``first_replica``; a short answer (byte limit)
-    continues on the same replica, a failure or a corrupt body moves to the next replica from the
-    first entry not yet served, and a replica silent past the speculative read timeout gets the
-    next one asked too (first answer wins). Entries no replica serves in bulk go through
-    :class:`ReadEntryOp` so the caller gets that entry's precise error."""
+    """Read ``count`` entries ``first``, ``first + stride``, ... from bookies that each hold all of
+    them (stride 1 when E == Qw; E for one residue of a striped segment), with ReadEntries calls.
+    Starts at replica ``first_replica``; a short answer (byte limit) continues on the same replica,
+    a failure or a corrupt body moves to the next replica from the first entry not yet served, and
+    a replica silent past the speculative read timeout gets the next one asked too (first answer
+    wins). Entries no replica serves in bulk go through :class:`ReadEntryOp` so the caller gets
+    that entry's precise error."""
 
     def __init__(
         self,
@@ -202,25 +220,33 @@ class ReadChunkOp:
         count: int,
         replicas: Sequence[str],
         first_replica: int,
+        stride: int = 1,
     ) -> None:
         self._ctx = ctx
         self._digest = digest
         self._ledger_id = ledger_id
         self._first = first
         self._count = count
+        self._stride = stride
         self._replicas = tuple(replicas[first_replica:]) + tuple(replicas[:first_replica])
 
-    async def run(self) -> list[LedgerEntry]:
+    async def run(self) -> Served:
         out: list[LedgerEntry] = []
+        stride = self._stride
         replica = 0
         while len(out) < self._count and replica < len(self._replicas):
-            entries, replica = await self._read_from(self._first + len(out), replica)
+            entries, replica = await self._read_from(self._first + len(out) * stride, replica)
             out += entries
         while len(out) < self._count:  # per entry, with every replica and speculative reads
-            entry_id = self._first + len(out)
-            read = await ReadEntryOp(self._ctx, self._digest, self._ledger_id, entry_id, self._replicas).run()
+            entry_id = self._first + len(out) * stride
+            try:
+                read = await ReadEntryOp(
+                    self._ctx, self._digest, self._ledger_id, entry_id, self._replicas
+                ).run()
+            except BKError as exc:
+                return Served(out, exc)
             out.append(read.entry)
-        return out
+        return Served(out)
 
     async def _read_from(self, first_id: int, replica: int) -> tuple[list[LedgerEntry], int]:
         """Entries from ``first_id`` in one ReadEntries call to replica ``replica``, or to the
@@ -249,21 +275,23 @@ class ReadChunkOp:
         (a corrupt one ends the list there)."""
         config = self._ctx.config
         ledger_id = self._ledger_id
-        end = self._first + self._count  # exclusive
+        stride = self._stride
+        wanted = self._count - (first_id - self._first) // stride
         bodies = await self._ctx.bookie(bookie_id).read_entries(
             ledger_id,
             first_id,
-            min(end - first_id, config.read_batch_max_entries),
+            min(wanted, config.read_batch_max_entries),
             config.read_batch_max_bytes,
+            stride=stride,
             timeout=config.read_entry_timeout_s,
         )
         verify = self._digest.verify_entry
         entries: list[LedgerEntry] = []
         entry_id = first_id
         try:
-            for body in bodies[: end - first_id]:
+            for body in bodies[:wanted]:  # a bookie may hold entries past the range's end
                 entries.append(LedgerEntry(ledger_id, entry_id, verify(entry_id, body).payload))
-                entry_id += 1
+                entry_id += stride
         except DigestMismatchError as exc:
             log.warning("bookie %s returned a corrupt copy: %s", bookie_id, exc)
             return entries, False
@@ -273,7 +301,8 @@ class ReadChunkOp:
 class ReadRangeOp:
     """Entries ``first .. last`` (inclusive) in order, with bounded reads in flight.
 
-    ``batched`` allows ReadEntries when a segment's ensemble equals the write quorum."""
+    ``batched`` allows ReadEntries calls (chunks, or strided blocks for a striped segment); without
+    it every entry is read on its own."""
 
     def __init__(
         self,
@@ -296,45 +325,78 @@ class ReadRangeOp:
 
     async def entries(self) -> AsyncGenerator[LedgerEntry, None]:
         """The entries; stops at the first entry that cannot be read, raising its error."""
-        inflight: deque[asyncio.Task[list[LedgerEntry]]] = deque()
+        inflight: deque[asyncio.Task[Served]] = deque()
         next_id = self._first
         try:
             while True:
-                while next_id <= self._last and len(inflight) < self._window(next_id):
+                while next_id <= self._last and len(inflight) < self._window():
                     next_id, request = self._request_for(next_id)
                     inflight.append(asyncio.ensure_future(request))
                 if not inflight:
                     return
-                for entry in await inflight.popleft():
+                served = await inflight.popleft()
+                for entry in served.entries:
                     yield entry
+                if served.error is not None:
+                    raise served.error
         finally:
             discard_tasks(inflight)
 
-    def _window(self, entry_id: int) -> int:
-        return _CHUNKS_IN_FLIGHT if self._uses_chunks(entry_id) else _READS_IN_FLIGHT
+    def _window(self) -> int:
+        return _CHUNKS_IN_FLIGHT if self._batched else _READS_IN_FLIGHT
 
-    def _uses_chunks(self, entry_id: int) -> bool:
-        md = self._metadata
-        return self._batched and md.write_quorum_size == len(md.ensemble_for(entry_id))
-
-    def _request_for(self, entry_id: int) -> tuple[int, Coroutine[Any, Any, list[LedgerEntry]]]:
+    def _request_for(self, entry_id: int) -> tuple[int, Coroutine[Any, Any, Served]]:
         """The next request starting at ``entry_id`` and the id just after it."""
         md = self._metadata
-        if self._uses_chunks(entry_id):
-            end = segment_end(md, entry_id)
-            last = self._last if end is None else min(end, self._last)
-            count = min(last - entry_id + 1, self._ctx.config.read_batch_max_entries)
-            replicas = write_set_bookies(md, entry_id)
-            first_replica = self._chunk_counter % len(replicas)  # spread chunks over the replicas
-            self._chunk_counter += 1
-            op = ReadChunkOp(
-                self._ctx, self._digest, self._ledger_id, entry_id, count, replicas, first_replica
+        if not self._batched:
+            single = ReadEntryOp(
+                self._ctx, self._digest, self._ledger_id, entry_id, write_set_bookies(md, entry_id)
             )
-            return entry_id + count, op.run()
-        single = ReadEntryOp(
-            self._ctx, self._digest, self._ledger_id, entry_id, write_set_bookies(md, entry_id)
+            return entry_id + 1, _single(single)
+        end = segment_end(md, entry_id)
+        last = self._last if end is None else min(end, self._last)
+        ensemble_size = len(md.ensemble_for(entry_id))
+        # a block: at most read_batch_max_entries entries, whether in one chunk or E strided ones
+        stride = 1 if md.write_quorum_size == ensemble_size else ensemble_size
+        per_chunk = max(1, self._ctx.config.read_batch_max_entries // stride)
+        count = min(last - entry_id + 1, per_chunk * stride)
+        chunks = [
+            self._chunk(entry_id + r, (count - r + stride - 1) // stride, stride)
+            for r in range(min(stride, count))
+        ]
+        if len(chunks) == 1:
+            return entry_id + count, chunks[0].run()
+        return entry_id + count, _interleaved(chunks)
+
+    def _chunk(self, first: int, count: int, stride: int) -> ReadChunkOp:
+        replicas = write_set_bookies(self._metadata, first)
+        first_replica = self._chunk_counter % len(replicas)  # spread chunks over the replicas
+        self._chunk_counter += 1
+        return ReadChunkOp(
+            self._ctx, self._digest, self._ledger_id, first, count, replicas, first_replica, stride
         )
-        return entry_id + 1, _single(single)
+
+
+async def _interleaved(chunks: Sequence[ReadChunkOp]) -> Served:
+    """Run the strided chunks of one block together (chunk ``r`` holds entries ``r``, ``r + E``,
+    ... of the block) and put their entries back in entry order, up to the first one missing."""
+    tasks = [asyncio.ensure_future(chunk.run()) for chunk in chunks]
+    try:
+        results = [await task for task in tasks]
+    finally:
+        discard_tasks(tasks)
+    stride = len(results)
+    out: list[LedgerEntry] = []
+    index = 0
+    while True:
+        served = results[index % stride]
+        k = index // stride
+        if k >= len(served.entries):
+            # every chunk ends where its entries run out; a shorter one either reached the end
+            # of the block (no error) or stopped at this entry (its error)
+            return Served(out, served.error)
+        out.append(served.entries[k])
+        index += 1
 
 
 async def race_replicas(
@@ -399,5 +461,8 @@ def _collect(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-async def _single(op: ReadEntryOp) -> list[LedgerEntry]:
-    return [(await op.run()).entry]
+async def _single(op: ReadEntryOp) -> Served:
+    try:
+        return Served([(await op.run()).entry])
+    except BKError as exc:
+        return Served([], exc)

@@ -57,7 +57,73 @@ async def test_striped_range_reads_every_entry_in_order() -> None:
     entries = await collect(rh.read(0, 49))
     assert [e.entry_id for e in entries] == list(range(50))
     assert all(e.data == payload(e.entry_id) and e.ledger_id == LEDGER for e in entries)
-    assert not any(b.batch_reads for b in ctx.bookies.values())  # E != Qw: no bookie has them all
+
+
+@pytest.mark.parametrize(("bookies", "qw", "first", "last"), [(3, 2, 0, 2999), (5, 3, 7, 1234), (4, 2, 5, 6)])
+async def test_striped_ranges_are_read_in_strided_batches_from_every_bookie(
+    bookies: int, qw: int, first: int, last: int
+) -> None:
+    """E > Qw: each bookie holds Qw of every E entries, so a block is read as E strided chunks
+    (one per residue modulo E, each from a replica of that residue) and interleaved back."""
+    ctx = make_cluster(bookies, read_batch_max_entries=100)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), qw, qw))
+    writer.write(last + 10)
+    rh = handle(ctx, closed(writer))
+    entries = await collect(rh.read(first, last))
+    assert [e.entry_id for e in entries] == list(range(first, last + 1))
+    assert [e.data for e in entries] == [payload(i) for i in range(first, last + 1)]
+    calls = [b for bookie in ctx.bookies.values() for b in bookie.batch_strides]
+    assert calls and set(calls) == {bookies}  # every call strided by E
+    assert not any(b.reads for b in ctx.bookies.values())  # no entry read on its own
+    if last - first > 1000:
+        assert all(b.batch_reads for b in ctx.bookies.values())  # the load is spread
+        assert max(n for b in ctx.bookies.values() for _, _, n in b.batch_reads) <= 100 // bookies
+
+
+async def test_striped_batch_falls_back_per_residue_and_stops_at_the_unreadable_entry() -> None:
+    ctx = make_cluster(3, read_batch_max_entries=60, read_batch_max_bytes=200)  # short answers too
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(300)
+    down, corrupt = write_set_bookies(writer.metadata, 100)
+    ctx.bookies[down].down = True
+    ctx.bookies[corrupt].corrupt.add((LEDGER, 100))
+    rh = handle(ctx, closed(writer))
+    got: list[int] = []
+    with pytest.raises(DigestMismatchError):
+        async for entry in rh.read(0, 299):
+            got.append(entry.entry_id)
+    assert got == list(range(100))  # every entry before the unreadable one, in order
+    ctx.bookies[down].down = False
+    entries = await collect(rh.read(0, 299))
+    assert [e.data for e in entries] == [payload(i) for i in range(300)]
+
+
+async def test_a_missing_entry_ends_a_striped_read_with_no_such_entry() -> None:
+    ctx = make_cluster(3, read_batch_max_entries=30)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    writer.write(100)
+    for bookie_id in write_set_bookies(writer.metadata, 41):
+        del ctx.bookies[bookie_id].entries[LEDGER][41]
+    rh = handle(ctx, closed(writer))
+    got: list[int] = []
+    with pytest.raises(NoSuchEntryError):
+        async for entry in rh.read(0, 99):
+            got.append(entry.entry_id)
+    assert got == list(range(41))
+
+
+async def test_striped_blocks_do_not_cross_segments() -> None:
+    ctx = make_cluster(6)
+    ids = list(ctx.bookies)
+    segments = (Segment(0, tuple(ids[:3])), Segment(20, tuple(ids[3:])))
+    writer = Writer(ctx, make_metadata(ids[:3], 2, 2, segments=segments))
+    writer.write(50)
+    rh = handle(ctx, closed(writer))
+    entries = await collect(rh.read(3, 44))
+    assert [e.data for e in entries] == [payload(i) for i in range(3, 45)]
+    for bookie_id in ids[:3]:  # the first ensemble is never asked past entry 19
+        assert all(first + 3 * (n - 1) <= 19 for _, first, n in ctx.bookies[bookie_id].batch_reads)
+    assert all(first >= 20 for b in ids[3:] for _, first, _ in ctx.bookies[b].batch_reads)
 
 
 async def test_full_replication_uses_batched_reads_spread_over_replicas() -> None:
@@ -123,6 +189,9 @@ async def test_corrupt_copy_is_detected_and_served_by_another_replica() -> None:
     rh = handle(ctx, closed(writer))
     entries = await collect(rh.read(0, 9))
     assert entries[4].data == payload(4)
+    assert (LEDGER, 4) not in ctx.bookies[first_replica].reads
+    entry = await rh.read_entry(4)
+    assert entry.data == payload(4)
     assert (LEDGER, 4) in ctx.bookies[first_replica].reads  # it was asked, and rejected
 
 

@@ -41,7 +41,8 @@ class MemoryBookie:
         self.gate.set()
         self.corrupt: set[tuple[int, int]] = set()
         self.reads: list[tuple[int, int]] = []
-        self.batch_reads: list[tuple[int, int, int]] = []
+        self.batch_reads: list[tuple[int, int, int]] = []  # (ledger, first, max_count)
+        self.batch_strides: list[int] = []  # the stride of each of batch_reads
         self.stride_polls: list[tuple[int, int, int]] = []  # (ledger, first, stride)
         self.recovery_adds: list[tuple[int, int]] = []
         self.fence_reads = 0
@@ -138,6 +139,7 @@ class MemoryBookie:
     ) -> list[bytes]:
         await self._enter()
         self.batch_reads.append((ledger_id, first, max_count))
+        self.batch_strides.append(stride)
         out = [self._body(ledger_id, first)]
         size = len(out[0])
         entry_id = first + stride
