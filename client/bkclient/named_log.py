@@ -12,7 +12,8 @@ The parallel-ingestion protocol (the Spark sink's, usable without Spark):
    which deletes every ledger of the write.
 
 Readers see a log only as committed segments, all of them closed ledgers, so a reader never sees
-a partial write.
+a partial write. :meth:`NamedLogs.truncate` applies retention: the oldest commits leave the log
+and their ledgers are deleted.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from bkmeta.log_retention import Retention, Truncation, apply_retention
 from bkmeta.model import DigestType
 from bkmeta.named_log import (
     LOG_NAME_KEY,
@@ -140,6 +142,14 @@ class NamedLogs:
     async def pending(self, name: str) -> dict[int, PendingLedger]:
         """Ledgers registered to writes not committed yet (or whose writer died)."""
         return await self.store.pending(name)
+
+    async def truncate(
+        self, name: str, *, keep_commits: int | None = None, max_age_s: float | None = None
+    ) -> Truncation:
+        """Retention: remove the commits older than ``max_age_s`` or not among the newest
+        ``keep_commits`` (whole writes, oldest first) and delete their ledgers."""
+        retention = Retention(keep_commits, max_age_s)
+        return await apply_retention(self.store, self._bk.ctx.ledger_manager, name, retention)
 
     async def open_segment(
         self, name: str, write_id: str, task: int, options: SegmentOptions | None = None

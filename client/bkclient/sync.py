@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from bkmeta.log_retention import Truncation
 from bkmeta.model import DigestType, LedgerMetadata, Versioned
 from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, PendingLedger
 from bkproto.errors import BKError
@@ -396,6 +397,11 @@ class NamedLogs:
 
     def pending(self, name: str) -> dict[int, PendingLedger]:
         return self._runner.run(self._logs.pending(name))
+
+    def truncate(
+        self, name: str, *, keep_commits: int | None = None, max_age_s: float | None = None
+    ) -> Truncation:
+        return self._runner.run(self._logs.truncate(name, keep_commits=keep_commits, max_age_s=max_age_s))
 
     def open_segment(
         self, name: str, write_id: str, task: int, options: aio_log.SegmentOptions | None = None

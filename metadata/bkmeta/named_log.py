@@ -89,13 +89,19 @@ class LogCommit:
     node: str  # <seq>-<write id>
     write_id: str
     segments: tuple[LogSegment, ...]
+    created_ms: int = field(default=0, compare=False)  # the commit znode's ctime (0: not read)
+
+    @property
+    def seq(self) -> int:
+        """The commit's number in its log: commits are numbered in the order they were made."""
+        return int(self.node.partition("-")[0])
 
     def to_bytes(self) -> bytes:
         rows = [{k: v for k, v in asdict(s).items() if k != "write_id"} for s in self.segments]
         return json.dumps({"write_id": self.write_id, "segments": rows}, sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, node: str, data: bytes, where: str) -> LogCommit:
+    def from_bytes(cls, node: str, data: bytes, where: str, created_ms: int = 0) -> LogCommit:
         try:
             raw = json.loads(data)
             write_id = str(raw["write_id"])
@@ -105,7 +111,7 @@ class LogCommit:
             )
         except (ValueError, KeyError, TypeError) as e:
             raise MetadataStoreError(f"unreadable log commit at {where}: {e}") from e
-        return cls(node, write_id, segments)
+        return cls(node, write_id, segments, created_ms)
 
 
 @dataclass
@@ -230,7 +236,7 @@ class LogStore:
             children = sorted(await self._zk.get_children(base))
             found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
             if all(got is not None for got in found):
-                return [LogCommit.from_bytes(c, got[0], f"{base}/{c}")
+                return [LogCommit.from_bytes(c, got[0], f"{base}/{c}", got[1].ctime)
                         for c, got in zip(children, found, strict=True) if got is not None]
         raise MetadataVersionError(f"log {name!r} kept changing while it was read ({_READ_ATTEMPTS} tries)")
 
@@ -319,6 +325,49 @@ class LogStore:
         raise MetadataVersionError(
             f"log {name!r}: commit lost to concurrent commits {_COMMIT_ATTEMPTS} times in a row"
         )
+
+    async def truncate(self, name: str, before_seq: int) -> tuple[LogCommit, ...]:
+        """Remove every commit numbered below ``before_seq``: retention, the oldest writes first.
+        Each transaction also rewrites the log znode at the version read. So a commit or an
+        overwrite that read the log before it retries (its own rewrite fails), rather than
+        finding a commit it meant to replace gone and taking that for an aborted write. Each
+        stays under the ZooKeeper request limit (a long log takes several). Returns the commits
+        removed: their ledgers are garbage, for the caller to delete. A reader that listed them
+        before may then fail on a deleted ledger, as it may while a log is overwritten."""
+        path = self.path(name)
+        base = self._commits(name)
+        removed: list[LogCommit] = []
+        failures = 0
+        while True:
+            data, stat = await self._zk.get(path)
+            doomed = [c for c in await self.commits(name) if c.seq < before_seq]
+            if not doomed:
+                return tuple(removed)
+            batch: list[LogCommit] = []
+            size = len(path) + len(data) + 16
+            for commit in doomed:
+                size += len(base) + len(commit.node) + 17
+                if batch and size > MAX_COMMIT_BYTES:
+                    break
+                batch.append(commit)
+            ops = [("set", path, data, stat.version)]
+            ops += [("delete", f"{base}/{c.node}", b"", -1) for c in batch]
+            try:
+                await self._zk.multi(ops)
+            except (MetadataVersionError, ZkNoNodeError, MetadataStoreError) as e:
+                failures += 1
+                if failures >= _COMMIT_ATTEMPTS:
+                    raise
+                if isinstance(e, MetadataStoreError):
+                    # A reply lost to a connection drop: the request may have been applied.
+                    # Whatever of the batch is gone now left the log, by us or by an overwrite
+                    # (whose ledgers are garbage too), so its ledgers go either way.
+                    await self._zk.sync(path)
+                    removed += [c for c in batch if await self._zk.exists(f"{base}/{c.node}") is None]
+                else:  # not applied: a commit, overwrite or truncation came in between
+                    await asyncio.sleep(random.uniform(0, min(0.5, 0.005 * 2**failures)))
+                continue
+            removed += batch
 
     async def _landed(self, name: str, tried: dict[str, tuple[LogSegment, ...]]) -> str | None:
         # After a reconnect the server may lag behind the one that took our request: catch up.

@@ -53,6 +53,7 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_readlogmetadata",
     "pybk.shell.cmd_listlogs",
     "pybk.shell.cmd_loggc",
+    "pybk.shell.cmd_logtruncate",
 )
 
 EXIT_ZK_UNREACHABLE = 3
