@@ -319,9 +319,9 @@ class DbLedgerStorage:
             n = len(self.dirs)
             for ledger in half.sorted_ledgers():
                 per_dir[ledger[0] % n].append(ledger)
-            done_bytes = 0
+            done_work = 0.0
             for directory, ledgers in zip(self.dirs, per_dir, strict=True):
-                done_bytes = directory.flush_ledgers(ledgers, pacer, done_bytes)
+                done_work = directory.flush_ledgers(ledgers, pacer, done_work)
                 flushed.extend(ledger_id for ledger_id, _ in ledgers)
             roots = [d.root for d in self.dirs]
             for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
-from .flush_pacer import FLUSH_SLICE_ENTRIES, FlushPacer
+from .flush_pacer import FLUSH_SLICE_ENTRIES, INDEX_WORK_PER_BYTE, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage
 from .log_garbage import EntryLogGarbage
@@ -141,44 +141,48 @@ class LedgerDirectory:
         self.garbage = EntryLogGarbage(self)
 
     def flush_ledgers(
-        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int = 0
-    ) -> int:
+        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_work: float = 0.0
+    ) -> float:
         """Append each ledger's entries in id order, fsync the log, then index them and sync the
         index (the index never points at bytes that are not on disk). Both steps go slice by
-        slice, ``pacer`` pausing between slices. ``done_bytes`` counts what this flush already
-        wrote in other directories; returns it plus what this one wrote."""
+        slice, ``pacer`` pausing between slices. ``done_work`` counts what this flush already
+        did in other directories (see ``FlushPacer``); returns it plus what this one did."""
         with self.lock:
-            return self._flush_ledgers(ledgers, pacer, done_bytes)
+            return self._flush_ledgers(ledgers, pacer, done_work)
 
     def _flush_ledgers(
-        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int
-    ) -> int:
+        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_work: float
+    ) -> float:
         start = self.entry_logger.position()
+        before = done_work
         try:
-            keys, locations, done_bytes = self._append(ledgers, pacer, done_bytes)
+            keys, locations, done_work = self._append(ledgers, pacer, done_work)
             if keys:
                 self.entry_logger.sync()
         except Exception:
             self.entry_logger.rewind(start)  # nothing points at those bytes yet
             raise
+        # the appended bytes, spread evenly over the keys: the schedule's share of each slice
+        per_key = (done_work - before) * INDEX_WORK_PER_BYTE / max(1, len(keys))
         try:
             for first in range(0, len(keys), FLUSH_SLICE_ENTRIES):
                 began = time.perf_counter()
-                end = first + FLUSH_SLICE_ENTRIES
+                end = min(first + FLUSH_SLICE_ENTRIES, len(keys))
                 self.locations.add_batch(keys[first:end], locations[first:end])
+                done_work += (end - first) * per_key
                 if end < len(keys):
-                    pacer.pause(began, done_bytes)
+                    pacer.pause(began, done_work)
             self.locations.sync()
             self.ledgers.sync()
         except Exception as exc:
             raise IndexWriteError(f"index of {self.root}: {exc}") from exc
-        return done_bytes
+        return done_work
 
     def _append(
-        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_bytes: int
-    ) -> tuple[list[bytes], list[bytes], int]:
+        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_work: float
+    ) -> tuple[list[bytes], list[bytes], float]:
         """Each ledger's entries into the entry log, slice by slice; their index keys and
-        locations, and ``done_bytes`` plus what was written."""
+        locations, and ``done_work`` plus the bytes written."""
         keys: list[bytes] = []
         locations: list[bytes] = []
         since_pause = 0
@@ -192,13 +196,13 @@ class LedgerDirectory:
                 more_keys, more_locations = self.entry_logger.append(ledger_id, chunk, entries)
                 keys += more_keys
                 locations += more_locations
-                done_bytes += sum(len(entries[entry_id]) for entry_id in chunk)
+                done_work += sum(len(entries[entry_id]) for entry_id in chunk)
                 since_pause += len(chunk)
                 if since_pause >= FLUSH_SLICE_ENTRIES:  # many small ledgers pause like one big one
-                    pacer.pause(began, done_bytes)
+                    pacer.pause(began, done_work)
                     since_pause = 0
                     began = time.perf_counter()
-        return keys, locations, done_bytes
+        return keys, locations, done_work
 
     # ---- garbage collection ------------------------------------------------------------------
 

@@ -6,38 +6,64 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 from tests.unit.server.storage_helpers import add_all, add_op, make_config
 
 from bookie.bookie import Bookie
 from bookie.storage.flush_pacer import FlushPacer
+from bookie.storage.indexes import LedgerRecord
 from bookie.storage.kv import MemoryKeyValueStorage
+from bookie.storage.ledger_directory import LedgerDirectory
 
 
-def _flush(pacer: FlushPacer, slices: int, total: int, after_slice: int = -1) -> float:
-    """Run ``slices`` empty slices of ``total / slices`` bytes; return the seconds it took."""
+def _flush(pacer: FlushPacer, slices: int, after_slice: int = -1) -> float:
+    """Run ``slices`` empty slices of the pacer's work; return the seconds it took."""
     began = time.perf_counter()
     for i in range(1, slices + 1):
-        pacer.pause(time.perf_counter(), i * total // slices)
+        pacer.pause(time.perf_counter(), i * pacer.total_work / slices)
         if i == after_slice:
             pacer.hurry()
     return time.perf_counter() - began
 
 
 def test_paced_flush_is_spread_over_its_budget() -> None:
-    assert _flush(FlushPacer(1000, 0.4), 10, 1000) >= 0.35
+    assert _flush(FlushPacer(1000, 0.4), 10) >= 0.35
 
 
 def test_unpaced_or_hurried_flush_does_not_wait_for_the_schedule() -> None:
-    assert _flush(FlushPacer(1000, 0.0), 10, 1000) < 0.2
-    assert _flush(FlushPacer(1000, 30.0), 10, 1000, after_slice=1) < 5.0  # one slice on schedule
+    assert _flush(FlushPacer(1000, 0.0), 10) < 0.2
+    assert _flush(FlushPacer(1000, 30.0), 10, after_slice=1) < 5.0  # one slice on schedule
 
 
 def test_hurry_cuts_short_a_pause_under_way() -> None:
     """A small half that filled slowly gets a long schedule; a burst must not wait it out."""
     pacer = FlushPacer(1000, 120.0)
     threading.Timer(0.2, pacer.hurry).start()
-    assert _flush(pacer, 10, 1000) < 2.0
+    assert _flush(pacer, 10) < 2.0
+
+
+def test_indexing_is_part_of_the_schedule(tmp_path: Path) -> None:
+    """The RocksDB writes after the appends are paced too, not crammed in at the GIL floor at
+    the end of every flush: a whole half's appends and indexing make the whole schedule, and the
+    indexing alone takes its share of the budget."""
+    directory = LedgerDirectory(tmp_path, 1 << 30, lambda path, create=True: MemoryKeyValueStorage())
+    entries = {e: bytes(100) for e in range(2000)}
+    directory.ledgers.put(1, LedgerRecord(b"key"))
+    pacer = FlushPacer(100 * 2000, 0.5)
+    indexing = []
+    add_batch = directory.locations.add_batch
+
+    def timed_add_batch(keys: list[bytes], locations: list[bytes]) -> None:
+        indexing.append(time.perf_counter())
+        add_batch(keys, locations)
+
+    directory.locations.add_batch = timed_add_batch  # type: ignore[method-assign]
+    began = time.perf_counter()
+    assert directory.flush_ledgers([(1, entries)], pacer) == pytest.approx(pacer.total_work)
+    assert time.perf_counter() - began >= 0.45
+    assert indexing[-1] - indexing[0] >= 0.06  # about a fifth of the budget, not a burst
+    directory.close()
 
 
 async def test_a_half_filling_up_swaps_without_counting_a_throttled_add(tmp_path: Path) -> None:
