@@ -31,6 +31,7 @@ echo "== bench writes (max)";         MAX=$($PYBK bench writes --zk $ZK --time 1
 HALF=${1:-$(echo "$MAX" | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["throughput_eps"] / 2))')}
 echo "== bench writes --rate $HALF";  $PYBK bench writes --zk $ZK --time 10 --rate "$HALF" --json
 echo "== bench reads";                $PYBK bench reads --zk $ZK --entries 100000 --json
+echo "== bench reads (striped, E3 Qw2)"; $PYBK bench reads --zk $ZK --entries 100000 -w 2 --json
 echo "== bench tail";                 $PYBK bench tail --zk $ZK --rate 1000 --time 10 --json
 echo "== bench metadata";             $PYBK bench metadata --zk $ZK --ops 5000 --concurrency 64 --json
 speed
