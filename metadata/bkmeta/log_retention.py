@@ -32,7 +32,9 @@ class Retention:
     """What a log keeps; at least one limit. A commit breaching either one goes."""
 
     keep_commits: int | None = None  # the newest commits kept (0: none)
-    max_age_s: float | None = None  # commits older than this go
+    # commits older than this go: a commit's time is ZooKeeper's (its znode's ctime), "now" is
+    # the caller's clock, so a skew between the two moves the cut by as much
+    max_age_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.keep_commits is None and self.max_age_s is None:

@@ -385,6 +385,8 @@ async def _interleaved(chunks: Sequence[ReadChunkOp]) -> Served:
         results = [await task for task in tasks]
     finally:
         discard_tasks(tasks)
+    # Fewer chunks than E only when the block is shorter than E: each then holds one entry, and
+    # taking them in turn is still entry order.
     stride = len(results)
     out: list[LedgerEntry] = []
     index = 0
