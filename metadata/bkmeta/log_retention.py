@@ -7,7 +7,7 @@ transaction, stops fitting ZooKeeper's request limit after some ten thousand com
 than ``max_age_s``, or not among the newest ``keep_commits``. Whole commits only: a write's
 ledgers stay or go together, so a reader never sees part of a write.
 
-The commits leave the log first (:meth:`LogStore.truncate`), then their ledgers are deleted. A
+The commits leave the log first (:meth:`LogStore.truncate_batches`), then their ledgers are deleted. A
 ledger whose deletion fails is left *untracked* (tagged with the log, in no commit), which
 ``pybk shell loggc`` deletes later.
 """
@@ -80,28 +80,37 @@ async def apply_retention(
     *,
     dry_run: bool = False,
     now_s: float | None = None,
+    up_to_seq: int | None = None,
 ) -> Truncation:
     """Remove the commits ``retention`` expires from log ``name`` and delete their ledgers.
-    With ``dry_run``, only say which commits would go."""
+    With ``dry_run``, only say which commits would go. ``up_to_seq`` caps the cut: no commit
+    numbered above it goes (the last commit of a plan an operator confirmed: by the time they
+    answer, more commits may have aged past the limit, or new ones pushed old ones out)."""
     now_ms = (time.time() if now_s is None else now_s) * 1000.0
     expired = retention.expired(await store.commits(name), now_ms)
+    if up_to_seq is not None:
+        expired = [c for c in expired if c.seq <= up_to_seq]
     if dry_run or not expired:
         return Truncation(tuple(expired), (), ())
     # Truncate by sequence number, not by the list: a commit made since the read is newer, so
-    # it is never removed by a retention decided before it existed.
-    removed = await store.truncate(name, expired[-1].seq + 1)
+    # it is never removed by a retention decided before it existed. Ledgers are deleted batch by
+    # batch, as their commits leave the log: if a later transaction gives up (ZooKeeper gone,
+    # or a log too busy), the error comes with every removed commit's ledgers already deleted.
+    removed: list[LogCommit] = []
     deleted: list[int] = []
     left: list[int] = []
-    for ledger_id in (seg.ledger_id for c in removed for seg in c.segments):
-        if left:
-            left.append(ledger_id)
-            continue
-        try:
-            with contextlib.suppress(NoSuchLedgerError):
-                await ledgers.remove_ledger_metadata(ledger_id)
-            deleted.append(ledger_id)
-        except BKError as e:
-            log.warning("log %s: deleting truncated ledger %d failed (loggc deletes the rest): %s",
-                        name, ledger_id, e)
-            left.append(ledger_id)
-    return Truncation(removed, tuple(deleted), tuple(left))
+    async for batch in store.truncate_batches(name, expired[-1].seq + 1):
+        removed += batch
+        for ledger_id in (seg.ledger_id for c in batch for seg in c.segments):
+            if left:
+                left.append(ledger_id)
+                continue
+            try:
+                with contextlib.suppress(NoSuchLedgerError):
+                    await ledgers.remove_ledger_metadata(ledger_id)
+                deleted.append(ledger_id)
+            except BKError as e:
+                log.warning("log %s: deleting truncated ledger %d failed (loggc deletes the rest): %s",
+                            name, ledger_id, e)
+                left.append(ledger_id)
+    return Truncation(tuple(removed), tuple(deleted), tuple(left))

@@ -29,7 +29,7 @@ import contextlib
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -327,22 +327,30 @@ class LogStore:
         )
 
     async def truncate(self, name: str, before_seq: int) -> tuple[LogCommit, ...]:
+        """Remove every commit numbered below ``before_seq``; returns the commits removed. Their
+        ledgers are garbage, for the caller to delete (see :meth:`truncate_batches`)."""
+        return tuple([c async for batch in self.truncate_batches(name, before_seq) for c in batch])
+
+    async def truncate_batches(self, name: str, before_seq: int) -> AsyncIterator[tuple[LogCommit, ...]]:
         """Remove every commit numbered below ``before_seq``: retention, the oldest writes first.
+        Yields the commits removed, one transaction at a time, so a caller that deletes their
+        ledgers as they come has deleted every removed commit's ledgers even if a later
+        transaction gives up.
+
         Each transaction also rewrites the log znode at the version read. So a commit or an
         overwrite that read the log before it retries (its own rewrite fails), rather than
         finding a commit it meant to replace gone and taking that for an aborted write. Each
-        stays under the ZooKeeper request limit (a long log takes several). Returns the commits
-        removed: their ledgers are garbage, for the caller to delete. A reader that listed them
-        before may then fail on a deleted ledger, as it may while a log is overwritten."""
+        stays under the ZooKeeper request limit (a long log takes several). A reader that listed
+        the removed commits before may then fail on a deleted ledger, as it may while a log is
+        overwritten."""
         path = self.path(name)
         base = self._commits(name)
-        removed: list[LogCommit] = []
         failures = 0
         while True:
             data, stat = await self._zk.get(path)
             doomed = [c for c in await self.commits(name) if c.seq < before_seq]
             if not doomed:
-                return tuple(removed)
+                return
             batch: list[LogCommit] = []
             size = len(path) + len(data) + 16
             for commit in doomed:
@@ -354,20 +362,23 @@ class LogStore:
             ops += [("delete", f"{base}/{c.node}", b"", -1) for c in batch]
             try:
                 await self._zk.multi(ops)
-            except (MetadataVersionError, ZkNoNodeError, MetadataStoreError) as e:
+            except (MetadataVersionError, MetadataStoreError) as e:
+                # Either not applied (a commit, overwrite or truncation came in between), or
+                # applied with its reply lost: the client retries a call whose reply did not
+                # come, and the retry then fails on the version our first try moved. Whatever
+                # of the batch is gone now left the log, by us or by an overwrite (whose ledgers
+                # are garbage too), so its ledgers go either way.
+                await self._zk.sync(path)
+                gone = tuple([c for c in batch if await self._zk.exists(f"{base}/{c.node}") is None])
+                if gone:
+                    yield gone
                 failures += 1
                 if failures >= _COMMIT_ATTEMPTS:
                     raise
-                if isinstance(e, MetadataStoreError):
-                    # A reply lost to a connection drop: the request may have been applied.
-                    # Whatever of the batch is gone now left the log, by us or by an overwrite
-                    # (whose ledgers are garbage too), so its ledgers go either way.
-                    await self._zk.sync(path)
-                    removed += [c for c in batch if await self._zk.exists(f"{base}/{c.node}") is None]
-                else:  # not applied: a commit, overwrite or truncation came in between
+                if isinstance(e, MetadataVersionError) and not gone:
                     await asyncio.sleep(random.uniform(0, min(0.5, 0.005 * 2**failures)))
                 continue
-            removed += batch
+            yield tuple(batch)
 
     async def _landed(self, name: str, tried: dict[str, tuple[LogSegment, ...]]) -> str | None:
         # After a reconnect the server may lag behind the one that took our request: catch up.

@@ -11,7 +11,7 @@ import pytest
 from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
 from tests.integration.test_named_log import shell
 
-from bkclient import IncorrectParameterError, NoSuchLedgerError
+from bkclient import IncorrectParameterError, MetadataVersionError, NoSuchLedgerError
 from bkclient.bookkeeper import BookKeeper
 from bkclient.named_log import NamedLogs
 from bkmeta import named_log
@@ -106,6 +106,32 @@ async def test_a_long_log_is_truncated_in_several_transactions_without_losing_ne
     assert sorted(c.seq for c in removed) == list(range(25))
     assert multis >= 5 + 4  # the truncation took several transactions (plus the 4 commits)
     assert [c.seq for c in await store.commits("long")] == list(range(25, 34))
+
+
+async def test_a_truncation_whose_reply_was_lost_still_deletes_its_ledgers(
+    client_cluster: ClientCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ZooKeeper client retries a call whose reply did not come; the retry of an applied
+    truncation then fails on the log version the first try moved. Those commits are gone all
+    the same, so their ledgers must be deleted, not left untracked without a word."""
+    bk = await client_cluster.client()
+    logs = NamedLogs(bk)
+    zk = logs.store._zk
+    written = await commit_writes(logs, "lost", 0, 3, tasks=1)
+    real_multi = zk.multi
+
+    async def applied_then_retry_refused(ops: list[tuple[str, str, bytes, int]]) -> None:
+        await real_multi(ops)
+        if any(kind == "delete" and "/commits/" in path for kind, path, _, _ in ops):
+            raise MetadataVersionError("multi set /pybk/logs/lost: znode version changed")
+
+    monkeypatch.setattr(zk, "multi", applied_then_retry_refused)
+    gone = await logs.truncate("lost", keep_commits=1)
+    monkeypatch.undo()
+    assert [c.write_id for c in gone.removed] == ["w0", "w1"]
+    assert sorted(gone.deleted) == sorted(written[0] + written[1]) and gone.left == ()
+    await assert_deleted(bk, list(gone.deleted))
+    assert await entries(logs, "lost") == [b"2/0"]
 
 
 async def test_an_overwrite_racing_a_truncation_wins_cleanly(client_cluster: ClientCluster) -> None:

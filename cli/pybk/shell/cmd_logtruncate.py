@@ -58,8 +58,11 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         ({"log": args.log, "found": found, "removed": [], "deleted": [], "left": []}, "nothing removed"),
     )) is not None:
         return exit_code
-    # Decided again from a fresh read: commits made since the plan are newer, so never removed.
-    done = await apply_retention(store, meta.ledger_manager, args.log, retention)
+    # Decided again from a fresh read (a commit the plan listed may be gone by now), but never
+    # past the plan the operator saw: commits made or aged since then stay.
+    done = await apply_retention(
+        store, meta.ledger_manager, args.log, retention, up_to_seq=plan.removed[-1].seq
+    )
     removed = _summary(done.removed)
     ctx.emit(
         {"log": args.log, "found": found, "removed": removed["commits"], "deleted": list(done.deleted),

@@ -3,13 +3,19 @@ removed commits when deleting one fails (left untracked for loggc, not retried b
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from bkmeta.log_retention import Retention, apply_retention
 from bkmeta.named_log import LogCommit, LogSegment
-from bkproto.errors import IncorrectParameterError, MetadataStoreError, NoSuchLedgerError
+from bkproto.errors import (
+    IncorrectParameterError,
+    MetadataStoreError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
 
 
 def commit(seq: int, created_ms: int, ledgers: tuple[int, ...] = ()) -> LogCommit:
@@ -58,20 +64,29 @@ def test_bad_retention_is_refused_with_its_name(kwargs: dict[str, Any], match: s
 
 
 class Store:
-    """The two LogStore calls retention makes, over a list of commits."""
+    """The two LogStore calls retention makes, over a list of commits: ``per_batch`` commits
+    leave per transaction, and the transaction after ``give_up_after`` batches fails."""
 
-    def __init__(self, commits: list[LogCommit]) -> None:
+    def __init__(
+        self, commits: list[LogCommit], per_batch: int = 100, give_up_after: int | None = None
+    ) -> None:
         self.log = commits
         self.truncated_before: list[int] = []
+        self.per_batch = per_batch
+        self.give_up_after = give_up_after
 
     async def commits(self, name: str) -> list[LogCommit]:
         return list(self.log)
 
-    async def truncate(self, name: str, before_seq: int) -> tuple[LogCommit, ...]:
+    async def truncate_batches(self, name: str, before_seq: int) -> AsyncIterator[tuple[LogCommit, ...]]:
         self.truncated_before.append(before_seq)
-        gone = tuple(c for c in self.log if c.seq < before_seq)
-        self.log = [c for c in self.log if c.seq >= before_seq]
-        return gone
+        batches = 0
+        while doomed := [c for c in self.log if c.seq < before_seq][: self.per_batch]:
+            if batches == self.give_up_after:
+                raise MetadataVersionError("log: truncation lost to concurrent commits 30 times in a row")
+            self.log = self.log[len(doomed) :]
+            batches += 1
+            yield tuple(doomed)
 
 
 class Ledgers:
@@ -103,3 +118,26 @@ async def test_a_dry_run_removes_nothing() -> None:
     plan = await apply_retention(store, ledgers, "log", Retention(keep_commits=0), dry_run=True)  # type: ignore[arg-type]
     assert [c.seq for c in plan.removed] == [0, 1] and plan.deleted == ()
     assert store.truncated_before == [] and ledgers.removed == []
+
+
+async def test_a_truncation_that_gives_up_has_deleted_what_it_removed() -> None:
+    """A long log goes in several transactions; when a later one fails for good, the commits
+    already gone must not leave their ledgers behind untracked."""
+    store = Store([commit(n, 0, (10 + n,)) for n in range(5)], per_batch=2, give_up_after=1)
+    ledgers = Ledgers(set(), set())
+    with pytest.raises(MetadataVersionError):
+        await apply_retention(store, ledgers, "log", Retention(keep_commits=0), now_s=0)  # type: ignore[arg-type]
+    assert ledgers.removed == [10, 11]  # the first transaction's commits
+    assert [c.seq for c in store.log] == [2, 3, 4]
+
+
+async def test_a_confirmed_plan_caps_the_cut() -> None:
+    """What an operator confirmed is all that goes, even if more commits expired meanwhile."""
+    store = Store([commit(n, 1000 * n) for n in range(6)])
+    retention = Retention(max_age_s=2)
+    plan = await apply_retention(store, Ledgers(set(), set()), "log", retention, dry_run=True, now_s=4)  # type: ignore[arg-type]
+    assert [c.seq for c in plan.removed] == [0, 1]
+    done = await apply_retention(  # two seconds later: commits 2 and 3 have aged out too
+        store, Ledgers(set(), set()), "log", retention, now_s=6, up_to_seq=plan.removed[-1].seq  # type: ignore[arg-type]
+    )
+    assert [c.seq for c in done.removed] == [0, 1] and [c.seq for c in store.log] == [2, 3, 4, 5]
