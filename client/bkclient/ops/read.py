@@ -15,8 +15,11 @@ each (a gRPC call costs hundreds of microseconds on each side, an entry a few):
   ...; the bookies' ReadEntries ``stride``), each from one of its residue's replicas, and the
   answers are interleaved back into entry order. BookKeeper reads such ledgers an entry per call.
 
-Memory stays bounded: at most ``_CHUNKS_IN_FLIGHT`` chunks or blocks (each of at most
-``read_batch_max_entries`` entries) or ``_READS_IN_FLIGHT`` single entries wait.
+Memory stays bounded: at most ``_CHUNKS_IN_FLIGHT`` chunks or blocks or ``_READS_IN_FLIGHT``
+single entries wait. A chunk holds at most ``read_batch_max_entries`` entries and stops once it
+holds ``read_batch_max_bytes`` (after one ReadEntries answer, which the bookie caps at that many
+bytes): the range then reads the rest of its block before going on. So with entries of a MiB, a
+range read holds a few ReadEntries answers, not thousands of entries.
 """
 
 from __future__ import annotations
@@ -200,6 +203,8 @@ class Served:
 
     entries: list[LedgerEntry]
     error: BKError | None = None
+    # stopped at the byte limit with no error: the rest of the request is still to be read
+    short: bool = False
 
 
 class ReadChunkOp:
@@ -234,9 +239,14 @@ class ReadChunkOp:
         out: list[LedgerEntry] = []
         stride = self._stride
         replica = 0
+        max_bytes = self._ctx.config.read_batch_max_bytes
+        held = 0
         while len(out) < self._count and replica < len(self._replicas):
+            if held >= max_bytes:
+                return Served(out, short=True)
             entries, replica = await self._read_from(self._first + len(out) * stride, replica)
             out += entries
+            held += sum(len(entry.data) for entry in entries)
         while len(out) < self._count:  # per entry, with every replica and speculative reads
             entry_id = self._first + len(out) * stride
             try:
@@ -321,32 +331,40 @@ class ReadRangeOp:
         self._first = first
         self._last = last
         self._batched = batched
-        self._chunk_counter = 0
+        self._block_counter = 0
 
     async def entries(self) -> AsyncGenerator[LedgerEntry, None]:
         """The entries; stops at the first entry that cannot be read, raising its error."""
-        inflight: deque[asyncio.Task[Served]] = deque()
+        # each request with the ids it covers, so one cut short can be picked up where it stopped
+        inflight: deque[tuple[asyncio.Task[Served], int, int]] = deque()
         next_id = self._first
         try:
             while True:
                 while next_id <= self._last and len(inflight) < self._window():
-                    next_id, request = self._request_for(next_id)
-                    inflight.append(asyncio.ensure_future(request))
+                    first_id = next_id
+                    next_id, request = self._request_for(first_id, self._last)
+                    inflight.append((asyncio.ensure_future(request), first_id, next_id - 1))
                 if not inflight:
                     return
-                served = await inflight.popleft()
+                task, first_id, last_id = inflight.popleft()
+                served = await task
                 for entry in served.entries:
                     yield entry
                 if served.error is not None:
                     raise served.error
+                if served.short:  # the rest of this request comes before the next in flight
+                    resume = first_id + len(served.entries)
+                    end, request = self._request_for(resume, last_id)
+                    inflight.appendleft((asyncio.ensure_future(request), resume, end - 1))
         finally:
-            discard_tasks(inflight)
+            discard_tasks(task for task, _, _ in inflight)
 
     def _window(self) -> int:
         return _CHUNKS_IN_FLIGHT if self._batched else _READS_IN_FLIGHT
 
-    def _request_for(self, entry_id: int) -> tuple[int, Coroutine[Any, Any, Served]]:
-        """The next request starting at ``entry_id`` and the id just after it."""
+    def _request_for(self, entry_id: int, up_to: int) -> tuple[int, Coroutine[Any, Any, Served]]:
+        """The next request starting at ``entry_id`` (reading no further than ``up_to``) and
+        the id just after it."""
         md = self._metadata
         if not self._batched:
             single = ReadEntryOp(
@@ -354,27 +372,33 @@ class ReadRangeOp:
             )
             return entry_id + 1, _single(single)
         end = segment_end(md, entry_id)
-        last = self._last if end is None else min(end, self._last)
+        last = up_to if end is None else min(end, up_to)
         ensemble_size = len(md.ensemble_for(entry_id))
         # a block: at most read_batch_max_entries entries, whether in one chunk or E strided ones
         stride = 1 if md.write_quorum_size == ensemble_size else ensemble_size
         per_chunk = max(1, self._ctx.config.read_batch_max_entries // stride)
         count = min(last - entry_id + 1, per_chunk * stride)
+        # Every chunk of a block starts at the same position of its write set, and the next
+        # block at the next one: each residue's write set starts at a different bookie, so the
+        # chunks of a block go to E different bookies, and the blocks rotate over the replicas.
+        first_replica = self._block_counter % md.write_quorum_size
+        self._block_counter += 1
         chunks = [
-            self._chunk(entry_id + r, (count - r + stride - 1) // stride, stride)
+            ReadChunkOp(
+                self._ctx,
+                self._digest,
+                self._ledger_id,
+                entry_id + r,
+                (count - r + stride - 1) // stride,
+                write_set_bookies(md, entry_id + r),
+                first_replica,
+                stride,
+            )
             for r in range(min(stride, count))
         ]
         if len(chunks) == 1:
             return entry_id + count, chunks[0].run()
         return entry_id + count, _interleaved(chunks)
-
-    def _chunk(self, first: int, count: int, stride: int) -> ReadChunkOp:
-        replicas = write_set_bookies(self._metadata, first)
-        first_replica = self._chunk_counter % len(replicas)  # spread chunks over the replicas
-        self._chunk_counter += 1
-        return ReadChunkOp(
-            self._ctx, self._digest, self._ledger_id, first, count, replicas, first_replica, stride
-        )
 
 
 async def _interleaved(chunks: Sequence[ReadChunkOp]) -> Served:
@@ -394,9 +418,9 @@ async def _interleaved(chunks: Sequence[ReadChunkOp]) -> Served:
         served = results[index % stride]
         k = index // stride
         if k >= len(served.entries):
-            # every chunk ends where its entries run out; a shorter one either reached the end
-            # of the block (no error) or stopped at this entry (its error)
-            return Served(out, served.error)
+            # every chunk ends where its entries run out; a shorter one reached the end of the
+            # block, or stopped at this entry (its error), or at the byte limit before it
+            return Served(out, served.error, served.short)
         out.append(served.entries[k])
         index += 1
 

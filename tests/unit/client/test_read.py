@@ -59,7 +59,9 @@ async def test_striped_range_reads_every_entry_in_order() -> None:
     assert all(e.data == payload(e.entry_id) and e.ledger_id == LEDGER for e in entries)
 
 
-@pytest.mark.parametrize(("bookies", "qw", "first", "last"), [(3, 2, 0, 2999), (5, 3, 7, 1234), (4, 2, 5, 6)])
+@pytest.mark.parametrize(
+    ("bookies", "qw", "first", "last"), [(3, 2, 0, 2999), (5, 3, 7, 1234), (4, 2, 5, 6), (4, 2, 0, 2999)]
+)
 async def test_striped_ranges_are_read_in_strided_batches_from_every_bookie(
     bookies: int, qw: int, first: int, last: int
 ) -> None:
@@ -78,6 +80,35 @@ async def test_striped_ranges_are_read_in_strided_batches_from_every_bookie(
     if last - first > 1000:
         assert all(b.batch_reads for b in ctx.bookies.values())  # the load is spread
         assert max(n for b in ctx.bookies.values() for _, _, n in b.batch_reads) <= 100 // bookies
+
+
+@pytest.mark.parametrize("qw", [3, 2])
+async def test_a_range_read_holds_a_few_answers_not_its_whole_block(qw: int) -> None:
+    """Blocks are counted in entries (1000 by default); with big entries that would be gigabytes
+    in flight. A chunk stops once it holds read_batch_max_bytes, and the range reads the rest of
+    its block before going on."""
+    ctx = make_cluster(3, read_batch_max_entries=1000, read_batch_max_bytes=720)  # ~10 bodies a call
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), qw, 2))
+    writer.write(600)
+    served = 0
+    for bookie in ctx.bookies.values():
+        real = bookie.read_entries
+
+        async def counting(*args: object, _real: object = real, **kwargs: object) -> list[bytes]:
+            nonlocal served
+            bodies: list[bytes] = await _real(*args, **kwargs)  # type: ignore[operator]
+            served += len(bodies)
+            return bodies
+
+        bookie.read_entries = counting  # type: ignore[method-assign]
+    rh = handle(ctx, closed(writer))
+    ahead = []
+    got = []
+    async for entry in rh.read(0, 599):
+        got.append(entry.entry_id)
+        ahead.append(served - len(got))
+    assert got == list(range(600))
+    assert max(ahead) <= 100  # a few answers of ~10 entries per chunk in flight, not 600
 
 
 async def test_striped_batch_falls_back_per_residue_and_stops_at_the_unreadable_entry() -> None:
