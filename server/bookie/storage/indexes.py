@@ -151,7 +151,7 @@ class EntryLocationIndex:
         of a striped ledger (E > Qw) holds Qw of every E entries, and its read-ahead must cover
         the next ones it holds, as BookKeeper's does (it follows the entry log, not the ids)."""
         out: list[tuple[int, int, int, int]] = []
-        for key, value in self._kv.range(ENTRY_KEY.pack(ledger_id, first), LEDGER_KEY.pack(ledger_id + 1)):
+        for key, value in self._kv.range(ENTRY_KEY.pack(ledger_id, first), _ledger_span(ledger_id)[1]):
             entry = ENTRY_KEY.unpack(key)[1]
             if (not out and entry != first) or len(out) >= count:
                 break

@@ -12,6 +12,8 @@ from tests.unit.server.storage_helpers import add_all, add_op, body, make_bookie
 from bkproto.v1 import bookie_pb2
 from bookie.bookie import Bookie
 from bookie.errors import BookieError
+from bookie.storage.entry_logger import LOCATION
+from bookie.storage.indexes import ENTRY_KEY, EntryLocationIndex
 from bookie.storage.kv import KeyValueStorage, MemoryKeyValueStorage
 from bookie.storage.read_cache import ReadCache
 from bookie.storage.write_cache import WriteCache
@@ -138,3 +140,11 @@ async def test_read_ahead_skips_the_entries_a_striped_ledger_keeps_elsewhere(tmp
         assert strided == [body(4, e) for e in range(1, 300, 3)]
         with pytest.raises(BookieError):
             await bookie.read_entry(4, 2)  # never held: not read ahead from a neighbour either
+
+
+def test_read_ahead_lookup_works_for_the_largest_ledger_id() -> None:
+    """Read-ahead follows a ledger's keys up to the next ledger's; the largest id has none."""
+    index = EntryLocationIndex(MemoryKeyValueStorage())
+    last = (1 << 63) - 1
+    index.add_batch([ENTRY_KEY.pack(last, e) for e in (0, 2)], [LOCATION.pack(1, 8 * e, 8) for e in (0, 2)])
+    assert [e for e, *_ in index.following(last, 0, 10)] == [0, 2]
