@@ -219,6 +219,7 @@ KEYS: dict[str, Key] = {
     "journalBufferedWritesThreshold": Key(_int(1), "journal_buffered_writes_threshold"),
     "journalFlushWhenQueueEmpty": Key(_bool, "journal_flush_when_queue_empty"),
     "journalSyncData": Key(_bool, "journal_sync_data"),
+    "journalRemovePagesFromCache": Key(_bool, "journal_remove_pages_from_cache"),
     "journalPreAllocSizeMB": Key(_int(1), "journal_pre_alloc_size_mb"),
     "journalMaxSizeMB": Key(_int(1), "journal_max_size_mb"),
     "journalMaxBackups": Key(_int(0), "journal_max_backups"),

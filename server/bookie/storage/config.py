@@ -28,6 +28,8 @@ class StorageConfig:
     journal_flush_when_queue_empty: bool = False
     # journalSyncData (true): fdatasync before acknowledging
     journal_sync_data: bool = True
+    # journalRemovePagesFromCache (true): synced journal pages leave the OS page cache
+    journal_remove_pages_from_cache: bool = True
     # journalPreAllocSizeMB (16): journal files grow in zero-filled chunks of this size
     journal_pre_alloc_size_mb: int = 16
     # journalMaxSizeMB (2048): roll to a new journal file past this size

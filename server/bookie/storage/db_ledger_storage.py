@@ -66,6 +66,7 @@ class DbLedgerStorage:
                     buffered_writes_threshold=config.journal_buffered_writes_threshold,
                     flush_when_queue_empty=config.journal_flush_when_queue_empty,
                     sync_data=config.journal_sync_data,
+                    remove_pages_from_cache=config.journal_remove_pages_from_cache,
                     thread_name="bookie-journal" if count == 1 else f"bookie-journal-{index}",
                 ),
                 stats,

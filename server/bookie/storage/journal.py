@@ -69,6 +69,7 @@ class JournalSettings:
     buffered_writes_threshold: int
     flush_when_queue_empty: bool
     sync_data: bool
+    remove_pages_from_cache: bool = True
     thread_name: str = "bookie-journal"
 
 
@@ -303,7 +304,9 @@ class Journal:
         self.written_mark = LogMark(file.journal_id, file.append(data))
 
     def _open_file(self, journal_id: int) -> None:
-        self._file = JournalFile(self._s.directory, journal_id, self._s.pre_alloc_bytes)
+        self._file = JournalFile(
+            self._s.directory, journal_id, self._s.pre_alloc_bytes, self._s.remove_pages_from_cache
+        )
         self.written_mark = LogMark(journal_id, self._file.offset)
 
     # ---- housekeeping ---------------------------------------------------------------------

@@ -13,6 +13,13 @@ each piece fdatasynced by the helper so few dirty zero pages are left for the wr
 
 The writer never waits for the helper unless it catches up with it; then it appends past the
 filled end (a plain, slightly dearer append) once the piece in progress is done, never into it.
+
+Synced pages leave the page cache (BookKeeper's ``journalRemovePagesFromCache``, on by default):
+nothing reads a journal but replay at start-up, so its pages only grow the cache, at the rate the
+bookie writes, and push the entry logs' pages out. Here they also cost CPU: on this VM a write
+into a page the guest never touched runs at ~0.4 GB/s against ~4-5 GB/s into a recycled one
+(``dd`` of 2 GiB), and the bookies' kernel time went from 9 % to 17-19 % of a core each as a
+long run's page cache grew; dropping the journal's pages halved that growth and kept it at 11-15 %.
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ log = logging.getLogger(__name__)
 
 _PIECE = 1024 * 1024  # bytes zero-filled (and synced) per step of the helper
 _ZEROS = memoryview(bytes(_PIECE))
+_DROP_STEP = 1024 * 1024  # synced journal bytes removed from the page cache at a time
 
 
 class JournalFile:
     """Appends at :attr:`offset`; only the journal's writer thread calls :meth:`append` and
     :meth:`sync`. :meth:`close` stops the helper before closing the file."""
 
-    def __init__(self, directory: Path, journal_id: int, fill_ahead: int) -> None:
+    def __init__(
+        self, directory: Path, journal_id: int, fill_ahead: int, remove_pages_from_cache: bool = True
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / file_name(journal_id)
         self.journal_id = journal_id
@@ -43,6 +53,8 @@ class JournalFile:
         self.offset = FILE_HEADER_SIZE
         self._fill_ahead = max(1, fill_ahead)
         self._piece = min(_PIECE, self._fill_ahead)
+        self._remove_pages = remove_pages_from_cache
+        self._dropped = 0  # bytes [0, _dropped) were removed from the page cache
         self._filled = FILE_HEADER_SIZE  # bytes [0, _filled) are zero-filled or written
         self._filling = False  # the helper is writing a piece at _filled (it owns those bytes)
         self._closing = False
@@ -83,6 +95,13 @@ class JournalFile:
 
     def sync(self) -> None:
         os.fdatasync(self._fd)
+        if self._remove_pages and self.offset - self._dropped >= _DROP_STEP:
+            # Synced, so clean: DONTNEED drops them. Whole steps below the offset only: the
+            # page holding the offset takes the next write, and a page missing from the cache
+            # would have to be read back from disk before a partial write into it.
+            upto = self.offset // _DROP_STEP * _DROP_STEP
+            os.posix_fadvise(self._fd, self._dropped, upto - self._dropped, os.POSIX_FADV_DONTNEED)
+            self._dropped = upto
 
     def close(self) -> None:
         """Idempotent: the fd number may belong to another file once closed."""
