@@ -28,7 +28,7 @@ from bookie.errors import BookieError
 
 from .compaction import ByteThrottle, Compacted
 from .config import StorageConfig
-from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, FlushPacer
+from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, HURRY_AT_ACTIVE_SHARE, FlushPacer
 from .health import StorageHealth
 from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
@@ -257,13 +257,13 @@ class DbLedgerStorage:
             return  # flushes cannot succeed before a restart (make_room refuses once full)
         if cache.active.size >= cache.half_capacity and cache.flushing is None and not self._closed:
             self._start_flush()
-        elif cache.active.size >= cache.half_capacity // 2 and cache.flushing is not None:
+        elif cache.flushing is not None and cache.active.size >= cache.half_capacity * HURRY_AT_ACTIVE_SHARE:
             self._pacer.hurry()  # filling faster than the last half did: finish the flush sooner
 
     # ---- flush / checkpoint -----------------------------------------------------------------
 
     def _start_flush(self, *, paced: bool = True) -> None:
-        """Flush the active half; ``paced`` spreads it over half the time the half took to fill
+        """Flush the active half; ``paced`` spreads it over part of the time the half took to fill
         (see ``flush_pacer``)."""
         half = self.write_cache.swap()
         marks = [journal.written_mark for journal in self.journals]
