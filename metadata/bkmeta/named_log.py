@@ -82,6 +82,11 @@ class LogSegment:
     task: int = 0  # the writing task's partition, for the operator's eye
 
 
+def _seq_of(node: str) -> int:
+    """The commit number in a commit znode's name, ``<seq>-<write id>``."""
+    return int(node.partition("-")[0])
+
+
 @dataclass(frozen=True)
 class LogCommit:
     """One write's segments, as committed."""
@@ -94,7 +99,7 @@ class LogCommit:
     @property
     def seq(self) -> int:
         """The commit's number in its log: commits are numbered in the order they were made."""
-        return int(self.node.partition("-")[0])
+        return _seq_of(self.node)
 
     def to_bytes(self) -> bytes:
         rows = [{k: v for k, v in asdict(s).items() if k != "write_id"} for s in self.segments]
@@ -343,21 +348,37 @@ class LogStore:
         stays under the ZooKeeper request limit (a long log takes several). A reader that listed
         the removed commits before may then fail on a deleted ledger, as it may while a log is
         overwritten."""
+        if not await self.exists(name):
+            raise IncorrectParameterError(f"log {name!r} does not exist under {self.root}")
         path = self.path(name)
         base = self._commits(name)
         failures = 0
         while True:
-            data, stat = await self._zk.get(path)
-            doomed = [c for c in await self.commits(name) if c.seq < before_seq]
+            # Chosen by name (``<seq>-<write id>``), and only the batch's records read: a log
+            # kept for retention can hold thousands of commits, and reading them all before
+            # every transaction gave a stream appending meanwhile the time to move the header
+            # under each one.
+            doomed = sorted(c for c in await self._zk.get_children(base) if _seq_of(c) < before_seq)
             if not doomed:
                 return
-            batch: list[LogCommit] = []
+            data, _ = await self._zk.get(path)
             size = len(path) + len(data) + 16
-            for commit in doomed:
-                size += len(base) + len(commit.node) + 17
-                if batch and size > MAX_COMMIT_BYTES:
+            names: list[str] = []
+            for node in doomed:
+                size += len(base) + len(node) + 17
+                if names and size > MAX_COMMIT_BYTES:
                     break
-                batch.append(commit)
+                names.append(node)
+            found = await asyncio.gather(*(self._get_or_none(f"{base}/{node}") for node in names))
+            batch = [
+                LogCommit.from_bytes(node, got[0], f"{base}/{node}", got[1].ctime)
+                for node, got in zip(names, found, strict=True) if got is not None
+            ]
+            if not batch:
+                continue  # gone meanwhile (an overwrite): list again
+            # The version the transaction holds the log to, read last: a batch's records take
+            # a while to read, and every commit made meanwhile would fail the transaction.
+            data, stat = await self._zk.get(path)
             ops = [("set", path, data, stat.version)]
             ops += [("delete", f"{base}/{c.node}", b"", -1) for c in batch]
             try:

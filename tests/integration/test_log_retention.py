@@ -134,6 +134,41 @@ async def test_a_truncation_whose_reply_was_lost_still_deletes_its_ledgers(
     assert await entries(logs, "lost") == [b"2/0"]
 
 
+async def test_a_long_log_is_truncated_while_a_stream_keeps_committing(client_cluster: ClientCluster) -> None:
+    """Retention is for long logs that a stream keeps appending to. Each truncation transaction
+    holds the log to the version it read; reading every commit record before each one (hundreds
+    here) left a stream's commits the time to move that version every time."""
+    bk = await client_cluster.client()
+    store = NamedLogs(bk).store
+    await store.ensure("busy")
+    base = 10**9
+    await asyncio.gather(*(store.register_pending("busy", base + n, f"w{n}") for n in range(400)))
+    for n in range(400):
+        await store.commit("busy", f"w{n}", [LogSegment(base + n, 1, 1, f"w{n}")])
+    stop = asyncio.Event()
+    appended = 0
+
+    async def stream() -> None:
+        nonlocal appended
+        n = 400
+        while not stop.is_set():
+            await store.register_pending("busy", base + n, f"w{n}")
+            assert (await store.commit("busy", f"w{n}", [LogSegment(base + n, 1, 1, f"w{n}")])).committed
+            n += 1
+            appended += 1
+
+    appending = asyncio.create_task(stream())
+    try:
+        await asyncio.sleep(0.2)
+        removed = await store.truncate("busy", 390)
+    finally:
+        stop.set()
+        await appending
+    assert [c.seq for c in removed] == list(range(390))
+    assert appended > 10  # the stream did commit while the truncation ran
+    assert [c.seq for c in await store.commits("busy")] == list(range(390, 400 + appended))
+
+
 async def test_an_overwrite_racing_a_truncation_wins_cleanly(client_cluster: ClientCluster) -> None:
     """Both rewrite the log znode at the version they read, so they take turns: the overwrite is
     never told its write was aborted because the truncation deleted a commit it replaces."""
