@@ -378,10 +378,11 @@ class ReadRangeOp:
         stride = 1 if md.write_quorum_size == ensemble_size else ensemble_size
         per_chunk = max(1, self._ctx.config.read_batch_max_entries // stride)
         count = min(last - entry_id + 1, per_chunk * stride)
-        # Every chunk of a block starts at the same position of its write set, and the next
-        # block at the next one: each residue's write set starts at a different bookie, so the
-        # chunks of a block go to E different bookies, and the blocks rotate over the replicas.
-        first_replica = self._block_counter % md.write_quorum_size
+        # Residue r of block b starts at position (b + r) mod Qw of its write set: the blocks
+        # rotate over the replicas, so every bookie serves some (a counter running over all
+        # chunks, E per block, left half of the bookies idle when E is a multiple of Qw), and
+        # neighbouring residues, which a bookie holds together, tend to go to the same bookie.
+        block = self._block_counter
         self._block_counter += 1
         chunks = [
             ReadChunkOp(
@@ -391,7 +392,7 @@ class ReadRangeOp:
                 entry_id + r,
                 (count - r + stride - 1) // stride,
                 write_set_bookies(md, entry_id + r),
-                first_replica,
+                (block + r) % md.write_quorum_size,
                 stride,
             )
             for r in range(min(stride, count))
