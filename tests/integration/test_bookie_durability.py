@@ -48,10 +48,18 @@ async def test_stop_mid_stream_loses_no_acknowledged_entry(
         call = bookie_pb2_grpc.BookieStub(channel).AddEntries()
         in_flight: deque[list[tuple[int, int, bytes]]] = deque()
         room = asyncio.Event()
+        # Before a SIGTERM the sender stops between two writes: a client write still under way
+        # when the bookie ends the stream fails the whole call on the client's side ("Internal
+        # error from Core"), whatever the bookie did, and the drain is what is tested here.
+        stopping = asyncio.Event()
+        parked = asyncio.Event()
 
         async def send() -> None:
             next_entry = {10: 0, 11: 0}
             for n in range(100_000):
+                if stopping.is_set():
+                    parked.set()
+                    await asyncio.Future()  # cancelled at the end; the stream stays open
                 ledger_id = 10 + n % 2
                 batch = []
                 for _ in range(50):
@@ -91,6 +99,8 @@ async def test_stop_mid_stream_loses_no_acknowledged_entry(
             (received,) = await asyncio.gather(receiver, return_exceptions=True)
             assert isinstance(received, grpc.aio.AioRpcError), received  # the stream broke
         else:
+            stopping.set()
+            await asyncio.wait_for(parked.wait(), 30)
             assert await asyncio.to_thread(bookie.stop) == 0
             (received,) = await asyncio.gather(receiver, return_exceptions=True)
             # drained: started batches were answered, then the stream ended normally
