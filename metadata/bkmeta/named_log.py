@@ -238,12 +238,19 @@ class LogStore:
             raise IncorrectParameterError(f"log {name!r} does not exist under {self.root}")
         base = self._commits(name)
         for _ in range(_READ_ATTEMPTS):
-            children = sorted(await self._zk.get_children(base))
-            found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
-            if all(got is not None for got in found):
-                return [LogCommit.from_bytes(c, got[0], f"{base}/{c}", got[1].ctime)
-                        for c, got in zip(children, found, strict=True) if got is not None]
+            found = await self._read_commits(base, sorted(await self._zk.get_children(base)))
+            if all(commit is not None for commit in found):
+                return [commit for commit in found if commit is not None]
         raise MetadataVersionError(f"log {name!r} kept changing while it was read ({_READ_ATTEMPTS} tries)")
+
+    async def _read_commits(self, base: str, nodes: list[str]) -> list[LogCommit | None]:
+        """The records of commit znodes ``nodes`` under ``base``, read together; ``None`` for
+        one gone meanwhile."""
+        found = await asyncio.gather(*(self._get_or_none(f"{base}/{node}") for node in nodes))
+        return [
+            None if got is None else LogCommit.from_bytes(node, got[0], f"{base}/{node}", got[1].ctime)
+            for node, got in zip(nodes, found, strict=True)
+        ]
 
     async def commit_of(self, name: str, write_id: str) -> LogCommit | None:
         """The commit of ``write_id``, if it committed (and was not overwritten since)."""
@@ -369,11 +376,7 @@ class LogStore:
                 if names and size > MAX_COMMIT_BYTES:
                     break
                 names.append(node)
-            found = await asyncio.gather(*(self._get_or_none(f"{base}/{node}") for node in names))
-            batch = [
-                LogCommit.from_bytes(node, got[0], f"{base}/{node}", got[1].ctime)
-                for node, got in zip(names, found, strict=True) if got is not None
-            ]
+            batch = [commit for commit in await self._read_commits(base, names) if commit is not None]
             if not batch:
                 continue  # gone meanwhile (an overwrite): list again
             # The version the transaction holds the log to, read last: a batch's records take
