@@ -177,9 +177,21 @@ class Bookie:
             if ledger_id in self._deleting:
                 raise _being_deleted(ledger_id)
             return self._new_ledger(ledger_id, master_key, parts)
-        if state.master_key != master_key:
+        if state.master_key != master_key and not self._adopt_key(ledger_id, state, master_key, parts):
             raise BookieError(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
         return state
+
+    def _adopt_key(self, ledger_id: int, state: LedgerState, master_key: bytes, parts: list[bytes]) -> bool:
+        """A ledger recorded without a master key (``rebuild-db-ledgers-index`` found no journal
+        record of it) takes the first key a client presents, as BookKeeper's
+        ``LedgerMetadataIndex.setMasterKey`` does; its record joins ``parts``. False if the
+        ledger has a key already."""
+        if state.master_key:
+            return False
+        state.master_key = master_key
+        self._save(ledger_id, state)
+        parts.append(master_key_record(ledger_id, master_key))
+        return True
 
     def _new_ledger(self, ledger_id: int, master_key: bytes, parts: list[bytes]) -> LedgerState:
         """Record a ledger's key (index first, then its journal record: see DbLedgerStorage)."""
@@ -299,7 +311,9 @@ class Bookie:
                     results[i] = AddResult(bookie_pb2.EIO, _being_deleted(ledger_id).message)
                     continue
                 state = self._new_ledger(ledger_id, op.master_key, parts)
-            elif state.master_key != op.master_key:
+            elif state.master_key != op.master_key and not self._adopt_key(
+                ledger_id, state, op.master_key, parts
+            ):
                 results[i] = AddResult(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
                 continue
             if state.fenced and not op.recovery:

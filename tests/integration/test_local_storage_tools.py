@@ -1,13 +1,14 @@
-"""The shell's tools for a bookie's own files, on a real bookie process: ``localconsistencycheck``
-and ``rebuild-db-ledger-locations-index``. A bookie whose location index is lost refuses to
-start (rather than answer "no such entry" for everything), the rebuild brings every entry back,
-and the check names a damaged entry."""
+"""The shell's tools for a bookie's own files, on a real bookie process: ``localconsistencycheck``,
+``rebuild-db-ledger-locations-index`` and ``rebuild-db-ledgers-index``. A bookie whose location
+or ledger index is lost refuses to start (rather than answer "no such entry" for everything),
+the rebuilds bring every entry back (the ledgers fenced), and the check names a damaged entry."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,39 @@ def test_a_lost_location_index_is_refused_then_rebuilt_and_a_damaged_entry_is_na
     assert damaged.returncode == 1
     problems = [p for d in json.loads(damaged.stdout)["directories"] for p in d["problems"]]
     assert any("entry 11/0" in p and "checksum" in p for p in problems), problems
+
+
+def test_a_lost_ledger_index_is_rebuilt_with_every_ledger_fenced(bookie_factory: BookieFactory) -> None:
+    bookie = bookie_factory()
+    payloads = {
+        (ledger_id, entry_id): entry_body(ledger_id, entry_id, entry_id - 1, os.urandom(200))
+        for ledger_id in LEDGERS for entry_id in range(50)
+    }  # fmt: skip
+    write(bookie, payloads)
+    busy = shell(bookie, "rebuild-db-ledgers-index")
+    assert busy.returncode == 1 and "running bookie" in json.dumps(json.loads(busy.stdout)["failed"])
+    assert bookie.stop() == 0
+
+    shutil.rmtree(bookie.ledger_dirs[0] / "current" / "ledgers")
+    with pytest.raises(BookieStartError):  # rather than answering "no such ledger" for ledger 10
+        bookie.start(60.0)
+    assert "rebuild-db-ledgers-index" in bookie.run_log_text()
+    rebuilt = shell(bookie, "rebuild-db-ledgers-index")
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    directories = json.loads(rebuilt.stdout)["directories"]
+    assert [d["ledgers"] for d in directories] == [1, 1]  # 10 in the first, 11 in the second
+    assert directories[1]["backup"] is not None  # the intact one is rebuilt too, and kept
+
+    bookie.start()
+    read_back(bookie, payloads)
+    with grpc.insecure_channel(bookie.address) as channel:
+        stub = bookie_pb2_grpc.BookieStub(channel)
+        for ledger_id in LEDGERS:  # fenced: whether a fence was served is not in the entry logs
+            reply = stub.AddEntry(S.AddRequest(
+                ledger_id=ledger_id, entry_id=50, master_key=KEY, body=entry_body(ledger_id, 50, 49, b"x")
+            ), timeout=30)  # fmt: skip
+            assert reply.status == S.EFENCED, ledger_id
+    assert bookie.stop() == 0
 
 
 async def test_tools_refuse_unknown_configuration(bookie_factory: BookieFactory) -> None:

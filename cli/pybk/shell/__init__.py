@@ -47,6 +47,7 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_bookieformat",
     "pybk.shell.cmd_localconsistencycheck",
     "pybk.shell.cmd_rebuild_locations_index",
+    "pybk.shell.cmd_rebuild_ledgers_index",
     "pybk.shell.cmd_listfilesondisc",
     "pybk.shell.cmd_readjournal",
     "pybk.shell.cmd_readlog",

@@ -9,14 +9,13 @@ read to its end (what it held before the damage is indexed), or a directory coul
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 from typing import Any
 
 from bookie.storage.offline import RebuildReport, rebuild_locations
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED
-from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
+from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs, for_each_ledger_dir
 
 
 def register(commands: Any) -> None:
@@ -42,13 +41,7 @@ def _lines(report: RebuildReport) -> list[str]:
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     dirs = bookie_dirs(args)
-    reports: list[RebuildReport] = []
-    failures: dict[str, str] = {}
-    for directory in dirs.ledger_dirs:
-        try:
-            reports.append(await asyncio.to_thread(rebuild_locations, directory))
-        except OSError as exc:  # in use, no ledger index, a disk error: the next may still do
-            failures[str(directory)] = str(exc)
+    reports, failures = await for_each_ledger_dir(dirs, lambda _, directory: rebuild_locations(directory))
     ok = not failures and not any(r.unreadable_logs or r.damaged for r in reports)
     lines = [line for r in reports for line in _lines(r)]
     lines += [f"{directory}: NOT rebuilt: {why}" for directory, why in failures.items()]

@@ -160,6 +160,9 @@ class DbLedgerStorage:
         if rtype is RecordType.MASTER_KEY:
             if record is None:
                 index.put(ledger_id, LedgerRecord(bytes(payload[8:])))
+            elif not record.master_key:  # rebuilt without one; the bookie took this key since
+                record.master_key = bytes(payload[8:])
+                index.put(ledger_id, record)
             return
         if record is None:
             log.warning("journal %s record of ledger %d has no master key; skipped", rtype.name, ledger_id)

@@ -106,8 +106,10 @@ _REPAIR = {
     LOCATIONS_INDEX: "Rebuild it from the entry logs, with the bookie stopped:"
     " `pybk shell rebuild-db-ledger-locations-index` with this bookie's configuration.",
     LEDGERS_INDEX: "It holds the ledgers' master keys and fenced flags, which the entry logs do not:"
-    " restore it, or re-replicate this bookie's ledgers (`pybk shell recover <bookie id> -f`) and"
-    " format it (`pybk shell bookieformat -d --bookieid <bookie id>`).",
+    " restore it, or rebuild it from the entry logs and journals with the bookie stopped"
+    " (`pybk shell rebuild-db-ledgers-index` with this bookie's configuration: every ledger comes"
+    " back fenced), or re-replicate this bookie's ledgers (`pybk shell recover <bookie id> -f`)"
+    " and format it (`pybk shell bookieformat -d --bookieid <bookie id>`).",
 }
 
 

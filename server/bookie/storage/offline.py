@@ -48,7 +48,7 @@ _ALL_KEYS = (LEDGER_KEY.pack(0), b"\x80")  # every non-negative ledger id's keys
 
 __all__ = [
     "ConsistencyReport", "DirectoryInUseError", "LostIndexError", "RebuildReport", "check_directory",
-    "rebuild_locations",
+    "rebuild_locations", "records", "swap_in",
 ]
 
 
@@ -90,7 +90,7 @@ class RebuildReport:
     backup: str | None = None  # where the old index went
 
 
-def _records(
+def records(
     logger: EntryLogger, log_id: int, damaged: Callable[[str], None]
 ) -> Iterator[tuple[int, int, int, int]]:
     """A log's records as far as they can be walked; what stops the walk goes to ``damaged``."""
@@ -132,7 +132,7 @@ def check_directory(root: Path) -> ConsistencyReport:
             locations = _open_for_check(current / LOCATIONS_INDEX, report, held) or MemoryKeyValueStorage()
             _check_indexed(locations, logger, report)
             for log_id in logger.finished_log_ids():
-                for offset, ledger_id, entry_id, _length in _records(logger, log_id, report.log_damaged):
+                for offset, ledger_id, entry_id, _length in records(logger, log_id, report.log_damaged):
                     if ledger_id in live and locations.get(ENTRY_KEY.pack(ledger_id, entry_id)) is None:
                         report.unindexed_entries += 1
                         report.note(f"entry {ledger_id}/{entry_id} at offset {offset} of entry log"
@@ -181,13 +181,21 @@ def rebuild_locations(root: Path) -> RebuildReport:
         fresh = current / f"{LOCATIONS_INDEX}.rebuild"
         shutil.rmtree(fresh, ignore_errors=True)  # left by a rebuild cut short
         _fill(fresh, EntryLogger(current, size_limit=0), live, report)
-        if old.exists():  # kept as it was, never opened: a damaged one is evidence
-            backup = _backup_name(old)
-            old.rename(backup)
-            report.backup = str(backup)
-        fresh.rename(old)
-        fsync_dir(current)
+        report.backup = swap_in(fresh, old)
     return report
+
+
+def swap_in(fresh: Path, index: Path) -> str | None:
+    """Put the rebuilt index ``fresh`` in the place of ``index``, which is kept as it was (never
+    opened: a damaged one is evidence) as ``<name>.<time>.bak``; returns that path, or None when
+    there was no old index."""
+    backup = None
+    if index.exists():
+        backup = _backup_name(index)
+        index.rename(backup)
+    fresh.rename(index)
+    fsync_dir(index.parent)
+    return None if backup is None else str(backup)
 
 
 def _backup_name(index: Path) -> Path:
@@ -206,8 +214,8 @@ def _fill(path: Path, logger: EntryLogger, live: set[int], report: RebuildReport
     try:
         for log_id in logger.finished_log_ids():
             report.logs_scanned += 1
-            records = _records(logger, log_id, report.unreadable_logs.append)
-            for offset, ledger_id, entry_id, length in records:
+            walked = records(logger, log_id, report.unreadable_logs.append)
+            for offset, ledger_id, entry_id, length in walked:
                 if ledger_id not in live:
                     report.entries_skipped += 1
                     continue
