@@ -234,6 +234,11 @@ KEYS: dict[str, Key] = {
         _int(0), "min_usable_for_entry_log_bytes",
         help="bytes a ledger directory needs free for a new entry log (1.2 x logSizeLimit)",
     ),
+    "entryLogPageCacheMB": Key(
+        _int(-1), "entry_log_page_cache_mb",
+        help="MiB of each entry log kept in the OS page cache behind the write position; -1 = no limit"
+        " (pybookkeeper extension; default 128)",
+    ),
     "flushInterval": Key(_int(1), "flush_interval_ms"),
 }
 

@@ -52,6 +52,9 @@ class StorageConfig:
     # much free space in its directory. The reserve keeps room for the indexes and for garbage
     # collection, which must write to free space: RocksDB refuses all writes after one ENOSPC.
     min_usable_for_entry_log_bytes: int | None = None
+    # not a BookKeeper key (entryLogPageCacheMB): MiB of each entry log kept in the OS page cache
+    # behind its write position, older synced pages dropped; negative: no limit (BookKeeper)
+    entry_log_page_cache_mb: int = 128
     # flushInterval (10000 ms): write cache is flushed (checkpoint) at least this often
     flush_interval_ms: int = 10_000
     # not a BookKeeper key: long-poll reads parked at once before new ones are refused
@@ -70,6 +73,10 @@ class StorageConfig:
         if self.min_usable_for_entry_log_bytes is not None:
             return self.min_usable_for_entry_log_bytes
         return int(1.2 * self.entry_log_size_limit)
+
+    @property
+    def entry_log_page_cache_bytes(self) -> int:
+        return self.entry_log_page_cache_mb * 1024 * 1024 if self.entry_log_page_cache_mb >= 0 else -1
 
     @property
     def write_cache_bytes(self) -> int:

@@ -118,7 +118,13 @@ class DbLedgerStorage:
         roots = [Path(d) for d in self.config.ledger_dirs]
         config = self.config
         self.dirs = [
-            LedgerDirectory(r, config.entry_log_size_limit, self._kv_factory, config.entry_log_reserve_bytes)
+            LedgerDirectory(
+                r,
+                config.entry_log_size_limit,
+                self._kv_factory,
+                config.entry_log_reserve_bytes,
+                config.entry_log_page_cache_bytes,
+            )
             for r in roots
         ]
         self.marks = [read_mark(roots, name) for name in self._mark_files]

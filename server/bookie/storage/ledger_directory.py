@@ -120,12 +120,17 @@ class IndexWriteError(Exception):
 
 class LedgerDirectory:
     def __init__(
-        self, root: Path, entry_log_size_limit: int, kv_factory: KvFactory = rocks_kv, reserve_bytes: int = 0
+        self,
+        root: Path,
+        entry_log_size_limit: int,
+        kv_factory: KvFactory = rocks_kv,
+        reserve_bytes: int = 0,
+        page_cache_keep: int = -1,
     ) -> None:
         self.root = root
         current = root / CURRENT
         current.mkdir(parents=True, exist_ok=True)
-        self.entry_logger = EntryLogger(current, entry_log_size_limit, reserve_bytes)
+        self.entry_logger = EntryLogger(current, entry_log_size_limit, reserve_bytes, page_cache_keep)
         # The first start creates both indexes before any entry log exists. Entry logs without
         # an index mean it was lost: RocksDB would create an empty one, and the bookie would
         # answer "no such entry" (or "no such ledger") for everything it holds. Refused instead.
