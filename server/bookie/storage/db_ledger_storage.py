@@ -122,8 +122,8 @@ class DbLedgerStorage:
                 r,
                 config.entry_log_size_limit,
                 self._kv_factory,
-                config.entry_log_reserve_bytes,
-                config.entry_log_page_cache_bytes,
+                reserve_bytes=config.entry_log_reserve_bytes,
+                page_cache_keep=config.entry_log_page_cache_bytes,
             )
             for r in roots
         ]

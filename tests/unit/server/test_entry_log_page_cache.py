@@ -18,12 +18,13 @@ LEDGER = 7
 BODY = 4000  # not page-aligned: record boundaries land mid-page
 
 
-def flush(logger: EntryLogger, first: int, count: int) -> dict[int, bytes]:
-    """One write-cache flush: ``count`` entries appended, then synced."""
+def flush(logger: EntryLogger, first: int, count: int) -> tuple[dict[int, bytes], list[bytes]]:
+    """One write-cache flush: ``count`` entries appended, then synced; their bodies and
+    locations."""
     bodies = {e: os.urandom(BODY) for e in range(first, first + count)}
-    logger.append(LEDGER, sorted(bodies), bodies)
+    locations = logger.append(LEDGER, sorted(bodies), bodies)[1]
     logger.sync()
-    return bodies
+    return bodies, locations
 
 
 def read_back(logger: EntryLogger, bodies: dict[int, bytes], locations: list[bytes]) -> None:
@@ -41,10 +42,9 @@ def test_synced_pages_behind_the_kept_window_leave_the_page_cache(tmp_path: Path
     locations: list[bytes] = []
     try:
         for n in range(12):  # 12 flushes of ~400 KiB: ~4.7 MiB in all
-            batch = {e: os.urandom(BODY) for e in range(n * 100, n * 100 + 100)}
-            locations += logger.append(LEDGER, sorted(batch), batch)[1]
-            logger.sync()
+            batch, batch_locations = flush(logger, n * 100, 100)
             bodies.update(batch)
+            locations += batch_locations
         end = logger.position().offset
         path = tmp_path / log_name(logger.current_id)
         window_start = (end - keep) // MiB * MiB if keep >= 0 else 0
