@@ -18,7 +18,7 @@ entry logs altogether (BP-47, ``dbStorage_directIOEntryLogger``). Here a growing
 CPU: on this VM a page the guest has not used lately costs several times a recycled one. Three
 bookies at 30,000 adds/s, 8 runs of 10 s in a row on one cluster, three such series: with every
 page kept, each bookie's kernel time rose from 10 % to 14-15 % of a core once the machine's page
-cache passed ~3 GiB, and stayed there; with the pages dropped it stayed at 9-11 %. Catch-up reads
+cache passed ~3 GiB, and stayed there; with the pages dropped it stayed at 9-12 %. Catch-up reads
 of the last 100,000 entries (``pybk bench reads``) ran as fast either way.
 """
 
