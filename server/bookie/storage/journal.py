@@ -40,8 +40,8 @@ from .journal_format import (
     ScanEnd,
     check_file_header,
     file_name,
-    parse_file_name,
 )
+from .journal_format import file_ids as journal_file_ids
 from .stats import StorageStats
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,7 @@ class Journal:
     # ---- start-up -------------------------------------------------------------------------
 
     def file_ids(self) -> list[int]:
-        ids = (parse_file_name(p.name) for p in self._s.directory.iterdir())
-        return sorted(i for i in ids if i is not None)
+        return journal_file_ids(self._s.directory)
 
     def replay(self, mark: LogMark) -> Iterator[tuple[RecordType, memoryview, LogMark]]:
         """Every valid record after ``mark`` in file order; a damaged record ends its file."""

@@ -58,6 +58,12 @@ def parse_file_name(name: str) -> int | None:
         return None
 
 
+def file_ids(directory: Path) -> list[int]:
+    """The ids of the journal files in ``directory``, oldest first."""
+    ids = (parse_file_name(p.name) for p in directory.iterdir())
+    return sorted(i for i in ids if i is not None)
+
+
 def file_header(journal_id: int) -> bytes:
     return FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, journal_id).ljust(FILE_HEADER_SIZE, b"\0")
 

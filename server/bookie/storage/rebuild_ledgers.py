@@ -34,8 +34,8 @@ from .journal_format import (
     RecordType,
     ScanEnd,
     check_file_header,
+    file_ids,
     file_name,
-    parse_file_name,
 )
 from .ledger_directory import CURRENT, LEDGERS_INDEX, index_locks, open_index
 from .offline import records, swap_in
@@ -101,8 +101,7 @@ def _scan_journals(
     recorded for a ledger into ``keys`` (files and records in the order they were written)."""
     if not directory.is_dir():
         return
-    ids = sorted(i for i in (parse_file_name(p.name) for p in directory.iterdir()) if i is not None)
-    for journal_id in ids:
+    for journal_id in file_ids(directory):
         scan = FileRecords(directory / file_name(journal_id), FILE_HEADER_SIZE)
         try:
             if not check_file_header(scan.header(), journal_id):
