@@ -134,14 +134,17 @@ class BookiePresence:
             raise
         self._meta = meta
 
-    async def register(self, http_port: int | None = None) -> None:
+    async def register(self, http_port: int | None = None, add_port: int | None = None) -> None:
         """Register the bookie's ephemeral znode (re-created after every session expiry).
-        ``http_port`` is the bound admin port, advertised in the service info."""
+        ``http_port`` and ``add_port`` are the bound admin and add ports, advertised in the
+        service info."""
         meta = self.metadata
         if http_port is not None:
             self._info = dataclasses.replace(
                 self._info, http_host=self._info.grpc_host, http_port=http_port
             )
+        if add_port is not None:
+            self._info = dataclasses.replace(self._info, add_port=add_port)
         registration = meta.bookie_registration(self._info)
         await registration.register(read_only=self._read_only)
         self._registration = registration

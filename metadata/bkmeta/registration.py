@@ -1,7 +1,7 @@
 """Bookie registration (bookie side) and the live bookie set (client side).
 
 A bookie announces itself with an EPHEMERAL ``/ledgers/available/<bookieId>`` znode holding a
-serialized ``BookieServiceInfoFormat`` (its gRPC and HTTP endpoints, its rack); a read-only bookie
+serialized ``BookieServiceInfoFormat`` (its gRPC, add-port and HTTP endpoints, its rack); a read-only bookie
 lives under ``available/readonly/`` instead. Ephemerals die with the session, so registration is
 re-created whenever the ZooKeeper session is replaced after an expiry.
 """
@@ -19,6 +19,8 @@ from kazoo.protocol.states import EventType, WatchedEvent
 
 from bkmeta.layout import READONLY_ZNODE, ZkLayout
 from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkproto.add_port import ENDPOINT_ID as ADD_ENDPOINT_ID
+from bkproto.add_port import ENDPOINT_PROTOCOL as ADD_PROTOCOL
 from bkproto.errors import MetadataStoreError
 from bkproto.v1 import metadata_pb2
 
@@ -38,6 +40,12 @@ class BookieServiceInfo:
     http_port: int | None = None
     rack: str = DEFAULT_RACK
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    add_port: int | None = None  # the add port (``bkproto.add_port``), on the gRPC host
+
+    @property
+    def add_target(self) -> str | None:
+        """``host:port`` of the add port, if the bookie has one."""
+        return f"{self.grpc_host}:{self.add_port}" if self.add_port is not None else None
 
     @classmethod
     def for_address(cls, host: str, port: int, **kwargs: object) -> BookieServiceInfo:
@@ -50,6 +58,10 @@ class BookieServiceInfo:
     def to_bytes(self) -> bytes:
         msg = metadata_pb2.BookieServiceInfoFormat()
         msg.endpoints.add(id=GRPC_ENDPOINT_ID, port=self.grpc_port, host=self.grpc_host, protocol="grpc")
+        if self.add_port is not None:
+            msg.endpoints.add(
+                id=ADD_ENDPOINT_ID, port=self.add_port, host=self.grpc_host, protocol=ADD_PROTOCOL
+            )
         if self.http_host is not None and self.http_port is not None:
             msg.endpoints.add(id=HTTP_ENDPOINT_ID, port=self.http_port, host=self.http_host, protocol="http")
         msg.properties.update(self.properties)
@@ -71,6 +83,9 @@ class BookieServiceInfo:
             return fallback
         grpc_ep = next((e for e in msg.endpoints if e.id == GRPC_ENDPOINT_ID), None)
         http_ep = next((e for e in msg.endpoints if e.id == HTTP_ENDPOINT_ID), None)
+        add_ep = next(
+            (e for e in msg.endpoints if e.id == ADD_ENDPOINT_ID and e.protocol == ADD_PROTOCOL), None
+        )
         props = dict(msg.properties)
         return cls(
             bookie_id,
@@ -80,6 +95,7 @@ class BookieServiceInfo:
             http_ep.port if http_ep else None,
             props.get("rack", DEFAULT_RACK),
             props,
+            add_ep.port if add_ep else None,
         )
 
 

@@ -110,6 +110,12 @@ class Key:
 KEYS: dict[str, Key] = {
     # daemon
     "bookiePort": Key(_int(0, 65535), help="gRPC port (0 = pick a free one)"),
+    "bookieAddPort": Key(
+        _int(-1, 65535),
+        help="add port: the AddEntries stream over plain TCP, the clients' fast path for adds"
+        " (0 = pick a free one, advertised in the registration; -1 = none, adds go over gRPC;"
+        " pybookkeeper extension)",
+    ),
     "bindAddress": Key(_text, help="address to listen on (pybookkeeper extension; default 0.0.0.0)"),
     "advertisedAddress": Key(_text, help="address clients use; the bookie id is <address>:<port>"),
     "bookieRack": Key(
@@ -258,6 +264,7 @@ class BookieConfig:
     """The validated configuration of one bookie daemon."""
 
     port: int = 3181
+    add_port: int = 0  # -1: no add port
     bind_address: str = "0.0.0.0"
     advertised_address: str = "127.0.0.1"
     rack: str = "/default-rack"
@@ -362,6 +369,7 @@ def _build(values: dict[str, Any]) -> BookieConfig:
     )
     config = BookieConfig(
         port=values.get("bookiePort", 3181),
+        add_port=values.get("bookieAddPort", 0),
         bind_address=bind,
         advertised_address=advertised,
         rack=values.get("bookieRack", "/default-rack"),

@@ -1,12 +1,13 @@
-"""The bookie daemon: configuration -> storage core -> gRPC service -> HTTP admin -> (registration),
+"""The bookie daemon: configuration -> storage core -> gRPC service and add port -> HTTP admin ->
+(registration),
 and the reverse on SIGTERM/SIGINT.
 
 Shutdown order matters for clients: first leave the cluster (unregister), then stop taking new
 requests and let running ones finish (add streams answer every batch they started), then close the
 core (flush the write cache, checkpoint) so a clean restart has nothing to replay, then HTTP.
 
-When ready the daemon logs one line, ``bookie <id> ready: grpc <host>:<port>, http <port|off>``,
-which scripts and test fixtures wait for.
+When ready the daemon logs one line, ``bookie <id> ready: grpc <host>:<port>, http <port|off>, add
+port <port|off>``, which scripts and test fixtures wait for.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class Registration(Protocol):
         """Connect and verify the cookie against the bookie's directories (before storage opens)."""
         ...
 
-    async def register(self, http_port: int | None) -> None:
-        """Announce the serving bookie (ephemeral znode), advertising its bound HTTP port."""
+    async def register(self, http_port: int | None, add_port: int | None = None) -> None:
+        """Announce the serving bookie (ephemeral znode), advertising its bound HTTP port and
+        add port."""
         ...
 
     async def close(self) -> None: ...
@@ -106,7 +108,7 @@ class BookieDaemon:
         self.core = self._core_factory(config, self.registry)
         limits = HandlerLimits(max_entry_bytes=config.max_entry_bytes)
         self.service = BookieService(
-            self.core, RequestStats(self.registry), config.bind_address, config.port, limits
+            self.core, RequestStats(self.registry), config.bind_address, config.port, limits, config.add_port
         )
         port = self.service.bind()
         self.config = config = dataclasses.replace(config, port=port)
@@ -127,15 +129,17 @@ class BookieDaemon:
                                          disk_info=self.core.disk_info)
             http_port = await asyncio.to_thread(self.http.start)
         if self._registration is not None:
-            await self._register(self._registration, http_port)
+            await self._register(self._registration, http_port, self.service.add_port)
         if self._not_ready == "starting":  # not if a stop came meanwhile
             self._not_ready = None
+        add_port = self.service.add_port
         log.info(
-            "bookie %s ready: grpc %s:%d, http %s",
+            "bookie %s ready: grpc %s:%d, http %s, add port %s",
             config.bookie_id,
             config.advertised_address,
             port,
             http_port if http_port is not None else "off",
+            add_port if add_port is not None else "off",
         )
 
     async def _start_state(self) -> None:
@@ -156,16 +160,18 @@ class BookieDaemon:
         if self.gc is not None:
             self.gc.disk_space(almost_full=bool(status.almost_full), full=bool(status.full))
 
-    async def _register(self, registration: Registration, http_port: int | None) -> None:
+    async def _register(
+        self, registration: Registration, http_port: int | None, add_port: int | None
+    ) -> None:
         """Register where the state says (``available/`` or ``available/readonly/``), then let
         the state manager move the znode on every change."""
         state = self.state
         if state is None or not isinstance(registration, ReadOnlyRegistration):
-            await registration.register(http_port)
+            await registration.register(http_port, add_port)
             return
         read_only = state.read_only
         await registration.set_read_only(read_only)  # not registered yet: this only picks where
-        await registration.register(http_port)
+        await registration.register(http_port, add_port)
         state.attach_registration(registration, read_only)
 
     def _fail(self, why: str) -> None:

@@ -1,4 +1,5 @@
-"""The bookie's gRPC server: the Bookie service, gRPC health and reflection, on one port.
+"""The bookie's gRPC server: the Bookie service, gRPC health and reflection, on one port; and
+beside it, unless turned off, the add port (the AddEntries stream over plain TCP, ``add_port``).
 
 Message limits are raised on both directions (a batch of adds or a batched read is several MiB;
 BookKeeper's frame limit is 5 MiB), and ``SO_REUSEPORT`` is off so a second bookie on the same
@@ -19,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from bkproto.v1 import bookie_pb2
+from bookie.add_port import AddPortServer
 from bookie.api import BookieCore
 from bookie.handlers import BookieServicer, HandlerLimits
 from bookie.handlers.add_entries import parse_add_entries
@@ -79,13 +81,19 @@ class BookieService:
         bind_address: str = "127.0.0.1",
         port: int = 0,
         limits: HandlerLimits | None = None,
+        add_port: int = -1,
     ) -> None:
+        """``add_port``: where the add port listens (0 = a free port); -1 = no add port."""
         self._bind_address = bind_address
         self._requested_port = port
         self.servicer = BookieServicer(core, stats, limits)
+        self._add_server = (
+            AddPortServer(self.servicer.add_entries, stats, bind_address, add_port) if add_port >= 0 else None
+        )
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # stubs predate aio
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        self.add_port: int | None = None  # bound once started, if there is one
 
     def bind(self) -> int:
         """Build the server and bind its port without serving yet; returns the bound port.
@@ -115,6 +123,8 @@ class BookieService:
         self.bind()
         assert self._server is not None
         await self._server.start()
+        if self._add_server is not None:
+            self.add_port = await self._add_server.start()
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         return self.port
@@ -126,6 +136,8 @@ class BookieService:
         if server is None:
             return
         await self._health.enter_graceful_shutdown()
+        if self._add_server is not None:
+            self._add_server.stop_accepting()
         self.servicer.drain()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
@@ -136,6 +148,13 @@ class BookieService:
         await self.servicer.add_entries.wait_streams_ended(grace_s)
         await asyncio.sleep(max(0.0, min(_TRAILER_LINGER_S, deadline - loop.time())))
         await server.stop(max(0.0, deadline - loop.time()))
+        if self._add_server is not None:
+            await self._add_server.close()
+
+    @property
+    def add_port_connections(self) -> int:
+        """Connections open on the add port now (0 without one)."""
+        return self._add_server.open_connections if self._add_server is not None else 0
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:

@@ -17,7 +17,7 @@ import bisect
 import threading
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import CollectorRegistry, HistogramMetricFamily, Metric
+from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 SERVER_SCOPE = "bookkeeper_server"
 
@@ -99,12 +99,23 @@ class RequestStats:
             self.get_bookie_info,
             self.get_list_of_entries_of_ledger,
         ]
+        self.add_port_connections = 0  # kept by the add port's server
         registry.register(self)
 
     def collect(self) -> Iterator[Metric]:
         for op in self._all:
             yield op.metric()
+        yield self._add_port_gauge(self.add_port_connections)
 
     def describe(self) -> list[Metric]:
         # Lets the registry detect name clashes at registration without collecting values.
-        return [HistogramMetricFamily(op.name, op.documentation, labels=["success"]) for op in self._all]
+        metrics: list[Metric] = [
+            HistogramMetricFamily(op.name, op.documentation, labels=["success"]) for op in self._all
+        ]
+        return [*metrics, self._add_port_gauge(0)]
+
+    @staticmethod
+    def _add_port_gauge(value: int) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            f"{SERVER_SCOPE}_ADD_PORT_CONNECTIONS", "Connections open on the add port (pybookkeeper)", value
+        )

@@ -4,6 +4,7 @@ requests, then checking every acknowledged entry (also after a kill -9 and resta
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import grpc
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.support.bookies import BookieProcess, entry_body, is_serving
 
+from bkproto.add_port import FRAME_HEADER, PREFACE, frame
 from bkproto.entry_format import HEADER, LAC_HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -118,6 +120,45 @@ def test_undecodable_message_is_refused_and_the_bookie_stays_up(bookie: BookiePr
         with pytest.raises(grpc.RpcError):
             raw(b"\xff\xff\xff\xff garbage that is not protobuf", timeout=10)
     assert is_serving(bookie.address)
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [b"GET / HTTP/1.1\r\n\r\n", PREFACE + b"\xff\xff\xff\xff", PREFACE + frame(b"\xff\xff\xff not protobuf")],
+    ids=["not the add protocol", "oversized frame", "undecodable message"],
+)
+def test_junk_on_the_add_port_closes_that_connection_and_the_bookie_stays_up(
+    bookie: BookieProcess, stub: bookie_pb2_grpc.BookieStub, junk: bytes
+) -> None:
+    assert bookie.add_port is not None
+    with socket.create_connection(("127.0.0.1", bookie.add_port), timeout=10) as sock:
+        sock.sendall(junk)
+        assert closed_without_answer(sock)
+    assert "add port: " in bookie.log_text()  # the reason is in the bookie's log
+    with socket.create_connection(("127.0.0.1", bookie.add_port), timeout=10) as sock:
+        request = S.AddEntriesRequest(adds=[add_request(7, 0)])
+        sock.sendall(PREFACE + frame(request.SerializeToString()))
+        (length,) = FRAME_HEADER.unpack(recv_exactly(sock, FRAME_HEADER.size))
+        response = S.AddEntriesResponse.FromString(recv_exactly(sock, length))
+    assert [r.status for r in response.results] == [S.EOK]
+    assert_intact(stub, {(7, 0): entry_body(7, 0, -1)})
+    assert is_serving(bookie.address)
+
+
+def closed_without_answer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:  # closed with bytes of ours still unread: a reset, not a FIN
+        return True
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, f"connection closed after {len(data)} of {n} bytes"
+        data += chunk
+    return data
 
 
 def assert_intact(stub: bookie_pb2_grpc.BookieStub, acked: dict[tuple[int, int], bytes]) -> None:

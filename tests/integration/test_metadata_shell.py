@@ -50,7 +50,9 @@ def test_initnewcluster_refuses_other_layout(
 
 def test_listbookies(capsys: pytest.CaptureFixture[str], zk_hosts: str, kazoo: KazooClient) -> None:
     assert main(["shell", "--zk", zk_hosts, "initnewcluster"]) == 0
-    rw = BookieServiceInfo("127.0.0.1:3181", "127.0.0.1", 3181, "127.0.0.1", 8080, rack="/rack1")
+    rw = BookieServiceInfo(
+        "127.0.0.1:3181", "127.0.0.1", 3181, "127.0.0.1", 8080, rack="/rack1", add_port=3190
+    )
     ro = BookieServiceInfo.for_address("127.0.0.1", 3182)
     kazoo.create("/ledgers/available/127.0.0.1:3181", rw.to_bytes(), ephemeral=True)
     kazoo.create("/ledgers/available/readonly/127.0.0.1:3182", ro.to_bytes(), ephemeral=True)
@@ -58,7 +60,13 @@ def test_listbookies(capsys: pytest.CaptureFixture[str], zk_hosts: str, kazoo: K
     rc, everything = run_json(capsys, zk_hosts, "listbookies")
     assert rc == 0
     assert everything["readwrite"] == [
-        {"bookie_id": "127.0.0.1:3181", "grpc": "127.0.0.1:3181", "http": "127.0.0.1:8080", "rack": "/rack1"}
+        {
+            "bookie_id": "127.0.0.1:3181",
+            "grpc": "127.0.0.1:3181",
+            "add": "127.0.0.1:3190",
+            "http": "127.0.0.1:8080",
+            "rack": "/rack1",
+        }
     ]
     assert [b["bookie_id"] for b in everything["readonly"]] == ["127.0.0.1:3182"]  # type: ignore[union-attr]
     rc, only_rw = run_json(capsys, zk_hosts, "listbookies", "-rw")
@@ -70,6 +78,7 @@ def test_listbookies(capsys: pytest.CaptureFixture[str], zk_hosts: str, kazoo: K
     assert main(["shell", "--zk", zk_hosts, "listbookies"]) == 0
     text = capsys.readouterr().out
     assert "ReadWrite Bookies (1):" in text and "Readonly Bookies (1):" in text and "rack=/rack1" in text
+    assert "add=127.0.0.1:3190" in text and "add=-" in text  # the read-only one has none
 
 
 def test_nukeexistingcluster(capsys: pytest.CaptureFixture[str], zk_hosts: str, kazoo: KazooClient) -> None:

@@ -42,7 +42,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bkproto.entry_format import HEADER
 
-READY = re.compile(r"bookie (\S+) ready: grpc (\S+):(\d+), http (\d+|off)")
+READY = re.compile(r"bookie (\S+) ready: grpc (\S+):(\d+), http (\d+|off), add port (\d+|off)")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 
@@ -95,6 +95,7 @@ class BookieProcess:
         self.extra_args = extra_args
         self.port = 0
         self.http_port: int | None = None
+        self.add_port: int | None = None  # from the ready line; a new free port at each start
         self.bookie_id = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._run_log_offset = 0
@@ -154,6 +155,7 @@ class BookieProcess:
         self.bookie_id = match.group(1)
         self.port = int(match.group(3))
         self.http_port = None if match.group(4) == "off" else int(match.group(4))
+        self.add_port = None if match.group(5) == "off" else int(match.group(5))
         self._wait_serving(deadline)
         return self
 

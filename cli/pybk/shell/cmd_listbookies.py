@@ -23,11 +23,20 @@ def register(commands: Any) -> None:
 
 def _describe(info: BookieServiceInfo) -> dict[str, Any]:
     http = f"{info.http_host}:{info.http_port}" if info.http_host and info.http_port else None
-    return {"bookie_id": info.bookie_id, "grpc": info.grpc_target, "http": http, "rack": info.rack}
+    return {
+        "bookie_id": info.bookie_id,
+        "grpc": info.grpc_target,
+        "add": info.add_target,
+        "http": http,
+        "rack": info.rack,
+    }
 
 
 def _line(b: dict[str, Any]) -> str:
-    return f"  {b['bookie_id']}  grpc={b['grpc']} http={b['http'] or '-'} rack={b['rack']}"
+    return (
+        f"  {b['bookie_id']}  grpc={b['grpc']} add={b['add'] or '-'} http={b['http'] or '-'}"
+        f" rack={b['rack']}"
+    )
 
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:

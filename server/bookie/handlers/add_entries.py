@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NamedTuple
 
 import grpc.aio
@@ -80,11 +80,17 @@ class AddEntriesHandler:
         self._no_streams = asyncio.Event()
         self._no_streams.set()
 
-    async def __call__(
+    def __call__(
         self,
         request_iterator: AsyncIterator[SizedAddEntriesRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[bookie_pb2.AddEntriesResponse]:
+        return self.serve(request_iterator)
+
+    async def serve(
+        self, request_iterator: AsyncIterator[SizedAddEntriesRequest]
+    ) -> AsyncGenerator[bookie_pb2.AddEntriesResponse, None]:
+        """One add stream, whatever carries it (the gRPC AddEntries call or the add port)."""
         # ``None`` marks the end of the request stream. The semaphore, not the queue, bounds the
         # batches in progress, so the reader can always post the end marker without blocking.
         in_progress: asyncio.Queue[BatchFuture | None] = asyncio.Queue()

@@ -6,6 +6,7 @@ import pytest
 
 from bkmeta.cookie import Cookie, InvalidCookieError
 from bkmeta.registration import BookieServiceInfo
+from bkproto.v1 import metadata_pb2
 
 
 def test_cookie_text_is_bookkeepers_format() -> None:
@@ -47,10 +48,22 @@ def test_service_info_round_trip() -> None:
     assert back.grpc_target == "10.0.0.5:3181"
 
 
-def test_service_info_without_http() -> None:
+def test_service_info_without_http_or_add_port() -> None:
     info = BookieServiceInfo.for_address("127.0.0.1", 3181)
     back = BookieServiceInfo.from_bytes(info.bookie_id, info.to_bytes())
     assert back.http_host is None and back.http_port is None and back.rack == "/default-rack"
+    assert back.add_port is None and back.add_target is None  # clients send adds over gRPC
+
+
+def test_service_info_advertises_the_add_port_on_the_grpc_host() -> None:
+    info = BookieServiceInfo.for_address("10.0.0.5", 3181, add_port=3182)
+    msg = metadata_pb2.BookieServiceInfoFormat.FromString(info.to_bytes())
+    endpoints = {e.id: (e.host, e.port, e.protocol) for e in msg.endpoints}
+    assert endpoints["add"] == ("10.0.0.5", 3182, "pybk-add-v1")
+    back = BookieServiceInfo.from_bytes(info.bookie_id, info.to_bytes())
+    assert back.add_port == 3182 and back.add_target == "10.0.0.5:3182"
+    msg.endpoints[[e.id for e in msg.endpoints].index("add")].protocol = "pybk-add-v9"
+    assert BookieServiceInfo.from_bytes(info.bookie_id, msg.SerializeToString()).add_port is None
 
 
 @pytest.mark.parametrize("data", [b"", b"\xff\xff\xff"])

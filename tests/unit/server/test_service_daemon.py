@@ -85,8 +85,8 @@ async def test_cookie_is_checked_before_storage_opens_and_registration_follows_s
         async def start(self) -> None:
             events.append("cookie checked")
 
-        async def register(self, http_port: int | None) -> None:
-            events.append(f"registered http={http_port}")
+        async def register(self, http_port: int | None, add_port: int | None = None) -> None:
+            events.append(f"registered http={http_port} add={add_port is not None and add_port > 0}")
 
         async def close(self) -> None:
             events.append("unregistered")
@@ -101,7 +101,7 @@ async def test_cookie_is_checked_before_storage_opens_and_registration_follows_s
         f"presence for 127.0.0.1:{port} with zk:2181",
         "cookie checked",
         "core start",
-        "registered http=None",
+        "registered http=None add=True",
         "unregistered",
         "core close",
     ]
@@ -117,7 +117,7 @@ async def test_refused_cookie_leaves_storage_untouched(monkeypatch: pytest.Monke
         async def start(self) -> None:
             raise RuntimeError("cookie mismatch")
 
-        async def register(self, http_port: int | None) -> None:
+        async def register(self, http_port: int | None, add_port: int | None = None) -> None:
             raise AssertionError("must not register")
 
         async def close(self) -> None:

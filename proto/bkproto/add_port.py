@@ -1,0 +1,78 @@
+"""The add port's wire format: the AddEntries stream over plain TCP, shared by bookie and client.
+
+Why a second way to carry adds: gRPC is every other call's transport, but a grpc.aio stream
+message costs tens of microseconds of CPU on each side and two thread hand-offs (gRPC's event
+engine to the asyncio loop and back), per message and per direction. On a busy host that is what
+an add waits for. The same messages over a plain asyncio socket, measured with three local
+bookies (E3 Qw2 Qa2, 1 KiB, fsync on), a max run then half of it, 6 alternating pairs of fresh
+clusters: client add p99 at half the max rate 10-27 ms (median 16) against 19-31 ms (median 24)
+over gRPC, p50 4.5-5.2 ms against 5.7-8.0, and about 6 points less client CPU.
+
+The format: the client opens a connection and sends :data:`PREFACE` (magic and version); then both
+sides exchange frames, a 4-byte big-endian length and that many bytes of message. The client's
+frames are serialized ``bkproto.v1.AddEntriesRequest`` messages; the bookie answers each with one
+``AddEntriesResponse`` frame, in order, exactly as on the gRPC AddEntries stream. A bookie ends
+the stream by closing the connection (on shutdown, after answering every message it started).
+A frame over :data:`MAX_FRAME_BYTES`, a wrong preface or bytes that do not parse end that
+connection only, with the reason in the bookie's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+PREFACE = b"PYBKADD\x01"  # magic + version 1
+FRAME_HEADER = struct.Struct(">I")
+# As gRPC's message limit on both sides: a full client batch (4 MiB of bodies) or a 5 MiB entry.
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+ENDPOINT_ID = "add"  # the add port's endpoint in a bookie's registration (BookieServiceInfo)
+ENDPOINT_PROTOCOL = "pybk-add-v1"
+
+
+class FrameError(Exception):
+    """The peer broke the framing (wrong preface, oversized frame); the connection must close."""
+
+
+def frame(message: bytes) -> bytes:
+    """``message`` with its length header."""
+    return FRAME_HEADER.pack(len(message)) + message
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES) -> bytes | None:
+    """The next frame's message, or ``None`` if the peer closed the connection between frames.
+
+    Raises :class:`FrameError` for a frame over ``max_bytes`` and ``asyncio.IncompleteReadError``
+    for a connection closed inside a frame."""
+    try:
+        header = await reader.readexactly(FRAME_HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise
+    (length,) = FRAME_HEADER.unpack(header)
+    if length > max_bytes:
+        raise FrameError(f"frame of {length} bytes exceeds the {max_bytes}-byte limit")
+    return await reader.readexactly(length)
+
+
+async def read_preface(reader: asyncio.StreamReader) -> None:
+    """Check the client's preface; :class:`FrameError` naming what arrived instead."""
+    try:
+        got = await reader.readexactly(len(PREFACE))
+    except asyncio.IncompleteReadError as exc:
+        raise FrameError(f"connection closed after {len(exc.partial)} bytes of the preface") from exc
+    if got != PREFACE:
+        raise FrameError(f"expected the add-port preface {PREFACE!r}, got {got!r}")
+
+
+def keep_alive(sock: socket.socket | None) -> None:
+    """TCP keepalive on an add-port connection: either side notices a peer whose host vanished
+    within ~20 s, as gRPC's keepalive pings (every 10 s, 5 s to answer) do on its channels."""
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 2)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
