@@ -1,5 +1,6 @@
-"""One connection per bookie: a grpc.aio channel, the coalescing add stream (``add_stream``), the
-read stream (``read_stream``) and unary calls. gRPC errors never leave this module untranslated.
+"""One connection per bookie: a grpc.aio channel, the coalescing add stream (``add_stream``) over
+the bookie's add port when it has one (``add_port_call``) or else over gRPC, the read stream
+(``read_stream``) and unary calls. gRPC errors never leave this module untranslated.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import grpc.aio
 from bkproto.errors import BKError, ClientClosedError, error_for_status
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
+from .add_port_call import AddPortCall
 from .add_stream import AddCallback, AddListener, AddRequestEncoder, AddStream, CallbackListener
 from .read_stream import ReadStream
 from .rpc_errors import translate_rpc_error
@@ -24,6 +26,7 @@ __all__ = [
     "AddListener",
     "AddRequestEncoder",
     "AddressResolver",
+    "BookieAddress",
     "BookieClient",
     "BookieClientOptions",
     "BookieClientPool",
@@ -59,14 +62,23 @@ class BookieClientOptions:
     min_batch_interval_s: float = 0.0  # while adds queue: at most one message per interval
     max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
+    use_add_port: bool = True  # adds over the bookie's add port when it has one (else gRPC)
 
 
 class BookieClient:
     """The client side of one bookie. Create and use it on the event loop that will run it."""
 
-    def __init__(self, bookie_id: str, address: str, options: BookieClientOptions | None = None) -> None:
+    def __init__(
+        self,
+        bookie_id: str,
+        address: str,
+        options: BookieClientOptions | None = None,
+        add_address: str | None = None,
+    ) -> None:
+        """``address`` is the gRPC target; ``add_address`` the add port's, if the bookie has one."""
         self.bookie_id = bookie_id
         self.address = address
+        self.add_address = add_address
         self.options = options or BookieClientOptions()
         self._channel = grpc.aio.insecure_channel(
             address,
@@ -149,7 +161,11 @@ class BookieClient:
         return future
 
     def _open_stream(self) -> AddStream:
-        call = self._add_entries()
+        call: Any
+        if self.add_address is not None and self.options.use_add_port:
+            call = AddPortCall(self.bookie_id, self.add_address, self._add_entries)
+        else:
+            call = self._add_entries()
         self._stream = AddStream(self.bookie_id, self.options, call, self._stream_failed)
         self.streams_opened += 1
         return self._stream
@@ -318,8 +334,13 @@ class BookieClient:
         await self._channel.close(None)
 
 
-# Resolves a bookie id to its gRPC address; ``None`` when the id is not registered.
-AddressResolver = Callable[[str], str | None]
+class BookieAddress(NamedTuple):
+    grpc: str  # host:port of the gRPC service
+    add: str | None = None  # host:port of the add port, if the bookie has one
+
+
+# Resolves a bookie id to its addresses; ``None`` when the id is not registered.
+AddressResolver = Callable[[str], BookieAddress | None]
 
 
 class BookieClientPool:
@@ -338,9 +359,9 @@ class BookieClientPool:
         self._retired: list[BookieClient] = []
         self._closed = False
 
-    def address_of(self, bookie_id: str) -> str:
+    def address_of(self, bookie_id: str) -> BookieAddress:
         address = self._resolver(bookie_id) if self._resolver is not None else None
-        return address or bookie_id
+        return address or BookieAddress(bookie_id)
 
     def get(self, bookie_id: str) -> BookieClient:
         if self._closed:
@@ -350,10 +371,11 @@ class BookieClientPool:
             if self._resolver is None:
                 return client
             address = self._resolver(bookie_id)
-            if address is None or address == client.address:
+            if address is None or address == (client.address, client.add_address):
                 return client
             self._retired.append(client)  # closed at pool close: its calls may still be running
-        client = BookieClient(bookie_id, self.address_of(bookie_id), self._options)
+        address = self.address_of(bookie_id)
+        client = BookieClient(bookie_id, address.grpc, self._options, address.add)
         self._clients[bookie_id] = client
         return client
 

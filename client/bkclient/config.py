@@ -58,6 +58,9 @@ class ClientConfig:
     # with 3 ms, p99 45/41/33 ms and the box 69-77 % busy; without, 86/70/55 ms and 86-87 %.
     bookie_min_batch_interval_s: float = 0.003
     bookie_max_batch_bytes: int = 4 * MiB  # entry bytes per add-stream message
+    # Send adds over a bookie's add port (plain TCP, ``bkproto.add_port``) when its registration
+    # advertises one; False keeps every call on gRPC (e.g. behind a gRPC-only proxy).
+    bookie_use_add_port: bool = True
     metadata_timeout_s: float = 10.0  # zkTimeout: the ZooKeeper session timeout
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .bookie_client import BookieClient, BookieClientOptions, BookieClientPool
+from .bookie_client import BookieAddress, BookieClient, BookieClientOptions, BookieClientPool
 from .config import ClientConfig
 from .placement import BookieRacks, PlacementPolicy, make_placement
 
@@ -20,17 +20,18 @@ if TYPE_CHECKING:
 def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClientPool:
     """A connection pool resolving bookie ids through the registration's service info."""
 
-    def resolve(bookie_id: str) -> str | None:
+    def resolve(bookie_id: str) -> BookieAddress | None:
         if watcher is None:
             return None
         info = watcher.all_bookies().get(bookie_id)
-        return info.grpc_target if info is not None else None
+        return BookieAddress(info.grpc_target, info.add_target) if info is not None else None
 
     options = BookieClientOptions(
         max_inflight_messages=config.bookie_max_inflight_messages,
         min_batch_interval_s=config.bookie_min_batch_interval_s,
         max_batch_bytes=config.bookie_max_batch_bytes,
         default_timeout_s=config.read_entry_timeout_s,
+        use_add_port=config.bookie_use_add_port,
     )
     return BookieClientPool(resolve, options)
 

@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bkclient.bookie_client import AddRequestEncoder, BookieClient, BookieClientOptions, BookieClientPool
+from bkclient.bookie_client import (
+    AddRequestEncoder,
+    BookieAddress,
+    BookieClient,
+    BookieClientOptions,
+    BookieClientPool,
+)
 from bkproto.errors import (
     BookieUnavailableError,
     ClientClosedError,
@@ -381,15 +387,17 @@ async def test_close_fails_pending_adds(bookie: tuple[MemoryBookie, str]) -> Non
 
 async def test_pool_resolves_ids_and_falls_back_to_host_port(bookie: tuple[MemoryBookie, str]) -> None:
     _, address = bookie
-    registry = {"bookie-1": address}
+    registry = {"bookie-1": BookieAddress(address)}
     pool = BookieClientPool(registry.get)
     client = pool.get("bookie-1")
     assert client.address == address
     assert pool.get("bookie-1") is client
     assert pool.get("10.0.0.1:3181").address == "10.0.0.1:3181"
     await client.add(1, 0, b"k" * 20, b"a")
-    registry["bookie-1"] = "127.0.0.1:2"  # re-registered elsewhere: a new connection
+    registry["bookie-1"] = BookieAddress("127.0.0.1:2")  # re-registered elsewhere: a new connection
     assert pool.get("bookie-1").address == "127.0.0.1:2"
+    registry["bookie-1"] = BookieAddress("127.0.0.1:2", "127.0.0.1:3")  # restarted with an add port
+    assert pool.get("bookie-1").add_address == "127.0.0.1:3"
     await pool.close()
     with pytest.raises(ClientClosedError):
         pool.get("bookie-1")

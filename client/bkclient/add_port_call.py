@@ -1,0 +1,83 @@
+"""AddEntries over a bookie's add port (format and why: ``bkproto.add_port``), shaped like the
+grpc.aio stream call the add stream otherwise uses: ``write``, ``read`` (``grpc.aio.EOF`` once the
+bookie ended the stream) and ``cancel``.
+
+The connection opens in the background; the stream's first write and read wait for it. If the add
+port cannot be reached (refused, filtered, timed out), this stream goes over gRPC instead, with a
+warning: a bookie whose gRPC port answers must stay writable when only its add port is blocked.
+The next stream tries the add port again, so a bookie that was briefly down gets it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc.aio
+
+from bkproto.add_port import PREFACE, frame, keep_alive, read_frame
+from bkproto.v1 import bookie_pb2
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+class AddPortCall:
+    def __init__(self, bookie_id: str, target: str, grpc_call: Callable[[], Any]) -> None:
+        """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC AddEntries
+        call to use if it cannot be reached."""
+        self._bookie_id = bookie_id
+        self._target = target
+        self._grpc_call = grpc_call
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.fallback: Any = None  # the gRPC call, once the add port proved unreachable
+        self._ready = asyncio.ensure_future(self._connect())
+
+    async def _connect(self) -> None:
+        host, _, port = self._target.rpartition(":")
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            log.warning(
+                "bookie %s: add port %s unreachable (%s); this add stream goes over gRPC",
+                self._bookie_id, self._target, exc or type(exc).__name__,
+            )
+            self.fallback = self._grpc_call()
+            return
+        keep_alive(writer.get_extra_info("socket"))
+        writer.write(PREFACE)
+        self._reader, self._writer = reader, writer
+
+    async def write(self, message: bytes) -> None:
+        """Send one serialized AddEntriesRequest; waits while the socket's buffer is full."""
+        await asyncio.shield(self._ready)  # a cancelled write must not cancel the connecting
+        if self.fallback is not None:
+            await self.fallback.write(message)
+            return
+        assert self._writer is not None
+        self._writer.write(frame(message))
+        await self._writer.drain()
+
+    async def read(self) -> Any:
+        """The next AddEntriesResponse, or ``grpc.aio.EOF`` once the bookie closed the stream."""
+        await asyncio.shield(self._ready)
+        if self.fallback is not None:
+            return await self.fallback.read()
+        assert self._reader is not None
+        message = await read_frame(self._reader)
+        if message is None:
+            return grpc.aio.EOF  # type: ignore[attr-defined]
+        return bookie_pb2.AddEntriesResponse.FromString(message)
+
+    def cancel(self) -> None:
+        self._ready.cancel()
+        if self.fallback is not None:
+            self.fallback.cancel()
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,63 @@
+"""The add port in a real cluster: bookies advertise it, clients send adds over it, and a bookie
+without one (``bookieAddPort=-1``) takes the same adds over gRPC in the same ensemble."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+
+import pytest
+from tests.integration.test_bookie_daemon import http_get
+from tests.support.bookies import BookieFactory, BookieProcess
+
+from bkclient import BookKeeper, DigestType
+from bkclient.config import ClientConfig
+from bkmeta import MetadataClient
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = b"add-port"
+
+
+def gauge(bookie: BookieProcess, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", http_get(bookie, "/metrics"), re.MULTILINE)
+    assert match, f"{name} not in the metrics of {bookie.address}"
+    return float(match.group(1))
+
+
+def adds_received(bookie: BookieProcess) -> float:
+    return gauge(bookie, r'bookkeeper_server_ADD_ENTRY_REQUEST_count\{success="true"\}')
+
+
+@pytest.mark.parametrize("use_add_port", [True, False], ids=["client on the add port", "client on gRPC"])
+async def test_adds_use_the_add_port_where_a_bookie_has_one(
+    zk_hosts: str, bookie_factory: BookieFactory, use_add_port: bool
+) -> None:
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    with_port = [await asyncio.to_thread(bookie_factory, zk=zk_hosts) for _ in range(2)]
+    without = await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf={"bookieAddPort": "-1"})
+    assert all(b.add_port for b in with_port) and without.add_port is None
+
+    async with await BookKeeper.connect(zk_hosts, ClientConfig(bookie_use_add_port=use_add_port)) as bk:
+        watcher = bk.ctx.bookie_watcher
+        await watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
+        advertised = {bid: info.add_target for bid, info in watcher.writable_bookies().items()}
+        assert advertised == {
+            **{b.address: f"127.0.0.1:{b.add_port}" for b in with_port},
+            without.address: None,
+        }
+        wh = await bk.create_ledger(3, 3, 3, DigestType.CRC32C, PASSWORD)
+        sent = [os.urandom(100) + i.to_bytes(4, "big") for i in range(300)]
+        await asyncio.gather(*(wh.append_async(data) for data in sent))
+        connections = {b.address: gauge(b, "bookkeeper_server_ADD_PORT_CONNECTIONS") for b in with_port}
+        await wh.close()
+        rh = await bk.open_ledger(wh.ledger_id, PASSWORD, recovery=False)
+        assert [e.data async for e in rh.read(0, 299)] == sent
+
+    expected = 1.0 if use_add_port else 0.0
+    assert connections == dict.fromkeys(connections, expected)
+    assert gauge(without, "bookkeeper_server_ADD_PORT_CONNECTIONS") == 0.0
+    for bookie in [*with_port, without]:  # Qw = E = 3: every bookie took every entry
+        assert adds_received(bookie) == 300, bookie.address

@@ -1,0 +1,97 @@
+"""A bookie client sending adds over the add port of a real loopback bookie service (in-memory
+core), and falling back to gRPC when that port cannot be reached."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+from tests.unit.server.fake_bookie_core import FakeBookieCore
+from tests.unit.server.test_service_handlers import body
+
+from bkclient.bookie_client import BookieClient, BookieClientOptions
+from bkproto.errors import BookieUnavailableError, UnauthorizedAccessError
+from bookie.service import BookieService
+from bookie.stats import RequestStats
+
+KEY = b"k" * 20
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[tuple[BookieService, FakeBookieCore]]:
+    core = FakeBookieCore()
+    service = BookieService(core, RequestStats(CollectorRegistry()), "127.0.0.1", 0, add_port=0)
+    await service.start()
+    yield service, core
+    await service.stop(0)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_adds_go_over_the_add_port(service: tuple[BookieService, FakeBookieCore]) -> None:
+    bookie, core = service
+    client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=f"127.0.0.1:{bookie.add_port}")
+    try:
+        await asyncio.gather(*(client.add(1, e, KEY, body(1, e)) for e in range(20)))
+        assert bookie.add_port_connections == 1
+        assert sorted(core.ledgers[1].entries) == list(range(20))
+        with pytest.raises(UnauthorizedAccessError):  # per-add statuses come back as over gRPC
+            await client.add(1, 20, b"w" * 20, body(1, 20))
+    finally:
+        await client.close()
+    await asyncio.sleep(0.1)
+    assert bookie.add_port_connections == 0  # closing the client closed its connection
+
+
+async def test_unreachable_add_port_falls_back_to_grpc(
+    service: tuple[BookieService, FakeBookieCore], caplog: pytest.LogCaptureFixture
+) -> None:
+    bookie, core = service
+    closed = f"127.0.0.1:{free_port()}"
+    client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=closed)
+    try:
+        await asyncio.gather(*(client.add(2, e, KEY, body(2, e)) for e in range(5)))
+    finally:
+        await client.close()
+    assert sorted(core.ledgers[2].entries) == list(range(5))
+    assert bookie.add_port_connections == 0
+    assert any(f"add port {closed} unreachable" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING), caplog.text
+
+
+async def test_add_port_can_be_turned_off_on_the_client(
+    service: tuple[BookieService, FakeBookieCore],
+) -> None:
+    bookie, core = service
+    client = BookieClient(
+        "b", f"127.0.0.1:{bookie.port}", BookieClientOptions(use_add_port=False),
+        add_address=f"127.0.0.1:{bookie.add_port}",
+    )
+    try:
+        await client.add(3, 0, KEY, body(3, 0))
+        assert bookie.add_port_connections == 0
+        assert core.ledgers[3].entries[0] == body(3, 0)
+    finally:
+        await client.close()
+
+
+async def test_a_stopped_bookie_fails_adds_instead_of_holding_them() -> None:
+    core = FakeBookieCore()
+    bookie = BookieService(core, RequestStats(CollectorRegistry()), "127.0.0.1", 0, add_port=0)
+    await bookie.start()
+    client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=f"127.0.0.1:{bookie.add_port}")
+    try:
+        await client.add(4, 0, KEY, body(4, 0))
+        await bookie.stop(1)
+        with pytest.raises(BookieUnavailableError):
+            await asyncio.wait_for(client.add(4, 1, KEY, body(4, 1)), 10)
+    finally:
+        await client.close()
