@@ -1,9 +1,9 @@
 """Bookie registration (bookie side) and the live bookie set (client side).
 
 A bookie announces itself with an EPHEMERAL ``/ledgers/available/<bookieId>`` znode holding a
-serialized ``BookieServiceInfoFormat`` (its gRPC, add-port and HTTP endpoints, its rack); a read-only bookie
-lives under ``available/readonly/`` instead. Ephemerals die with the session, so registration is
-re-created whenever the ZooKeeper session is replaced after an expiry.
+serialized ``BookieServiceInfoFormat`` (its gRPC, add-port and HTTP endpoints, its rack); a
+read-only bookie lives under ``available/readonly/`` instead. Ephemerals die with the session, so
+registration is re-created whenever the ZooKeeper session is replaced after an expiry.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The bookie daemon: configuration -> storage core -> gRPC service and add port -> HTTP admin ->
-(registration),
-and the reverse on SIGTERM/SIGINT.
+(registration), and the reverse on SIGTERM/SIGINT.
 
 Shutdown order matters for clients: first leave the cluster (unregister), then stop taking new
 requests and let running ones finish (add streams answer every batch they started), then close the
