@@ -34,6 +34,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers); 'none' runs unregistered")
     parser.add_argument("--port", type=int, help="gRPC port (bookiePort; 0 picks a free port)")
     parser.add_argument(
+        "--add-port",
+        type=int,
+        help="add port, the clients' fast path for adds (bookieAddPort; default 0 picks a free port,"
+        " -1 = none)",
+    )
+    parser.add_argument(
         "--http-port",
         type=int,
         help="serve /heartbeat, /metrics and the admin API (/api/v1/bookie/...) on this port (0 = any)",
@@ -72,6 +78,7 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
     pairs = {
         "zkServers": args.zk,
         "bookiePort": args.port,
+        "bookieAddPort": args.add_port,
         "bindAddress": args.bind,
         "advertisedAddress": args.advertised_address,
         "bookieRack": args.rack,

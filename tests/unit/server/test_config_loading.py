@@ -166,11 +166,11 @@ def test_missing_conf_file_is_a_config_error(tmp_path: Path) -> None:
 def test_cli_flags_map_to_keys(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["bookie", "--zk", "none", "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path),
-         "--ledger-dirs", "/a,/b"]
+         "--ledger-dirs", "/a,/b", "--add-port", "-1"]
     )  # fmt: skip
     overrides = flag_overrides(args)
     config = load_config(None, {}, overrides)
-    assert config.zk_servers is None and config.port == 0
+    assert config.zk_servers is None and config.port == 0 and config.add_port == -1
     assert config.http_enabled and config.http_port == 0
     assert config.journal_dirs == (tmp_path / "journal",)
     assert [str(d) for d in config.ledger_dirs] == ["/a", "/b"]
@@ -200,3 +200,10 @@ def test_storage_config_gets_dirs_and_only_the_keys_that_were_set(tmp_path: Path
     assert storage.ledger_dirs == [Path("/a"), Path("/b")]
     assert storage.write_cache_max_size_mb == 8
     assert storage.journal_sync_data is True  # the storage layer's default stands
+
+
+def test_the_add_port_is_on_by_default_and_checked() -> None:
+    assert load_config(None, {}, {}).add_port == 0  # a free port, advertised in the registration
+    assert load_config(None, {}, {"bookieAddPort": "3182"}).add_port == 3182
+    with pytest.raises(ConfigError, match="bookieAddPort"):
+        load_config(None, {}, {"bookieAddPort": "-2"})
