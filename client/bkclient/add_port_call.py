@@ -56,7 +56,7 @@ class AddPortCall:
 
     async def write(self, message: bytes) -> None:
         """Send one serialized AddEntriesRequest; waits while the socket's buffer is full."""
-        await asyncio.shield(self._ready)  # a cancelled write must not cancel the connecting
+        await self._connected()
         if self.fallback is not None:
             await self.fallback.write(message)
             return
@@ -66,7 +66,7 @@ class AddPortCall:
 
     async def read(self) -> Any:
         """The next AddEntriesResponse, or ``grpc.aio.EOF`` once the bookie closed the stream."""
-        await asyncio.shield(self._ready)
+        await self._connected()
         if self.fallback is not None:
             return await self.fallback.read()
         assert self._reader is not None
@@ -74,6 +74,11 @@ class AddPortCall:
         if message is None:
             return grpc.aio.EOF  # type: ignore[attr-defined]
         return bookie_pb2.AddEntriesResponse.FromString(message)
+
+    async def _connected(self) -> None:
+        if not self._ready.done():
+            await asyncio.shield(self._ready)  # a cancelled write must not cancel the connecting
+        self._ready.result()  # a connect that failed otherwise than unreachable fails the stream
 
     def cancel(self) -> None:
         self._ready.cancel()

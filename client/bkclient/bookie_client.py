@@ -371,7 +371,7 @@ class BookieClientPool:
             if self._resolver is None:
                 return client
             address = self._resolver(bookie_id)
-            if address is None or address == (client.address, client.add_address):
+            if address is None or address == BookieAddress(client.address, client.add_address):
                 return client
             self._retired.append(client)  # closed at pool close: its calls may still be running
         address = self.address_of(bookie_id)
