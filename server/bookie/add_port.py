@@ -34,12 +34,12 @@ class AddPortServer:
 
     def __init__(self, handler: AddEntriesHandler, stats: RequestStats, bind_address: str, port: int) -> None:
         self._handler = handler
-        self._stats = stats
         self._bind_address = bind_address
         self._requested_port = port
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
+        stats.add_port_connections = lambda: len(self._connections)  # read by metrics scrapes
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (useful with port 0)."""
@@ -68,12 +68,10 @@ class AddPortServer:
     @property
     def open_connections(self) -> int:
         return len(self._connections)
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        self._stats.add_port_connections += 1
         peer = writer.get_extra_info("peername")
         keep_alive(writer.get_extra_info("socket"))
         try:
@@ -92,7 +90,6 @@ class AddPortServer:
             log.debug("add port: connection from %s ended: %r", peer, exc)
         finally:
             self._connections.discard(task)
-            self._stats.add_port_connections -= 1
             writer.close()
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -99,13 +99,14 @@ class RequestStats:
             self.get_bookie_info,
             self.get_list_of_entries_of_ledger,
         ]
-        self.add_port_connections = 0  # kept by the add port's server
+        # Connections open on the add port; its server, if any, supplies the count.
+        self.add_port_connections: Callable[[], int] = lambda: 0
         registry.register(self)
 
     def collect(self) -> Iterator[Metric]:
         for op in self._all:
             yield op.metric()
-        yield self._add_port_gauge(self.add_port_connections)
+        yield self._add_port_gauge(self.add_port_connections())
 
     def describe(self) -> list[Metric]:
         # Lets the registry detect name clashes at registration without collecting values.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,6 +13,7 @@ from tests.unit.server.fake_bookie_core import FakeBookieCore
 from tests.unit.server.test_service_handlers import body
 
 from bkclient.bookie_client import BookieClient, BookieClientOptions
+from bkmeta.zookeeper_server import free_port
 from bkproto.errors import BookieUnavailableError, UnauthorizedAccessError
 from bookie.service import BookieService
 from bookie.stats import RequestStats
@@ -28,12 +28,6 @@ async def service() -> AsyncIterator[tuple[BookieService, FakeBookieCore]]:
     await service.start()
     yield service, core
     await service.stop(0)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_adds_go_over_the_add_port(service: tuple[BookieService, FakeBookieCore]) -> None:
