@@ -39,7 +39,7 @@ class AddPortServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
-        stats.add_port_connections = lambda: len(self._connections)  # read by metrics scrapes
+        stats.add_port_connections = lambda: self.open_connections  # read by metrics scrapes
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (useful with port 0)."""

@@ -118,6 +118,7 @@ class BookieDaemon:
         self.gc = self._garbage_collector()
         await self._start_state()  # before serving: a full disk must refuse the first add
         await self.service.start()
+        add_port = self.service.add_port
         if self.gc is not None:
             await self.gc.start()
         http_port: int | None = None
@@ -128,10 +129,9 @@ class BookieDaemon:
                                          disk_info=self.core.disk_info)
             http_port = await asyncio.to_thread(self.http.start)
         if self._registration is not None:
-            await self._register(self._registration, http_port, self.service.add_port)
+            await self._register(self._registration, http_port, add_port)
         if self._not_ready == "starting":  # not if a stop came meanwhile
             self._not_ready = None
-        add_port = self.service.add_port
         log.info(
             "bookie %s ready: grpc %s:%d, http %s, add port %s",
             config.bookie_id,
