@@ -51,7 +51,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--zk-port", type=int, default=2181, metavar="PORT",
                         help="ZooKeeper client port (default 2181)")
     parser.add_argument("--base-port", type=int, default=3181, metavar="PORT",
-                        help="first bookie's gRPC port (default 3181); HTTP ports start at BASE_PORT+100")
+                        help="first bookie's gRPC port (default 3181); HTTP ports start at BASE_PORT+100, "
+                             "add ports at BASE_PORT+200")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="D",
                         help="where data and logs live; kept across runs (default: a temporary directory)")
     parser.add_argument("--autorecovery", action="store_true",

@@ -44,13 +44,13 @@ def port_is_free(port: int) -> bool:
 
 
 def pick_ports(bookies: int) -> tuple[int, int]:
-    """A free ZooKeeper port and a base port whose gRPC and HTTP ranges are free."""
+    """A free ZooKeeper port and a base port whose gRPC, HTTP and add port ranges are free."""
     rng = random.Random()
     for _ in range(200):
         zk_port = rng.randrange(20000, 29000)
         base = rng.randrange(30000, 39000)
         wanted = [zk_port, base + 99, *(base + i for i in range(bookies)),
-                  *(base + 100 + i for i in range(bookies))]
+                  *(base + 100 + i for i in range(bookies)), *(base + 200 + i for i in range(bookies))]
         if all(port_is_free(p) for p in wanted):
             return zk_port, base
     raise RuntimeError("no free ports found")
@@ -174,6 +174,8 @@ def test_banner_says_what_runs_where(cluster: LocalClusterRun) -> None:
     for i in range(BOOKIES):
         assert f"127.0.0.1:{cluster.base_port + i}" in out
         assert f"http://127.0.0.1:{cluster.base_port + 100 + i}/metrics" in out
+        assert f"add port {cluster.base_port + 200 + i}" in out
+        socket.create_connection(("127.0.0.1", cluster.base_port + 200 + i), timeout=5).close()  # listening
         assert str(cluster.data_dir / "logs" / f"bookie-{i}.log") in out
     assert "self-check" in out and "wrote and read back" in out
     assert f"pybk shell --zk {cluster.zk_hosts}" in out

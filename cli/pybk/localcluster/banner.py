@@ -48,7 +48,8 @@ def render_banner(
     ]
     for index, bookie_id in enumerate(bookie_ids):
         lines.append(
-            f"  {f'bookie-{index}':<12} {bookie_id:<21}  metrics {layout.metrics_url(index)}"
+            f"  {f'bookie-{index}':<12} {bookie_id:<21}  add port {layout.add_port(index)}"
+            f"  metrics {layout.metrics_url(index)}"
             f"  log {layout.log_dir / f'bookie-{index}.log'}"
         )
     if layout.autorecovery:

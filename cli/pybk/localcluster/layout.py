@@ -8,10 +8,10 @@
     D/logs/autorecovery.log     with --autorecovery
     D/localcluster.lock         held while a localcluster runs on D (one at a time)
 
-Bookie i (0-based) listens on ``base_port + i`` for gRPC and ``base_port + 100 + i`` for HTTP
-(``/heartbeat``, ``/metrics``). With ``autorecovery``, a ``pybk autorecovery`` process serves its
-metrics on ``base_port + 99``, the port just below the HTTP range. The same layout on the same
-directory gives the same cluster back.
+Bookie i (0-based) listens on ``base_port + i`` for gRPC, ``base_port + 100 + i`` for HTTP
+(``/heartbeat``, ``/metrics``) and ``base_port + 200 + i`` for its add port. With
+``autorecovery``, a ``pybk autorecovery`` process serves its metrics on ``base_port + 99``, the port
+just below the HTTP range. The same layout on the same directory gives the same cluster back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 from pybk.localcluster.child import ChildSpec
 
 HTTP_PORT_OFFSET = 100
-MAX_BOOKIES = HTTP_PORT_OFFSET  # gRPC and HTTP port ranges must not overlap
+ADD_PORT_OFFSET = 200
+MAX_BOOKIES = HTTP_PORT_OFFSET  # the gRPC, HTTP and add port ranges must not overlap
 
 
 class LayoutError(ValueError):
@@ -47,7 +48,7 @@ class ClusterLayout:
             raise LayoutError(f"--bookies must be between 1 and {MAX_BOOKIES}, got {self.bookies}")
         if not 1 <= self.zk_port <= 65535:
             raise LayoutError(f"--zk-port must be a TCP port (1-65535), got {self.zk_port}")
-        top = self.base_port + HTTP_PORT_OFFSET + self.bookies - 1
+        top = self.base_port + ADD_PORT_OFFSET + self.bookies - 1
         if self.base_port < 1 or top > 65535:
             raise LayoutError(
                 f"--base-port {self.base_port} leaves no room for {self.bookies} bookies "
@@ -73,6 +74,11 @@ class ClusterLayout:
     def http_port(self, index: int) -> int:
         return self.base_port + HTTP_PORT_OFFSET + index
 
+    def add_port(self, index: int) -> int:
+        # Fixed rather than left to the bookie to pick, so that the same layout gives the same
+        # cluster back and a port taken by something else is reported before anything starts.
+        return self.base_port + ADD_PORT_OFFSET + index
+
     def bookie_address(self, index: int) -> str:
         return f"{self.host}:{self.bookie_port(index)}"
 
@@ -91,8 +97,8 @@ class ClusterLayout:
         return f"http://{self.host}:{self.autorecovery_http_port}/metrics"
 
     def all_bookie_ports(self) -> set[int]:
-        return {self.bookie_port(i) for i in range(self.bookies)} | {
-            self.http_port(i) for i in range(self.bookies)
+        return {
+            port(i) for i in range(self.bookies) for port in (self.bookie_port, self.http_port, self.add_port)
         }
 
     def busy_ports(self) -> list[int]:
@@ -154,6 +160,7 @@ class ClusterLayout:
                 "--zk", self.zk_hosts,
                 "--port", str(self.bookie_port(index)),
                 "--http-port", str(self.http_port(index)),
+                "--add-port", str(self.add_port(index)),
                 "--journal-dirs", str(self.journal_dir(index)),
                 "--ledger-dirs", str(self.ledger_dir(index)),
                 # A development cluster listens on loopback only.

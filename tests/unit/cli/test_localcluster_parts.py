@@ -27,6 +27,8 @@ def test_layout_ports_and_dirs(tmp_path: Path) -> None:
         "127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"
     ]
     assert [layout.http_port(i) for i in range(3)] == [3281, 3282, 3283]
+    assert [layout.add_port(i) for i in range(3)] == [3381, 3382, 3383]
+    assert 3383 in layout.all_bookie_ports()
     assert layout.metrics_url(1) == "http://127.0.0.1:3282/metrics"
     dirs = {layout.journal_dir(i) for i in range(3)} | {layout.ledger_dir(i) for i in range(3)}
     assert len(dirs) == 6 and all(d.is_relative_to(tmp_path) for d in dirs)
@@ -50,6 +52,7 @@ def test_layout_commands_are_accepted_by_pybk(tmp_path: Path) -> None:
     argv = list(bookie.argv)
     assert argv[argv.index("--port") + 1] == "4101"
     assert argv[argv.index("--http-port") + 1] == "4201"
+    assert argv[argv.index("--add-port") + 1] == "4301"
     assert argv[argv.index("--zk") + 1] == "127.0.0.1:2999"
     assert argv[argv.index("--bind") + 1] == "127.0.0.1"
 
@@ -62,7 +65,9 @@ def test_layout_commands_are_accepted_by_pybk(tmp_path: Path) -> None:
         ({"bookies": 100, "autorecovery": True}, "at most 99 bookies"),  # bookie 99's port
         ({"zk_port": 70000}, "--zk-port"),
         ({"base_port": 65500}, "--base-port"),
+        ({"base_port": 65400}, "--base-port"),  # room for gRPC and HTTP, none for the add ports
         ({"zk_port": 3282, "base_port": 3181}, "collides"),
+        ({"zk_port": 3383, "base_port": 3181}, "collides"),  # bookie 2's add port
         ({"zk_port": 3280, "base_port": 3181, "autorecovery": True}, "autorecovery port"),
     ],
 )
