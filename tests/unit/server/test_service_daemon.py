@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import urllib.error
@@ -131,6 +132,27 @@ async def test_refused_cookie_leaves_storage_untouched(monkeypatch: pytest.Monke
     assert "core start" not in events
 
 
+async def test_daemon_process_freezes_its_startup_heap() -> None:
+    """The daemon's own process (``run_daemon``) freezes what start-up allocated, so the oldest-
+    generation collection does not rescan it under load; an embedded daemon leaves the host
+    process's collector alone."""
+    gc.unfreeze()
+    embedded = bookie_main.BookieDaemon(config(), lambda c, r: ManagedFakeCore([]))
+    await embedded.start()
+    try:
+        assert gc.get_freeze_count() == 0
+    finally:
+        await embedded.close()
+    daemon = bookie_main.BookieDaemon(config(), lambda c, r: ManagedFakeCore([]), freeze_startup_heap=True)
+    await daemon.start()
+    try:
+        assert gc.get_freeze_count() > 0
+        assert len(gc.get_objects()) < gc.get_freeze_count()  # what is left to scan is the new part
+    finally:
+        await daemon.close()
+        gc.unfreeze()
+
+
 def test_zookeeper_without_registration_hook_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--zk none"):
         bookie_main.BookieDaemon(config(zkServers="zk:2181"), lambda c, r: ManagedFakeCore([]))
@@ -145,8 +167,11 @@ async def test_sigterm_stops_run_daemon_with_exit_code_zero() -> None:
             await super().start()
             started.set()
 
+    gc.unfreeze()
     daemon_task = asyncio.ensure_future(bookie_main.run_daemon(config(), lambda c, r: SignallingCore(events)))
     await started.wait()
     os.kill(os.getpid(), signal.SIGTERM)  # handled by the daemon's loop signal handler
     assert await asyncio.wait_for(daemon_task, 30) == 0
     assert events == ["core start", "core close"]
+    assert gc.get_freeze_count() > 0  # the daemon process froze its start-up heap
+    gc.unfreeze()
