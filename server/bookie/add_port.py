@@ -68,6 +68,7 @@ class AddPortServer:
     @property
     def open_connections(self) -> int:
         return len(self._connections)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
