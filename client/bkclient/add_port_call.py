@@ -17,8 +17,11 @@ from typing import Any
 
 import grpc.aio
 
+from bkproto import security as wire
 from bkproto.add_port import PREFACE, frame, keep_alive, read_frame
 from bkproto.v1 import bookie_pb2
+
+from .tls import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +29,17 @@ CONNECT_TIMEOUT_S = 3.0
 
 
 class AddPortCall:
-    def __init__(self, bookie_id: str, target: str, grpc_call: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        bookie_id: str,
+        target: str,
+        grpc_call: Callable[[], Any],
+        security: ClientSecurity | None = None,
+    ) -> None:
         """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC AddEntries
-        call to use if it cannot be reached."""
+        call to use if it cannot be reached; ``security`` TLS and the token, as on gRPC."""
         self._bookie_id = bookie_id
+        self._security = security
         self._target = target
         self._grpc_call = grpc_call
         self._reader: asyncio.StreamReader | None = None
@@ -40,8 +50,11 @@ class AddPortCall:
     async def _connect(self) -> None:
         host, _, port = self._target.rpartition(":")
         try:
+            security = self._security
+            ssl = security.ssl_context if security is not None and security.tls else None
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_S
+                asyncio.open_connection(host.strip("[]"), int(port), ssl=ssl),
+                CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
             log.warning(
@@ -51,7 +64,11 @@ class AddPortCall:
             self.fallback = self._grpc_call()
             return
         keep_alive(writer.get_extra_info("socket"))
-        writer.write(PREFACE)
+        token = self._security.token if self._security is not None else None
+        if token is None:
+            writer.write(PREFACE)
+        else:
+            writer.write(wire.AUTH_PREFACE + frame(token.encode()))
         self._reader, self._writer = reader, writer
 
     async def write(self, message: bytes) -> None:

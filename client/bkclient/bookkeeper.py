@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import time
@@ -26,6 +27,7 @@ from .digest import DigestManager
 from .distribution import validate_quorums
 from .ops.recovery import LedgerRecoveryOp
 from .read_handle import ReadHandle
+from .tls import security_from_environ
 from .write_handle import WriteAdvHandle, WriteHandle
 
 log = logging.getLogger(__name__)
@@ -46,8 +48,12 @@ class BookKeeper:
 
     @classmethod
     async def connect(cls, zk_hosts: str, config: ClientConfig | None = None) -> BookKeeper:
-        """Connect to the cluster whose metadata lives in ZooKeeper at ``zk_hosts``."""
+        """Connect to the cluster whose metadata lives in ZooKeeper at ``zk_hosts``. Without
+        ``config.security``, TLS settings and credentials come from the environment
+        (``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
+        if config.security is None:
+            config = dataclasses.replace(config, security=security_from_environ())
         metadata = await MetadataClient.connect(zk_hosts, session_timeout_s=config.metadata_timeout_s)
         return cls(ClientContext.create(metadata, config))
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from bkproto.errors import IncorrectParameterError
 
+from .tls import ClientSecurity
+
 MiB = 1024 * 1024
 
 PLACEMENT_POLICIES = ("random", "rackaware")
@@ -62,6 +64,9 @@ class ClientConfig:
     # advertises one; False keeps every call on gRPC (e.g. behind a gRPC-only proxy).
     bookie_use_add_port: bool = True
     metadata_timeout_s: float = 10.0  # zkTimeout: the ZooKeeper session timeout
+    # TLS and credentials towards the bookies (``bkclient.tls``); None: BookKeeper.connect reads
+    # them from the environment (BK_<key>, PYBK_CLIENT_CONF), plaintext if nothing is set there.
+    security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
         positive = {

@@ -32,6 +32,7 @@ def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClien
         max_batch_bytes=config.bookie_max_batch_bytes,
         default_timeout_s=config.read_entry_timeout_s,
         use_add_port=config.bookie_use_add_port,
+        security=config.security,
     )
     return BookieClientPool(resolve, options)
 
