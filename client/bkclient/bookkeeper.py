@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import logging
 import time
@@ -27,7 +26,6 @@ from .digest import DigestManager
 from .distribution import validate_quorums
 from .ops.recovery import LedgerRecoveryOp
 from .read_handle import ReadHandle
-from .tls import security_from_environ
 from .write_handle import WriteAdvHandle, WriteHandle
 
 log = logging.getLogger(__name__)
@@ -52,8 +50,6 @@ class BookKeeper:
         ``config.security``, TLS settings and credentials come from the environment
         (``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
-        if config.security is None:
-            config = dataclasses.replace(config, security=security_from_environ())
         metadata = await MetadataClient.connect(zk_hosts, session_timeout_s=config.metadata_timeout_s)
         return cls(ClientContext.create(metadata, config))
 

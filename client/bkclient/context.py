@@ -4,12 +4,14 @@ configuration, placement policy and the event loop they all run on."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .bookie_client import BookieAddress, BookieClient, BookieClientOptions, BookieClientPool
 from .config import ClientConfig
 from .placement import BookieRacks, PlacementPolicy, make_placement
+from .tls import security_from_environ
 
 if TYPE_CHECKING:
     from bkmeta import MetadataClient
@@ -47,7 +49,11 @@ class ClientContext:
 
     @classmethod
     def create(cls, metadata: MetadataClient, config: ClientConfig | None = None) -> ClientContext:
+        """Without ``config.security``, TLS settings and credentials come from the environment
+        (``BK_<key>``, ``PYBK_CLIENT_CONF``: ``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
+        if config.security is None:
+            config = dataclasses.replace(config, security=security_from_environ())
         placement = make_placement(
             config.placement_policy,
             config.min_racks_per_write_quorum,

@@ -95,6 +95,7 @@ class LocalClusterRun:
     output_path: Path
     proc: subprocess.Popen[bytes] | None = None
     children: set[int] = field(default_factory=set)
+    extra_args: tuple[str, ...] = ()
 
     @property
     def zk_hosts(self) -> str:
@@ -109,7 +110,7 @@ class LocalClusterRun:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybk", "localcluster", "--bookies", str(BOOKIES),
              "--zk-port", str(self.zk_port), "--base-port", str(self.base_port),
-             "--data-dir", str(self.data_dir), "--grace", "20", "--autorecovery"],
+             "--data-dir", str(self.data_dir), "--grace", "20", "--autorecovery", *self.extra_args],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         out.close()

@@ -94,3 +94,35 @@ class ThrowAwayCa:
         with os.fdopen(fd, "wb") as out:
             out.write(key_pem)
         return files
+
+
+@dataclass(frozen=True)
+class ClusterTls:
+    """A local cluster's TLS files: what bookies are configured with, and the client's file."""
+
+    bookie_settings: dict[str, str]  # BookKeeper keys, given to each bookie as BK_<key>
+    client_conf: Path  # for PYBK_CLIENT_CONF: every client, tool and autorecovery reads it
+
+
+def make_cluster_tls(directory: Path, host: str) -> ClusterTls:
+    """A fresh CA (its key is forgotten at once), a bookie certificate and a client certificate
+    with every right, under ``directory``. Bookies require the client certificate (mutual TLS)
+    and take the caller's identity from it."""
+    authority = ThrowAwayCa("pybk localcluster CA")
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = authority.write_ca(directory / "ca.pem")
+    hosts = tuple(dict.fromkeys(("localhost", "127.0.0.1", host)))
+    bookie = authority.issue("bookie", directory, hosts)
+    client = authority.issue("client", directory, hosts)
+    rights = directory / "rights"
+    rights.write_text("# identity (certificate common name) = rights\nclient=all\n")
+    settings = {
+        "tlsCertificatePath": str(bookie.cert), "tlsKeyStore": str(bookie.key), "tlsKeyStoreType": "PEM",
+        "tlsTrustStore": str(ca), "tlsClientAuthentication": "true",
+        "bookieAuthProviderFactoryClass": "mtls", "bookieAuthorizationFile": str(rights),
+    }  # fmt: skip
+    client_conf = directory / "client.conf"
+    client_conf.write_text(
+        f"clientTrustStore={ca}\nclientCertificatePath={client.cert}\nclientKeyStore={client.key}\n"
+    )
+    return ClusterTls(settings, client_conf)
