@@ -18,6 +18,7 @@ from typing import Protocol
 from bkmeta.cookie import Cookie, verify_or_create_cookie
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
+from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import MetadataStoreError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,12 @@ class BookieConfigLike(Protocol):
     @property
     def ledger_dirs(self) -> tuple[Path, ...]: ...
 
+    @property
+    def zk_enable_security(self) -> bool: ...
+
+    @property
+    def zk_digest_file(self) -> Path | None: ...
+
 
 class BookiePresence:
     def __init__(
@@ -69,8 +76,10 @@ class BookiePresence:
         ledgers_root: str = "/ledgers",
         session_timeout_s: float = 10.0,
         read_only: bool = False,
+        zk_security: ZkSecurity | None = None,
     ) -> None:
         self._zk_servers = zk_servers
+        self._zk_security = zk_security
         self._info = info
         self._journal_dirs = list(journal_dirs)
         self._ledger_dirs = list(ledger_dirs)
@@ -102,6 +111,7 @@ class BookiePresence:
             config.journal_dirs,
             config.ledger_dirs,
             session_timeout_s=config.zk_timeout_ms / 1000.0,
+            zk_security=_zk_security(config),
         )
 
     @property
@@ -119,6 +129,7 @@ class BookiePresence:
             self._ledgers_root,
             watch_bookies=False,
             session_timeout_s=self._session_timeout_s,
+            security=self._zk_security,
         )
         try:
             self.cookie = await verify_or_create_cookie(
@@ -181,3 +192,11 @@ class BookiePresence:
             await registration.close()
         if meta is not None:
             await meta.close()
+
+
+def _zk_security(config: BookieConfigLike) -> ZkSecurity | None:
+    """The bookie's ZooKeeper identity from its own configuration (never the environment's
+    client settings: a bookie is configured in one place)."""
+    if config.zk_digest_file is None:
+        return None
+    return ZkSecurity.from_file(config.zk_digest_file, config.zk_enable_security)

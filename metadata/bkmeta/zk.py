@@ -27,6 +27,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -36,6 +37,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from bkmeta.zk_handler import PollingThreadingHandler
+from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import MetadataStoreError, MetadataVersionError
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class ZkClientConfig:
     max_attempts: int = 4
     retry_delay_s: float = 0.1
     max_retry_delay_s: float = 2.0
+    security: ZkSecurity | None = None  # the cluster's digest identity and ACLs (zkEnableSecurity)
 
 
 class ZkClient:
@@ -103,8 +106,10 @@ class ZkClient:
 
     def __init__(self, config: ZkClientConfig) -> None:
         self.config = config
+        security = config.security.kazoo_options() if config.security is not None else {}
         self._kazoo = KazooClient(
-            hosts=config.hosts, timeout=config.session_timeout_s, handler=PollingThreadingHandler()
+            hosts=config.hosts, timeout=config.session_timeout_s, handler=PollingThreadingHandler(),
+            **security,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._bridge: _LoopBridge | None = None
@@ -295,6 +300,11 @@ class ZkClient:
                 raise bad_version from e
             except NotEmptyError as e:
                 raise ZkNotEmptyError(f"{what} {path}: znode has children") from e
+            except NoAuthError as e:
+                raise MetadataStoreError(
+                    f"{what} {path}: refused by the znode's ACL (the cluster's ZooKeeper identity is"
+                    " zkDigestAuthFile's)"
+                ) from e
             except Exception as e:
                 raise MetadataStoreError(f"{what} {path}: {type(e).__name__}: {e}") from e
             if attempt < self.config.max_attempts:
@@ -326,6 +336,10 @@ class ZkClient:
             "get_children", path, lambda: self._kazoo.get_children_async(path, watch=watch)
         )
         return list(children)
+
+    async def set_acls(self, path: str, acls: list[Any]) -> None:
+        """Replace the znode's ACL (any version: ACLs are set whole, so a retry is harmless)."""
+        await self._call("set_acls", path, lambda: self._kazoo.set_acls_async(path, acls))
 
     async def create(
         self,

@@ -8,14 +8,20 @@ identities, token and rights files, and the bookie and client settings that use 
 ``bookie_conf(mtls=..., tokens=...)`` the bookie's keys; ``client(name)`` / ``client_token(name)``
 the ``ClientSecurity`` of an identity by certificate / by token (trusting the CA, no certificate);
 ``anonymous()`` TLS without any identity.
+
+ZooKeeper: ``write_digest_file(path)`` a ``zkDigestAuthFile``; ``kazoo_session(hosts, auth)`` a
+plain kazoo session; ``all_znodes(client, root)`` a subtree's paths.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from kazoo.client import KazooClient
 
 from bkclient.tls import ClientSecurity
 from pybk.localcluster.certs import CertFiles, ThrowAwayCa
@@ -81,3 +87,32 @@ class SecurityMaterial:
         return grpc.ssl_channel_credentials(
             self.ca.read_bytes(), files.key.read_bytes(), files.cert.read_bytes()
         )
+
+
+def write_digest_file(path: Path, user: str = "bkcluster", password: str = "s3cret-digest") -> Path:
+    """A ``zkDigestAuthFile``: the cluster's ZooKeeper identity."""
+    path.write_text(f"{user}:{password}\n")
+    path.chmod(0o600)
+    return path
+
+
+@contextlib.contextmanager
+def kazoo_session(hosts: str, auth: list[tuple[str, str]] | None = None) -> Iterator[KazooClient]:
+    """A plain kazoo session (with ``auth``: authenticated) for looking at znodes directly."""
+    client = KazooClient(hosts=hosts, timeout=10.0, auth_data=auth)
+    client.start(timeout=15)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def all_znodes(client: KazooClient, root: str) -> list[str]:
+    """``root`` and every znode below it."""
+    found, pending = [], [root]
+    while pending:
+        path = pending.pop()
+        found.append(path)
+        pending.extend(f"{path.rstrip('/')}/{child}" for child in client.get_children(path))
+    return found
