@@ -15,6 +15,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 from bkmeta import MetadataClient
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
@@ -50,7 +51,10 @@ class BookKeeper:
         ``config.security``, TLS settings and credentials come from the environment
         (``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
-        metadata = await MetadataClient.connect(zk_hosts, session_timeout_s=config.metadata_timeout_s)
+        zk_options: dict[str, Any] = {"session_timeout_s": config.metadata_timeout_s}
+        if config.zk_security is not None:
+            zk_options["security"] = config.zk_security
+        metadata = await MetadataClient.connect(zk_hosts, **zk_options)
         return cls(ClientContext.create(metadata, config))
 
     async def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import IncorrectParameterError
 
 from .tls import ClientSecurity
@@ -67,6 +68,8 @@ class ClientConfig:
     # TLS and credentials towards the bookies (``bkclient.tls``); None: BookKeeper.connect reads
     # them from the environment (BK_<key>, PYBK_CLIENT_CONF), plaintext if nothing is set there.
     security: ClientSecurity | None = None
+    # The cluster's ZooKeeper identity (``bkmeta.zk_security``); None: from the environment too.
+    zk_security: ZkSecurity | None = None
 
     def __post_init__(self) -> None:
         positive = {
