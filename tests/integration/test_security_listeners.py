@@ -164,3 +164,46 @@ async def test_only_a_writer_can_make_a_bookie_hold_a_ledger_by_fencing(
     finally:
         await writer.close()
         await fencer.close()
+
+
+async def handshakes(bookie: BookieProcess, security: ClientSecurity) -> dict[str, bool]:
+    """Whether a fresh connection of each listener completes with ``security``'s trust."""
+    results: dict[str, bool] = {}
+    for name, port in (("grpc", bookie.port), ("add", bookie.add_port), ("http", bookie.http_port)):
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", port, ssl=security.ssl_context), 10
+            )
+        except (OSError, TimeoutError):
+            results[name] = False
+            continue
+        writer.close()
+        results[name] = True
+    return results
+
+
+async def test_renewed_certificates_are_served_without_a_restart(
+    bookie_factory: BookieFactory, tmp_path: Path
+) -> None:
+    old = SecurityMaterial.create(tmp_path / "old")
+    new = SecurityMaterial.create(tmp_path / "new")  # another CA: only a reload makes it pass
+    conf = {**old.bookie_conf(mtls=False, auth=False), "tlsCertFilesRefreshDurationSeconds": "1"}
+    bookie = await asyncio.to_thread(bookie_factory, conf=conf, grpc_credentials=old.health_credentials())
+    assert await handshakes(bookie, old.anonymous()) == {"grpc": True, "add": True, "http": True}
+    assert await handshakes(bookie, new.anonymous()) == {"grpc": False, "add": False, "http": False}
+
+    pid = bookie.pid
+    for renewed, current in ((new.bookie.key, old.bookie.key), (new.bookie.cert, old.bookie.cert)):
+        current.write_bytes(renewed.read_bytes())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while (seen := await handshakes(bookie, new.anonymous())) != {"grpc": True, "add": True, "http": True}:
+        assert loop.time() < deadline, f"renewed certificate not served: {seen}"
+        await asyncio.sleep(0.5)
+    assert bookie.pid == pid  # the same process
+    renewed = client(bookie, new.anonymous())
+    try:
+        await renewed.add(1, 0, KEY, entry_body(1, 0))
+        assert (await renewed.read_entry(1, 0)).body == entry_body(1, 0)
+    finally:
+        await renewed.close()
