@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pybk.bench",
     "pybk.cmd_autorecovery",
     "pybk.cmd_bookie",
+    "pybk.cmd_certs",
     "pybk.cmd_localcluster",
     "pybk.cmd_zookeeper",
     "pybk.shell",

@@ -104,18 +104,19 @@ class ClusterTls:
     client_conf: Path  # for PYBK_CLIENT_CONF: every client, tool and autorecovery reads it
 
 
-def make_cluster_tls(directory: Path, host: str) -> ClusterTls:
-    """A fresh CA (its key is forgotten at once), a bookie certificate and a client certificate
-    with every right, under ``directory``. Bookies require the client certificate (mutual TLS)
-    and take the caller's identity from it."""
-    authority = ThrowAwayCa("pybk localcluster CA")
+def make_cluster_tls(directory: Path, *hosts: str) -> ClusterTls:
+    """A fresh CA (its key is forgotten at once), a bookie certificate naming ``hosts`` (and
+    localhost) and a client certificate with every right, under ``directory``. Bookies require
+    the client certificate (mutual TLS) and take the caller's identity from it."""
+    authority = ThrowAwayCa("pybk throw-away CA")
     directory.mkdir(parents=True, exist_ok=True)
     ca = authority.write_ca(directory / "ca.pem")
-    hosts = tuple(dict.fromkeys(("localhost", "127.0.0.1", host)))
+    hosts = tuple(dict.fromkeys(("localhost", "127.0.0.1", *hosts)))
     bookie = authority.issue("bookie", directory, hosts)
     client = authority.issue("client", directory, hosts)
     rights = directory / "rights"
-    rights.write_text("# identity (certificate common name) = rights\nclient=all\n")
+    # "bookie": autorecovery presents the bookie certificate, as BookKeeper's shares its conf
+    rights.write_text("# identity (certificate common name) = rights\nclient=all\nbookie=read,write,fence\n")
     settings = {
         "tlsCertificatePath": str(bookie.cert), "tlsKeyStore": str(bookie.key), "tlsKeyStoreType": "PEM",
         "tlsTrustStore": str(ca), "tlsClientAuthentication": "true",

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# TLS against plaintext in the same run: `pybk bench writes` and `pybk bench reads` against a fresh
+# `pybk localcluster` (3 bookies), once plaintext and once with --tls (mutual TLS and the mtls
+# authentication provider on every listener), alternating for ROUNDS rounds so that the shared
+# host's drift hits both alike. One JSON line per benchmark, prefixed with the mode.
+# Usage: scripts/bench_tls.sh [ROUNDS] (default 3). Environment: PYTHON (default .venv/bin/python),
+# ZK_PORT and BASE_PORT (default 52181 and 53181, away from bench_cluster.sh's).
+set -u
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+ROUNDS=${1:-3}
+ZK_PORT=${ZK_PORT:-52181}
+BASE_PORT=${BASE_PORT:-53181}
+ZK=127.0.0.1:$ZK_PORT
+LC=
+
+stop_cluster() {
+  [ -n "$LC" ] || return 0
+  kill -TERM "$LC" 2>/dev/null
+  wait "$LC"
+  rm -rf "$D"
+  LC=
+}
+trap stop_cluster EXIT
+
+start_cluster() {  # start_cluster [--tls]
+  D=$(mktemp -d /tmp/pybk-bench-tls.XXXX)
+  "$PY" -m pybk localcluster --bookies 3 --zk-port "$ZK_PORT" --base-port "$BASE_PORT" --data-dir "$D" "$@" \
+    > "$D/localcluster.log" 2>&1 &
+  LC=$!
+  for _ in $(seq 1 120); do grep -q "pybk shell" "$D/localcluster.log" 2>/dev/null && break; sleep 1; done
+  if ! kill -0 "$LC" 2>/dev/null || ! grep -q "pybk shell" "$D/localcluster.log"; then
+    echo "local cluster did not start:" >&2; grep -v "^    |" "$D/localcluster.log" | tail -15 >&2; exit 1
+  fi
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in plain tls; do
+    if [ "$mode" = tls ]; then start_cluster --tls; export PYBK_CLIENT_CONF=$D/tls/client.conf
+    else start_cluster; unset PYBK_CLIENT_CONF; fi
+    echo "round $round $mode writes $("$PY" -m pybk bench writes --zk "$ZK" --time 10 --json)"
+    echo "round $round $mode reads $("$PY" -m pybk bench reads --zk "$ZK" --entries 100000 --json)"
+    stop_cluster
+  done
+done
