@@ -36,8 +36,9 @@ start_cluster() {  # start_cluster [--tls]
 
 for round in $(seq 1 "$ROUNDS"); do
   for mode in plain tls; do
+    unset PYBK_CLIENT_CONF  # before start_cluster: localcluster's own clients read it too
     if [ "$mode" = tls ]; then start_cluster --tls; export PYBK_CLIENT_CONF=$D/tls/client.conf
-    else start_cluster; unset PYBK_CLIENT_CONF; fi
+    else start_cluster; fi
     echo "round $round $mode writes $("$PY" -m pybk bench writes --zk "$ZK" --time 10 --json)"
     echo "round $round $mode reads $("$PY" -m pybk bench reads --zk "$ZK" --entries 100000 --json)"
     stop_cluster
