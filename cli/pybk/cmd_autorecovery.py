@@ -31,7 +31,7 @@ from autorecovery import AutoRecovery
 from bkclient import BKError, BookKeeper
 from bkclient.config import ClientConfig
 from bkclient.tls import ClientSecurity
-from bkmeta.zk_security import ZkSecurity
+from bkmeta.bookie_presence import zk_security_of
 from bookie.config import BookieConfig, ConfigError, load_config
 from bookie.http import BookieHttpServer
 from bookie.security import BookieSecurity
@@ -77,10 +77,7 @@ def client_config(config: BookieConfig) -> ClientConfig:
     security = None
     if tls is not None and tls.trust_path is not None:
         security = ClientSecurity(tls.trust_path, tls.cert_path, tls.key_path)
-    zk_security = None
-    if config.zk_digest_file is not None:
-        zk_security = ZkSecurity.from_file(config.zk_digest_file, config.zk_enable_security)
-    return ClientConfig(security=security, zk_security=zk_security)
+    return ClientConfig(security=security, zk_security=zk_security_of(config))
 
 
 async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -> int:

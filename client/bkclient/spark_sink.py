@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 # options (``bkclient.tls``, ``bkmeta.zk_security``). Unset: the executors' environment decides.
 SECURITY_OPTIONS = (
     "clientTrustStore", "clientCertificatePath", "clientKeyStore", "clientAuthTokenFile",
-    "tlsHostnameVerificationEnabled", "zkEnableSecurity", "zkDigestAuthFile",
+    "tlsHostnameVerificationEnabled", "zkEnableSecurity", "zkDigestAuthFile", "zkTlsTrustStore",
+    "zkTlsCertificatePath", "zkTlsKeyStore",
 )
 # Spark hands options over case-insensitively (lower-cased); documented spellings are these.
 _KNOWN = (

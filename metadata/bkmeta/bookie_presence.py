@@ -64,6 +64,15 @@ class BookieConfigLike(Protocol):
     @property
     def zk_digest_file(self) -> Path | None: ...
 
+    @property
+    def zk_tls_trust(self) -> Path | None: ...
+
+    @property
+    def zk_tls_cert(self) -> Path | None: ...
+
+    @property
+    def zk_tls_key(self) -> Path | None: ...
+
 
 class BookiePresence:
     def __init__(
@@ -111,7 +120,7 @@ class BookiePresence:
             config.journal_dirs,
             config.ledger_dirs,
             session_timeout_s=config.zk_timeout_ms / 1000.0,
-            zk_security=_zk_security(config),
+            zk_security=zk_security_of(config),
         )
 
     @property
@@ -194,9 +203,12 @@ class BookiePresence:
             await meta.close()
 
 
-def _zk_security(config: BookieConfigLike) -> ZkSecurity | None:
+def zk_security_of(config: BookieConfigLike) -> ZkSecurity | None:
     """The bookie's ZooKeeper identity from its own configuration (never the environment's
     client settings: a bookie is configured in one place)."""
-    if config.zk_digest_file is None:
-        return None
-    return ZkSecurity.from_file(config.zk_digest_file, config.zk_enable_security)
+    tls = {"tls_trust": config.zk_tls_trust, "tls_cert": config.zk_tls_cert, "tls_key": config.zk_tls_key}
+    if config.zk_digest_file is not None:
+        return ZkSecurity.from_file(config.zk_digest_file, config.zk_enable_security, **tls)
+    if config.zk_tls_trust is not None:
+        return ZkSecurity(None, None, False, config.zk_tls_trust, config.zk_tls_cert, config.zk_tls_key)
+    return None

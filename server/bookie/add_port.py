@@ -58,7 +58,9 @@ class AddPortServer:
         try:
             ssl = self._security.ssl_context if self._security is not None else None
             self._server = await asyncio.start_server(
-                self._serve, self._bind_address, self._requested_port, ssl=ssl
+                self._serve, self._bind_address, self._requested_port, ssl=ssl,
+                # a peer that never completes the handshake is dropped as one that never says hello
+                ssl_handshake_timeout=PREFACE_TIMEOUT_S if ssl is not None else None,
             )
         except OSError as exc:
             raise OSError(f"cannot listen on {target} (add port): {exc}") from exc

@@ -162,6 +162,12 @@ KEYS: dict[str, Key] = {
     ),
     # ZooKeeper ACLs (bkmeta.zk_security)
     "zkEnableSecurity": Key(_bool, help="create znodes readable and writable by the cluster identity only"),
+    "zkTlsTrustStore": Key(
+        _text, help="PEM CA of ZooKeeper's certificate: connect to its secure client port over TLS"
+        " (pybookkeeper extension)",
+    ),
+    "zkTlsCertificatePath": Key(_text, help="PEM client certificate for ZooKeeper, if it asks for one"),
+    "zkTlsKeyStore": Key(_text, help="PEM key of zkTlsCertificatePath"),
     "zkDigestAuthFile": Key(
         _text, help="file holding user:password, the cluster's ZooKeeper digest identity"
         " (pybookkeeper extension)",
@@ -326,6 +332,9 @@ class BookieConfig:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     zk_enable_security: bool = False  # zkEnableSecurity
     zk_digest_file: Path | None = None  # zkDigestAuthFile
+    zk_tls_trust: Path | None = None  # zkTlsTrustStore
+    zk_tls_cert: Path | None = None  # zkTlsCertificatePath
+    zk_tls_key: Path | None = None  # zkTlsKeyStore
 
     @property
     def bookie_id(self) -> str:
@@ -436,12 +445,19 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         storage_overrides=storage,
         security=_security(values),
         zk_enable_security=values.get("zkEnableSecurity", False),
-        zk_digest_file=Path(values["zkDigestAuthFile"]) if "zkDigestAuthFile" in values else None,
+        zk_digest_file=_path(values, "zkDigestAuthFile"),
+        zk_tls_trust=_path(values, "zkTlsTrustStore"),
+        zk_tls_cert=_path(values, "zkTlsCertificatePath"),
+        zk_tls_key=_path(values, "zkTlsKeyStore"),
     )
     if config.zk_enable_security and config.zk_digest_file is None:
         raise ConfigError("zkEnableSecurity=true needs zkDigestAuthFile (the cluster's ZooKeeper identity)")
     _check_dirs(config)
     return config
+
+
+def _path(values: Mapping[str, Any], key: str) -> Path | None:
+    return Path(values[key]) if key in values else None
 
 
 def _security(values: Mapping[str, Any]) -> SecuritySettings:

@@ -351,7 +351,7 @@ def refused_add_response(request: bookie_pb2.AddEntriesRequest, why: str) -> boo
     """EUA for every add of a message (the add port's answer to a caller it refuses)."""
     return bookie_pb2.AddEntriesResponse(results=[
         bookie_pb2.AddResponse(status=bookie_pb2.EUA, ledger_id=add.ledger_id, entry_id=add.entry_id,
-                               message=f"EUA: {why}")
+                               message=why)
         for add in request.adds
     ])
 

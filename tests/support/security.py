@@ -10,7 +10,9 @@ the ``ClientSecurity`` of an identity by certificate / by token (trusting the CA
 ``anonymous()`` TLS without any identity.
 
 ZooKeeper: ``write_digest_file(path)`` a ``zkDigestAuthFile``; ``kazoo_session(hosts, auth)`` a
-plain kazoo session; ``all_znodes(client, root)`` a subtree's paths.
+plain kazoo session; ``all_znodes(client, root)`` a subtree's paths. Fixture ``secure_zk``
+(module scope): a ZooKeeper with a TLS client port, as ``SecureZooKeeper(server, material,
+secure_hosts)``.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 from kazoo.client import KazooClient
 
 from bkclient.tls import ClientSecurity
+from bkmeta.zookeeper_server import ZooKeeperConfig, ZooKeeperServer, free_port
 from pybk.localcluster.certs import CertFiles, ThrowAwayCa
 
 IDENTITIES = ("writer", "reader", "admin", "stranger")
@@ -40,6 +45,7 @@ class SecurityMaterial:
     clients: dict[str, CertFiles]
     tokens_file: Path
     rights_file: Path
+    zk_keystore: Path  # ZooKeeper's PEM keystore: its PKCS#8 key and certificate in one file
 
     @classmethod
     def create(cls, directory: Path) -> SecurityMaterial:
@@ -52,7 +58,10 @@ class SecurityMaterial:
         tokens_file.write_text("".join(f"{name}={token}\n" for name, token in TOKENS.items()))
         rights_file = directory / "rights"
         rights_file.write_text(RIGHTS)
-        return cls(directory, ca, bookie, clients, tokens_file, rights_file)
+        zookeeper = authority.issue("zookeeper", directory)
+        zk_keystore = directory / "zookeeper-keystore.pem"
+        zk_keystore.write_bytes(zookeeper.key.read_bytes() + zookeeper.cert.read_bytes())
+        return cls(directory, ca, bookie, clients, tokens_file, rights_file, zk_keystore)
 
     def bookie_conf(self, *, mtls: bool = True, tokens: bool = True, auth: bool = True) -> dict[str, str]:
         conf = {
@@ -97,9 +106,12 @@ def write_digest_file(path: Path, user: str = "bkcluster", password: str = "s3cr
 
 
 @contextlib.contextmanager
-def kazoo_session(hosts: str, auth: list[tuple[str, str]] | None = None) -> Iterator[KazooClient]:
-    """A plain kazoo session (with ``auth``: authenticated) for looking at znodes directly."""
-    client = KazooClient(hosts=hosts, timeout=10.0, auth_data=auth)
+def kazoo_session(
+    hosts: str, auth: list[tuple[str, str]] | None = None, **options: Any
+) -> Iterator[KazooClient]:
+    """A plain kazoo session (with ``auth``: authenticated; ``options``: e.g. TLS) for looking
+    at znodes directly."""
+    client = KazooClient(hosts=hosts, timeout=10.0, auth_data=auth, **options)
     client.start(timeout=15)
     try:
         yield client
@@ -116,3 +128,33 @@ def all_znodes(client: KazooClient, root: str) -> list[str]:
         found.append(path)
         pending.extend(f"{path.rstrip('/')}/{child}" for child in client.get_children(path))
     return found
+
+
+@dataclass(frozen=True)
+class SecureZooKeeper:
+    server: ZooKeeperServer
+    material: SecurityMaterial
+    secure_hosts: str  # 127.0.0.1:<secureClientPort>
+
+
+@pytest.fixture(scope="module")
+def secure_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureZooKeeper]:
+    base = tmp_path_factory.mktemp("secure-zk")
+    material = SecurityMaterial.create(base / "pki")
+    config = ZooKeeperConfig(
+        data_dir=base / "zookeeper", port=free_port(), secure_port=free_port(),
+        tls_keystore=material.zk_keystore,
+    )
+    server = ZooKeeperServer(config)
+    (base / "zookeeper").mkdir()
+    with (base / "zookeeper.log").open("wb") as log_file:
+        server.start(stdout=log_file.fileno(), stderr=log_file.fileno())
+        try:
+            try:
+                server.wait_ready()
+            except Exception as e:
+                tail = (base / "zookeeper.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"secure ZooKeeper did not start: {e}\n{tail}") from e
+            yield SecureZooKeeper(server, material, f"127.0.0.1:{config.secure_port}")
+        finally:
+            server.stop()
