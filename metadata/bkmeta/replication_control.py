@@ -15,7 +15,9 @@ up watchers on a znode that does not change.
 from __future__ import annotations
 
 from bkmeta.layout import ZkLayout
-from bkmeta.zk import Watcher, ZkBadVersionError, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.model import Versioned
+from bkmeta.update_loop import VersionedUpdateLoop
+from bkmeta.zk import Watcher, ZkClient, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import IncorrectParameterError, MetadataStoreError
 
 DISABLE_ZNODE = "disable"
@@ -104,17 +106,21 @@ class ReplicationControl:
         "re-replicate every lost bookie now" (BookKeeper's ``triggerAudit``); returns that value,
         or None when the cluster has none yet. The write is versioned, so a concurrent ``--set``
         is never undone: on a conflict the new value is read and written back."""
-        while True:
-            try:
-                data, stat = await self._zk.get(self.delay_path)
-            except ZkNoNodeError:
-                return None
-            seconds = _parse_delay(self.delay_path, data)
-            try:
-                await self._zk.set(self.delay_path, str(seconds).encode(), version=stat.version)
-            except ZkBadVersionError:
-                continue
-            return seconds
+        path = self.delay_path
+
+        async def read() -> Versioned[int]:
+            data, stat = await self._zk.get(path)
+            return Versioned(_parse_delay(path, data), stat.version)
+
+        async def write(seconds: int, version: int) -> Versioned[int]:
+            stat = await self._zk.set(path, str(seconds).encode(), version=version)
+            return Versioned(seconds, stat.version)
+
+        loop = VersionedUpdateLoop(path, read, write, lambda _: True, lambda seconds: seconds)
+        try:
+            return (await loop.run()).value
+        except ZkNoNodeError:
+            return None
 
     async def initialize_lost_bookie_delay(self, seconds: int) -> bool:
         """Write ``seconds`` unless the cluster already has a delay; True if written now."""
