@@ -1,7 +1,8 @@
 """`MetadataClient`: the one object the client library and the bookie daemon hold for ZooKeeper.
 
-It owns the :class:`ZkClient` session, the :class:`ZkLedgerManager` and the :class:`BookieWatcher`
-for one cluster (one ledgers root), and knows the cluster's instance id.
+It owns the metadata store session (a :class:`ZkClient`; any ``bkmeta.store.MetadataStore``
+when built directly, e.g. an in-memory one in the simulation), the :class:`ZkLedgerManager` and
+the :class:`BookieWatcher` for one cluster (one ledgers root), and knows the cluster's instance id.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from bkmeta.layout import ZkLayout
 from bkmeta.ledger_manager import ZkLedgerManager
 from bkmeta.registration import BookieRegistration, BookieServiceInfo, BookieWatcher
 from bkmeta.replication_control import ReplicationControl
+from bkmeta.store import MetadataStore
 from bkmeta.zk import ZkClient, ZkClientConfig
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ class MetadataClient:
             meta.bookie_watcher.writable_bookies()
     """
 
-    def __init__(self, zk: ZkClient, layout: ZkLayout) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout) -> None:
         self.zk = zk
         self.layout = layout
         self.ledger_manager = ZkLedgerManager(zk, layout)

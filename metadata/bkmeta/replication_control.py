@@ -7,7 +7,7 @@
   The auditor writes its configured value there when the znode is absent; from then on the znode
   wins, so ``shell lostbookierecoverydelay --set`` changes it for the whole cluster at runtime.
 
-Watches are ZooKeeper's one-shot watches (see :meth:`ZkClient.wrap_watcher`). Pass the same
+Watches are ZooKeeper's one-shot watches (see :meth:`bkmeta.store.MetadataStore.wrap_watcher`). Pass the same
 watcher object on every read: kazoo keeps one entry per object and path, so re-reading never piles
 up watchers on a znode that does not change.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from bkmeta.layout import ZkLayout
 from bkmeta.model import Versioned
+from bkmeta.store import MetadataStore, Watcher, ZkNodeExistsError, ZkNoNodeError
 from bkmeta.update_loop import VersionedUpdateLoop
-from bkmeta.zk import Watcher, ZkClient, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import IncorrectParameterError, MetadataStoreError
 
 DISABLE_ZNODE = "disable"
@@ -40,7 +40,7 @@ def check_delay(seconds: int) -> None:
 
 
 class ReplicationControl:
-    def __init__(self, zk: ZkClient, layout: ZkLayout) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout) -> None:
         self._zk = zk
         self.disable_path = f"{layout.underreplication}/{DISABLE_ZNODE}"
         self.delay_path = f"{layout.underreplication}/{LOST_BOOKIE_RECOVERY_DELAY_ZNODE}"

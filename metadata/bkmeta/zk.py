@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -33,58 +32,43 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     SessionExpiredError,
 )
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import ZnodeStat
 
+from bkmeta.store import (
+    SessionEvent,
+    SessionListener,
+    TransactionOp,
+    Watcher,
+    WatchEvent,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkNotEmptyError,
+)
 from bkmeta.zk_handler import PollingThreadingHandler
 from bkproto.errors import MetadataStoreError, MetadataVersionError
+
+# Re-exported: callers import these from here too.
+__all__ = [
+    "SessionEvent",
+    "SessionListener",
+    "Watcher",
+    "ZkBadVersionError",
+    "ZkClient",
+    "ZkClientConfig",
+    "ZkNoNodeError",
+    "ZkNodeExistsError",
+    "ZkNotEmptyError",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class ZkNoNodeError(MetadataStoreError):
-    """The znode does not exist (callers narrow this to e.g. ``NoSuchLedgerError``)."""
-
-    retriable: ClassVar[bool] = False
-    attempts: int = 1  # how many tries the call took: > 1 means an earlier try may have applied
-
-
-class ZkNodeExistsError(MetadataStoreError):
-    """The znode already exists (callers narrow this to e.g. ``LedgerExistsError``)."""
-
-    retriable: ClassVar[bool] = False
-    attempts: int = 1
-
-
-class ZkBadVersionError(MetadataVersionError):
-    """A versioned write found another version (``MetadataVersionError`` with the try count)."""
-
-    attempts: int = 1
-
-
-class ZkNotEmptyError(MetadataStoreError):
-    """The znode has children and cannot be deleted non-recursively."""
-
-    retriable: ClassVar[bool] = False
-
-
 # kazoo errors worth another attempt: the request may not have reached the server, or the session is
 # being re-established after an expiry.
 _RETRIABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, asyncio.TimeoutError)
-
-
-class SessionEvent(enum.Enum):
-    """What a session listener is told (always on the event loop's thread)."""
-
-    DISCONNECTED = "disconnected"  # SUSPENDED: the session may survive; ephemerals still exist
-    RECONNECTED = "reconnected"  # same session back
-    EXPIRED = "expired"  # LOST: ephemerals are gone
-    NEW_SESSION = "new_session"  # connected again after an expiry: re-create ephemerals now
-
-
-SessionListener = Callable[[SessionEvent], None]
-Watcher = Callable[[WatchedEvent], None]
 
 
 @dataclass(frozen=True)
@@ -130,6 +114,10 @@ class ZkClient:
         if self._loop is None:
             raise MetadataStoreError("ZkClient not started")
         return self._loop
+
+    @property
+    def session_timeout_s(self) -> float:
+        return self.config.session_timeout_s
 
     @property
     def connected(self) -> bool:
@@ -226,11 +214,11 @@ class ZkClient:
             return SessionEvent.NEW_SESSION
         return SessionEvent.RECONNECTED
 
-    def wrap_watcher(self, watcher: Callable[[WatchedEvent], None]) -> Watcher:
+    def wrap_watcher(self, watcher: Watcher) -> Watcher:
         """A kazoo watch callback that runs ``watcher`` on the event loop instead of kazoo's thread."""
         loop = self.loop
 
-        def on_kazoo_thread(event: WatchedEvent) -> None:
+        def on_kazoo_thread(event: WatchEvent) -> None:
             try:
                 loop.call_soon_threadsafe(watcher, event)
             except RuntimeError:  # loop closed
@@ -413,7 +401,7 @@ class ZkClient:
                 with contextlib.suppress(ZkNodeExistsError):
                     await self.create(current)
 
-    async def multi(self, ops: list[tuple[str, str, bytes, int]]) -> None:
+    async def multi(self, ops: list[TransactionOp]) -> None:
         """Commit ``ops`` atomically. Each op is ``(kind, path, data, version)`` with kind in
         ``create`` / ``set`` / ``delete`` / ``check``; the first failed op is raised, translated."""
 
