@@ -96,9 +96,9 @@ class WriteHandle(ReadHandle):
         self._room.set()
         self._append_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # set when an add completes or the handle fails
-        self._coarse_now = ctx.loop.time()  # send timestamps; advanced by the timeout monitor
+        self._coarse_now = ctx.clock.monotonic()  # send timestamps; advanced by the timeout monitor
         self._failed_bookies: dict[int, str] = {}  # index -> bookie id, awaiting replacement
-        self._recently_failed: dict[str, float] = {}  # bookie id -> loop time of its last failure
+        self._recently_failed: dict[str, float] = {}  # bookie id -> clock time of its last failure
         self._changing_ensemble = False
         self.ensemble_changes = 0
         self._error: BKError | None = None
@@ -250,7 +250,7 @@ class WriteHandle(ReadHandle):
             return
         log.info("ledger %d: bookie %s failed an add (%s), replacing it", self.ledger_id, bookie_id, error)
         self._failed_bookies[index] = bookie_id
-        self._recently_failed[bookie_id] = self._client_ctx.loop.time()
+        self._recently_failed[bookie_id] = self._client_ctx.clock.monotonic()
         if not self._changing_ensemble:
             self._changing_ensemble = True
             self._spawn(self._ensemble_change_loop(), "ensemble-change")
@@ -328,7 +328,7 @@ class WriteHandle(ReadHandle):
         while others exist: a crashed bookie stays registered until its ZooKeeper session expires
         (BookKeeper's bookie quarantine, simplified)."""
         placement = self._client_ctx.placement
-        now = self._client_ctx.loop.time()
+        now = self._client_ctx.clock.monotonic()
         recent = {b for b, at in self._recently_failed.items() if now - at < _QUARANTINE_S}
         try:
             return placement.replace_bookie(ensemble, index, write_quorum, racks, recent)
@@ -346,7 +346,7 @@ class WriteHandle(ReadHandle):
                 del self._failed_bookies[index]
         log.info("ledger %d: new ensemble %s from entry %d", self.ledger_id, self.ensemble,
                  self.last_add_confirmed + 1)
-        now = self._client_ctx.loop.time()
+        now = self._client_ctx.clock.monotonic()
         for op in list(self._pending.values()):
             for index in failed:
                 op.resend(index, self._clients[index], now)
@@ -366,10 +366,10 @@ class WriteHandle(ReadHandle):
         one extra period: an add times out between ``timeout`` and ``timeout + period``."""
         timeout = self._config.add_entry_timeout_s
         period = min(1.0, timeout / 2)
-        loop = self._client_ctx.loop
+        clock = self._client_ctx.clock
         while True:
             await asyncio.sleep(period)
-            self._coarse_now = loop.time()
+            self._coarse_now = clock.monotonic()
             if self._error is not None:
                 return
             deadline = self._coarse_now - timeout - period

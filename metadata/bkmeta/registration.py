@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
+from bkmeta.clock import Clock, LoopClock
 from bkmeta.layout import READONLY_ZNODE, ZkLayout
 from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError, ZkNoNodeError
 from bkproto.add_port import ENDPOINT_ID as ADD_ENDPOINT_ID
@@ -113,8 +113,10 @@ class BookieRegistration:
         info: BookieServiceInfo,
         layout: ZkLayout | None = None,
         stale_wait_s: float = 0.0,
+        clock: Clock | None = None,
     ) -> None:
         self._zk = zk
+        self._clock = clock or LoopClock()
         self._info = info
         self._layout = layout or ZkLayout()
         # How long to wait for a stale registration of a previous incarnation to expire; 0 means
@@ -152,7 +154,7 @@ class BookieRegistration:
 
     async def _create_own_node(self, path: str) -> None:
         data = self._info.to_bytes()
-        deadline = time.monotonic() + self._stale_wait_s
+        deadline = self._clock.monotonic() + self._stale_wait_s
         while True:
             try:
                 await self._zk.create(path, data, ephemeral=True, makepath=True)
@@ -165,7 +167,7 @@ class BookieRegistration:
                 continue
             if stat.ephemeralOwner == self._zk.session_id:
                 return  # already ours (e.g. re-register raced with a reconnect)
-            if time.monotonic() > deadline:
+            if self._clock.monotonic() > deadline:
                 raise BookieIdInUseError(
                     f"{path} is held by another ZooKeeper session (0x{stat.ephemeralOwner:x}): is another "
                     f"bookie running as {self._info.bookie_id}?"

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tests.support.clock import ManualClock
 from tests.support.memory_zk import READONLY, WRITABLE, bookie_znodes, settle, zookeeper_with_faults
 
-from bkmeta.registration import BookieRegistration, BookieServiceInfo
+from bkmeta.memory_store import MemoryZooKeeper
+from bkmeta.registration import BookieIdInUseError, BookieRegistration, BookieServiceInfo
 from bkproto.errors import MetadataStoreError
 
 
@@ -51,3 +53,17 @@ async def test_re_registering_after_a_session_expiry_keeps_a_move_in_flight() ->
     assert bookie_znodes(server) == {READONLY} and registration.read_only
     assert server.ephemerals() == [READONLY]
     await registration.close()
+
+
+async def test_waiting_for_a_stale_registration_is_measured_on_the_clock() -> None:
+    """A registration held by another live session is waited out until the deadline on the
+    registration's clock (30 s here, which this clock passes at its second reading)."""
+    server = MemoryZooKeeper()
+    holder = server.session()
+    await holder.create(WRITABLE, ephemeral=True, makepath=True)
+    clock = ManualClock(step_s=31.0)
+    info = BookieServiceInfo.for_address("h", 1)
+    registration = BookieRegistration(server.session(), info, stale_wait_s=30.0, clock=clock)
+    with pytest.raises(BookieIdInUseError, match="held by another ZooKeeper session"):
+        await registration.register()
+    assert server.ephemerals() == [WRITABLE] and server.ephemerals(holder.session_id) == [WRITABLE]
