@@ -28,12 +28,12 @@ connection loss); ``watch_delay(event)`` gives the seconds before a watch event 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bkmeta.store import (
+    CompositeOperations,
     EventType,
     MetadataStore,
     SessionEvent,
@@ -391,7 +391,7 @@ class MemoryZooKeeper:
                 loop.call_soon(watcher, event)
 
 
-class MemorySession:
+class MemorySession(CompositeOperations):
     """One client session on a :class:`MemoryZooKeeper` (a ``MetadataStore``).
 
     ``disconnect()``/``reconnect()`` and ``expire()`` drive what a network partition and a
@@ -556,31 +556,6 @@ class MemorySession:
     async def delete(self, path: str, version: int = -1) -> None:
         await self._enter("delete", path)
         self._server.delete(path, version)
-
-    async def delete_own_ephemeral(self, path: str) -> bool:
-        try:
-            _, stat = await self.get(path)
-            if stat.ephemeralOwner != self._sid:
-                return False
-            await self.delete(path, stat.version)
-        except ZkNoNodeError:
-            return False
-        return True
-
-    async def delete_recursive(self, path: str) -> None:
-        try:
-            children = await self.get_children(path)
-        except ZkNoNodeError:
-            return
-        for child in children:
-            await self.delete_recursive(f"{path.rstrip('/')}/{child}")
-        with contextlib.suppress(ZkNoNodeError):
-            await self.delete(path)
-
-    async def ensure_path(self, path: str) -> None:
-        sid = await self._enter("ensure_path", path)
-        if path.strip("/") and not self._server.exists(sid, path, None):
-            self._server.create(sid, path, b"", False, False, True)
 
     async def multi(self, ops: list[TransactionOp]) -> None:
         sid = await self._enter("multi", ops[0][1] if ops else "(empty)")

@@ -27,6 +27,8 @@ The semantics both keep, which callers rely on:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 from collections.abc import Callable
 from typing import ClassVar, Protocol
@@ -180,3 +182,39 @@ class MetadataStore(Protocol):
     async def close(self) -> None:
         """End the session (its ephemerals go at once). Idempotent."""
         ...
+
+
+class CompositeOperations:
+    """The ``MetadataStore`` operations made of the others, written once for every store (a
+    mixin of ``ZkClient`` and ``MemorySession``)."""
+
+    async def delete_own_ephemeral(self: MetadataStore, path: str) -> bool:
+        """Delete ``path`` if it is an ephemeral of this session (never another session's node,
+        say a successor's after this session expired); returns whether it was deleted."""
+        try:
+            _, stat = await self.get(path)
+            if stat.ephemeralOwner != self.session_id:
+                return False
+            await self.delete(path, stat.version)
+        except ZkNoNodeError:
+            return False
+        return True
+
+    async def delete_recursive(self: MetadataStore, path: str) -> None:
+        """Delete ``path`` and everything under it (children first); a missing node is fine."""
+        try:
+            children = await self.get_children(path)
+        except ZkNoNodeError:
+            return
+        await asyncio.gather(*(self.delete_recursive(f"{path.rstrip('/')}/{c}") for c in children))
+        with contextlib.suppress(ZkNoNodeError):
+            await self.delete(path)
+
+    async def ensure_path(self: MetadataStore, path: str) -> None:
+        """Create ``path`` and its missing ancestors (persistent, empty); existing ones are fine."""
+        current = ""
+        for part in (p for p in path.split("/") if p):
+            current += "/" + part
+            if await self.exists(current) is None:
+                with contextlib.suppress(ZkNodeExistsError):
+                    await self.create(current)

@@ -14,7 +14,6 @@ the next version counts as our write; a delete retried after a loss that finds n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from bkmeta.store import (
+    CompositeOperations,
     SessionEvent,
     SessionListener,
     TransactionOp,
@@ -82,7 +82,7 @@ class ZkClientConfig:
     max_retry_delay_s: float = 2.0
 
 
-class ZkClient:
+class ZkClient(CompositeOperations):
     """An asyncio face over one kazoo session. ``await start()`` / ``await close()`` or ``async with``."""
 
     def __init__(self, config: ZkClientConfig) -> None:
@@ -369,37 +369,6 @@ class ZkClient:
             if e.attempts > 1:
                 return  # an earlier try deleted it before the connection dropped
             raise
-
-    async def delete_own_ephemeral(self, path: str) -> bool:
-        """Delete ``path`` if it is an ephemeral of this session (never another session's node,
-        say a successor's after this session expired); returns whether it was deleted."""
-        try:
-            _, stat = await self.get(path)
-            if stat.ephemeralOwner != self.session_id:
-                return False
-            await self.delete(path, stat.version)
-        except ZkNoNodeError:
-            return False
-        return True
-
-    async def delete_recursive(self, path: str) -> None:
-        """Delete ``path`` and everything under it (children first); a missing node is fine."""
-        try:
-            children = await self.get_children(path)
-        except ZkNoNodeError:
-            return
-        await asyncio.gather(*(self.delete_recursive(f"{path.rstrip('/')}/{c}") for c in children))
-        with contextlib.suppress(ZkNoNodeError):
-            await self.delete(path)
-
-    async def ensure_path(self, path: str) -> None:
-        parts = [p for p in path.split("/") if p]
-        current = ""
-        for part in parts:
-            current += "/" + part
-            if await self.exists(current) is None:
-                with contextlib.suppress(ZkNodeExistsError):
-                    await self.create(current)
 
     async def multi(self, ops: list[TransactionOp]) -> None:
         """Commit ``ops`` atomically. Each op is ``(kind, path, data, version)`` with kind in
