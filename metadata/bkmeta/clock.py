@@ -11,6 +11,11 @@ That is the clock ``asyncio.sleep`` and every timeout already run on, so deadlin
 from it agree with the loop's timers, and a simulation that runs a virtual-time loop makes
 them virtual with nothing else to change. A simulation passes its own ``Clock`` where wall
 time matters too (``time_ms``).
+
+Code that computes a timeout only to hand it to the loop (``asyncio.wait(timeout=...)``, a
+``call_later``), such as the tailing reader's fan-out delay or the bookie connection's batch
+pacing, may keep reading ``loop.time()``: those numbers must be in the loop's own time whatever
+the clock, and the loop is the simulation's virtual one.
 """
 
 from __future__ import annotations
