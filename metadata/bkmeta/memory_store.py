@@ -136,7 +136,7 @@ class MemoryZooKeeper:
         self._nodes: dict[str, _Node] = {"/": _Node(b"", 0, 0)}
         self._zxid = 0
         self._next_session = _FIRST_SESSION_ID
-        self._live: set[int] = set()
+        self._live: dict[int, MemorySession] = {}  # session id -> the client holding it
         # path -> watcher -> session that set it (a dict keeps the order they were set in)
         self._data_watches: dict[str, dict[Watcher, int]] = {}
         self._child_watches: dict[str, dict[Watcher, int]] = {}
@@ -162,10 +162,10 @@ class MemoryZooKeeper:
 
     # -- sessions ---------------------------------------------------------------------------------
 
-    def _open_session(self) -> int:
+    def _open_session(self, client: MemorySession) -> int:
         sid = self._next_session
         self._next_session += 1
-        self._live.add(sid)
+        self._live[sid] = client
         return sid
 
     def is_live(self, session_id: int) -> bool:
@@ -173,10 +173,11 @@ class MemoryZooKeeper:
 
     def expire_session(self, session_id: int) -> None:
         """End a session as ZooKeeper does at expiry or close: its ephemerals go, their watches
-        fire, and the watches it had set are dropped."""
-        if session_id not in self._live:
+        fire, and the watches it had set are dropped. A client still connected with it hears
+        ``EXPIRED`` and gets a new session, as kazoo does."""
+        client = self._live.pop(session_id, None)
+        if client is None:
             return
-        self._live.discard(session_id)
         for table in (self._data_watches, self._child_watches):
             for path in list(table):
                 watchers = table[path]
@@ -189,6 +190,8 @@ class MemoryZooKeeper:
         for path in owned:
             self._delete(path, -1, [], events)
         self._fire(events)
+        if client.connected:
+            client._renew()
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -402,7 +405,7 @@ class MemorySession(CompositeOperations):
     def __init__(self, server: MemoryZooKeeper, session_timeout_s: float) -> None:
         self._server = server
         self._timeout_s = session_timeout_s
-        self._sid: int | None = server._open_session()
+        self._sid: int = server._open_session(self)
         self._connected = True
         self._closed = False
         self._listeners: list[SessionListener] = []
@@ -418,7 +421,7 @@ class MemorySession(CompositeOperations):
         return self._connected and not self._closed
 
     @property
-    def session_id(self) -> int | None:
+    def session_id(self) -> int:
         return self._sid
 
     @property
@@ -451,11 +454,9 @@ class MemorySession(CompositeOperations):
             return
         self._connected = False
         self._tell(SessionEvent.DISCONNECTED)
-        sid = self._sid
-        if sid is not None:
-            self._expiry = asyncio.get_running_loop().call_later(
-                self._timeout_s, self._server.expire_session, sid
-            )
+        self._expiry = asyncio.get_running_loop().call_later(
+            self._timeout_s, self._server.expire_session, self._sid
+        )
 
     def reconnect(self) -> None:
         """Connect again: the same session if it is still alive, else (after ``EXPIRED``) a
@@ -466,7 +467,7 @@ class MemorySession(CompositeOperations):
             self._expiry.cancel()
             self._expiry = None
         self._connected = True
-        if self._sid is not None and self._server.is_live(self._sid):
+        if self._server.is_live(self._sid):
             self._tell(SessionEvent.RECONNECTED)
         else:
             self._renew()
@@ -474,15 +475,12 @@ class MemorySession(CompositeOperations):
     def expire(self) -> None:
         """The server expires this session now (e.g. it missed heartbeats); a connected client
         hears ``EXPIRED`` and then ``NEW_SESSION``, a disconnected one when it reconnects."""
-        if self._sid is None or self._closed:
-            return
-        self._server.expire_session(self._sid)
-        if self._connected:
-            self._renew()
+        if not self._closed:
+            self._server.expire_session(self._sid)
 
     def _renew(self) -> None:
         self._tell(SessionEvent.EXPIRED)
-        self._sid = self._server._open_session()
+        self._sid = self._server._open_session(self)
         self._tell(SessionEvent.NEW_SESSION)
 
     async def close(self) -> None:
@@ -493,8 +491,7 @@ class MemorySession(CompositeOperations):
         self._listeners.clear()
         if self._expiry is not None:
             self._expiry.cancel()
-        if self._sid is not None:
-            self._server.expire_session(self._sid)
+        self._server.expire_session(self._sid)
         for task in list(self._background):
             task.cancel()
 
@@ -508,14 +505,13 @@ class MemorySession(CompositeOperations):
 
     async def _enter(self, op: str, path: str) -> int:
         """Run the hook, then check the session can talk to the server; its id."""
-        sid = self._sid if self._sid is not None else 0
         if self._server.before_op is not None:
-            await self._server.before_op(sid, op, path)
+            await self._server.before_op(self._sid, op, path)
         else:
             await asyncio.sleep(0)  # an operation is never synchronous
         if self._closed:
             raise MetadataStoreError(f"{op} {path}: the session is closed")
-        if not self._connected or self._sid is None:
+        if not self._connected:
             raise MetadataStoreError(f"{op} {path}: connection loss")
         return self._sid
 

@@ -124,3 +124,32 @@ async def test_a_closed_session_refuses_operations_and_its_background_deletes_st
     with pytest.raises(MetadataStoreError):
         await zk.get("/x")
     assert not zk.connected
+
+
+async def test_an_expiry_decided_by_the_server_reaches_a_connected_client_at_once() -> None:
+    server = MemoryZooKeeper()
+    zk = server.session()
+    heard: list[SessionEvent] = []
+    zk.add_session_listener(heard.append)
+    old = zk.session_id
+    await zk.create("/mine", ephemeral=True)
+    server.expire_session(old)
+    assert zk.session_id != old and server.ephemerals() == []
+    created = await zk.create("/mine", ephemeral=True)  # the new session's, not the dead one's
+    assert server.ephemerals(zk.session_id) == [created]
+    await settle()
+    assert heard == [SessionEvent.EXPIRED, SessionEvent.NEW_SESSION]
+
+
+async def test_a_disconnected_client_learns_of_its_expiry_when_it_reconnects() -> None:
+    server = MemoryZooKeeper()
+    zk = server.session()
+    heard: list[SessionEvent] = []
+    zk.add_session_listener(heard.append)
+    zk.disconnect()
+    zk.expire()
+    await settle()
+    assert heard == [SessionEvent.DISCONNECTED]
+    zk.reconnect()
+    await settle()
+    assert heard == [SessionEvent.DISCONNECTED, SessionEvent.EXPIRED, SessionEvent.NEW_SESSION]
