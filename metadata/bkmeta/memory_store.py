@@ -4,8 +4,8 @@
 client session on it and a :class:`bkmeta.store.MetadataStore`, so the ledger manager, bookie
 registration and the rest of bkmeta run over it unchanged. It exists for unit tests and for the
 deterministic simulation: no threads, no wall clock (times are the event loop's, which a
-simulation makes virtual), no randomness. What it keeps of ZooKeeper (checked against a real
-server, see tests/unit/metadata/test_memory_store.py):
+simulation makes virtual), no randomness. What it keeps of ZooKeeper (the checks of
+tests/support/store_contract.py, which a real ZooKeeper passes too):
 
 * data versions that every ``set`` increments, ``ZkBadVersionError`` on a CAS mismatch;
   ``ZkNodeExistsError``, ``ZkNoNodeError`` (a missing parent too), ``ZkNotEmptyError``;
@@ -17,7 +17,8 @@ server, see tests/unit/metadata/test_memory_store.py):
 * one-shot watches: ``get`` sets a data watch on an existing znode only, ``exists`` on a missing
   one too, ``get_children`` a child watch; a create fires the data watches of the path and the
   child watches of the parent, a delete both of the path and the parent's child watches, a set
-  the data watches. One watcher object is told once per path, however often it was set;
+  the data watches. One watcher object (what ``wrap_watcher`` returned: a new one per call, as
+  with kazoo) is told once per path, however often it was set;
 * ``multi``: all operations or none, watches fired only when it applied.
 
 Hooks for a test or a simulation: ``before_op(session_id, op, path)`` is awaited before every
@@ -516,7 +517,12 @@ class MemorySession(CompositeOperations):
         return self._sid
 
     def wrap_watcher(self, watcher: Watcher) -> Watcher:
-        return watcher  # events are delivered on the event loop already
+        # Events are delivered on the event loop already; a new object per call all the same,
+        # since that is what a watch is deduplicated by (in kazoo too).
+        def on_loop(event: WatchEvent) -> None:
+            watcher(event)
+
+        return on_loop
 
     async def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, MemoryStat]:
         sid = await self._enter("get", path)

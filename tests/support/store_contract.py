@@ -148,6 +148,20 @@ async def watches_fire_once(h: StoreHarness) -> None:
     assert await events.next() == ("exists", EventType.CREATED, "/later")
 
 
+async def each_wrapped_watcher_is_a_watch_of_its_own(h: StoreHarness) -> None:
+    zk, writer = await h.open(), await h.open()
+    events = Events(zk)
+    await writer.create("/twice")
+
+    def callback(event: WatchEvent) -> None:
+        events.queue.put_nowait(("callback", event.type, event.path))
+
+    for _ in range(2):  # two wrappings of one callback are two watches
+        await zk.get("/twice", watch=zk.wrap_watcher(callback))
+    await writer.set("/twice", b"x")
+    assert [await events.next(), await events.next()] == [("callback", EventType.CHANGED, "/twice")] * 2
+
+
 async def watches_on_missing_nodes_and_children(h: StoreHarness) -> None:
     zk, writer = await h.open(), await h.open()
     events = Events(zk)
@@ -193,6 +207,7 @@ CHECKS: list[Check] = [
     ephemerals_belong_to_their_session,
     expiry_takes_ephemerals_and_tells_listeners,
     watches_fire_once,
+    each_wrapped_watcher_is_a_watch_of_its_own,
     watches_on_missing_nodes_and_children,
     multi_is_all_or_nothing,
 ]
