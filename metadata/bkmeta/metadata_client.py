@@ -53,10 +53,25 @@ class MetadataClient:
         ``ClusterNotInitializedError``; otherwise ``instance_id`` stays None until initialised."""
         zk = ZkClient(ZkClientConfig(hosts=zk_hosts, **zk_options))
         await zk.start()
-        client = cls(zk, ZkLayout(ledgers_root))
+        return await cls.over(
+            zk, ledgers_root, require_cluster=require_cluster, watch_bookies=watch_bookies
+        )
+
+    @classmethod
+    async def over(
+        cls,
+        store: MetadataStore,
+        ledgers_root: str = "/ledgers",
+        *,
+        require_cluster: bool = True,
+        watch_bookies: bool = True,
+    ) -> MetadataClient:
+        """Like :meth:`connect`, over a session already open (an in-memory one in the
+        simulation); the client owns it from now on and closes it, also when this fails."""
+        client = cls(store, ZkLayout(ledgers_root))
         try:
             if require_cluster:
-                client.instance_id = await read_instance_id(zk, client.layout)
+                client.instance_id = await read_instance_id(store, client.layout)
             if watch_bookies:
                 await client.bookie_watcher.start()
         except BaseException:

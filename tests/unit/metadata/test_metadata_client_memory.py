@@ -4,8 +4,11 @@ client's live bookie view following it, ledgers created and listed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.support.memory_zk import settle
 
+from bkmeta.bookie_presence import BookiePresence
 from bkmeta.layout import ZkLayout
 from bkmeta.memory_store import MemoryZooKeeper
 from bkmeta.metadata_client import MetadataClient
@@ -50,3 +53,20 @@ async def test_a_cluster_of_metadata_clients_over_one_memory_zookeeper() -> None
     for client_ in (bookie, client, admin):
         await client_.close()
     assert server.ephemerals() == []
+
+
+async def test_a_bookies_presence_over_the_memory_zookeeper(tmp_path: Path) -> None:
+    server = MemoryZooKeeper()
+    admin = await MetadataClient.over(server.session(), require_cluster=False, watch_bookies=False)
+    await admin.init_new_cluster()
+    info = BookieServiceInfo.for_address("10.0.0.2", 3181)
+    presence = BookiePresence("unused", info, [tmp_path / "j"], [tmp_path / "l"], store=server.session())
+    await presence.start()  # the cookie is checked (here: created) in the store and the directories
+    assert presence.cookie is not None and "/ledgers/cookies/10.0.0.2:3181" in server.paths()
+    await presence.register(add_port=4181)
+    assert server.ephemerals() == ["/ledgers/available/10.0.0.2:3181"]
+    await admin.ledger_manager.create_ledger(ledger_metadata())
+    assert await presence.ledger_ids() == {0}
+    await presence.close()
+    assert server.ephemerals() == []
+    await admin.close()
