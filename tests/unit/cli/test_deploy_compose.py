@@ -211,7 +211,7 @@ def test_the_files_the_dockerfile_copies_build_a_wheel_with_every_package(tmp_pa
         check=False, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    (wheel,) = (tmp_path / "wheels").glob("pybookkeeper-*.whl")
+    (wheel,) = (tmp_path / "wheels").glob("bookkeeper_python-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
