@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint unit integration install proto clean
+.PHONY: run test test-compose lint unit integration install proto clean
 
 install: $(STAMP)
 
@@ -38,6 +38,10 @@ integration: $(STAMP)
 	@$(call run_pytest,tests/integration -q)
 
 test: lint unit integration
+
+# deploy/docker-compose.yml for real, against a Docker engine the script starts or installs.
+test-compose: $(STAMP)
+	PY=$(PY) scripts/test_compose.sh
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
