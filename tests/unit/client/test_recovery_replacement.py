@@ -27,8 +27,10 @@ def on_ensemble_change(ctx: FakeContext, action: asyncio.Event) -> None:
     store = ctx.ledger_manager
     real_write = store.write_ledger_metadata
 
-    async def write_then_act(ledger_id: int, md: LedgerMetadata, version: int) -> Versioned[LedgerMetadata]:
-        written = await real_write(ledger_id, md, version)
+    async def write_then_act(
+        ledger_id: int, md: LedgerMetadata, expected_version: int
+    ) -> Versioned[LedgerMetadata]:
+        written = await real_write(ledger_id, md, expected_version)
         if len(md.segments) > 1:
             action.set()
         return written
@@ -72,9 +74,9 @@ async def test_entry_recovered_before_a_replacement_keeps_its_write_set() -> Non
         bookie = ctx.bookies[holder]
 
         def store_then_refuse(
-            ledger_id: int, entry_id: int, body: bytes, key: bytes, real_store: Any = bookie.store
+            ledger_id: int, entry_id: int, body: bytes, master_key: bytes, real_store: Any = bookie.store
         ) -> None:
-            real_store(ledger_id, entry_id, body, key)
+            real_store(ledger_id, entry_id, body, master_key)
             if all((LEDGER, 9) in ctx.bookies[x].recovery_adds for x in (a, b)):
                 refused.set()
 
