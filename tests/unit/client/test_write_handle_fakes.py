@@ -84,10 +84,11 @@ class FakeBookie:
                 self.held.remove(add)
                 add.callback(None)
 
-    def fail(self, error: BKError) -> None:
-        held, self.held = self.held, []
-        for add in held:
-            add.callback(error)
+    def fail(self, error: BKError, entry_id: int | None = None) -> None:
+        for add in list(self.held):
+            if entry_id is None or add.entry_id == entry_id:
+                self.held.remove(add)
+                add.callback(error)
 
     def entry_ids(self) -> list[int]:
         return [a.entry_id for a in self.adds]
