@@ -365,6 +365,13 @@ class LedgerRecoveryOp:
                 return versioned  # another recoverer closed it first; its result stands
             if md.state != LedgerState.IN_RECOVERY:
                 raise LedgerRecoveryError(f"ledger {self._ledger_id}: state {md.state.name} during recovery")
+            if md.segments != self._metadata().segments:
+                # Another recoverer replaced bookies: the entries re-added here are on the write
+                # sets of our segments, not necessarily of its.
+                raise LedgerRecoveryError(
+                    f"ledger {self._ledger_id}: another client changed its ensembles during recovery;"
+                    " open it again to retry"
+                )
             try:
                 return await store.write_ledger_metadata(
                     self._ledger_id, md.with_closed(last_entry_id, length), versioned.version

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from tests.unit.client.test_read_fakes import LEDGER, FakeContext, Writer, make_cluster, make_metadata
 from tests.unit.client.test_recovery import recovery
 
 from bkclient.bookie_client import ReadResult
 from bkclient.ops.read import write_set_bookies
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
+from bkproto.errors import LedgerRecoveryError
 
 
 def copies_in_write_set(ctx: FakeContext, md: LedgerMetadata, entry_id: int) -> int:
@@ -127,3 +129,29 @@ async def test_reads_after_a_replacement_ask_the_bookies_the_writer_wrote_to() -
     assert md.last_entry_id == 48  # `d` saying "no such entry" proves nothing about 20..48
     for entry_id in range(9, 49):
         assert copies_in_write_set(ctx, md, entry_id) >= 2, entry_id
+
+
+async def test_close_refuses_metadata_whose_ensembles_another_recoverer_changed() -> None:
+    ctx = make_cluster(4)
+    a, b, c, d = ctx.bookies
+    writer = Writer(ctx, make_metadata([a, b, c], 2, 2))
+    writer.write(9)
+    writer.write(3, skip={a}, confirm=False)  # 9..11: re-added to `a` by this recovery
+    store = ctx.ledger_manager
+    real_write = store.write_ledger_metadata
+
+    async def other_recoverer_replaces_a_first(
+        ledger_id: int, md: LedgerMetadata, expected_version: int
+    ) -> Versioned[LedgerMetadata]:
+        if md.state == LedgerState.CLOSED:  # just before our close, another recoverer swaps `a` out
+            current = store.ledgers[ledger_id]
+            store.ledgers[ledger_id] = Versioned(current.value.with_ensemble_change(9, (d, b, c)),
+                                                 current.version + 1)
+            store.write_ledger_metadata = real_write  # type: ignore[method-assign]
+        return await real_write(ledger_id, md, expected_version)
+
+    store.write_ledger_metadata = other_recoverer_replaces_a_first  # type: ignore[method-assign]
+    with pytest.raises(LedgerRecoveryError, match="changed its ensembles"):
+        await recovery(ctx, writer).run()
+    # Not closed on the other's segments: entries 9 and 11 are on `a`, which they no longer name.
+    assert store.ledgers[LEDGER].value.state == LedgerState.IN_RECOVERY
