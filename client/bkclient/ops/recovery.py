@@ -171,8 +171,9 @@ class LedgerRecoveryOp:
         # replacement's segment starts here, so a recovered entry's write set never changes.
         self._recovery_start = 0
         self._change_lock = asyncio.Lock()
-        # Signalled (under the change lock) when an entry is recovered or bookies were replaced.
-        self._progress = asyncio.Condition(self._change_lock)
+        # Re-adds that reached Qa and wait for their turn (the entry before them recovered) or a
+        # replacement (their write set may have moved), by entry id; changed under the lock.
+        self._turns: dict[int, asyncio.Future[None]] = {}
         self.recovered_entries = 0  # entries re-added (observability, tests)
         self.ensemble_changes = 0
 
@@ -271,18 +272,20 @@ class LedgerRecoveryOp:
         rounds = 0
         acked: set[str] = set()
         while True:
-            async with self._progress:
-                while True:
-                    md = self._metadata()
-                    replicas = write_set_bookies(md, entry_id)
-                    acked &= set(replicas)  # a replaced bookie's copy no longer counts
-                    if len(acked) < md.ack_quorum_size:
-                        break
-                    if self._recovery_start == entry_id:
-                        self._recovery_start = entry_id + 1
-                        self._progress.notify_all()
-                        return
-                    await self._progress.wait()  # for the entries before, or a replacement
+            async with self._change_lock:
+                md = self._metadata()
+                replicas = write_set_bookies(md, entry_id)
+                acked &= set(replicas)  # a replaced bookie's copy no longer counts
+                enough = len(acked) >= md.ack_quorum_size
+                if enough and self._recovery_start == entry_id:
+                    self._recovery_start = entry_id + 1
+                    self._wake(entry_id + 1)
+                    return
+                if enough:
+                    turn = self._turns[entry_id] = asyncio.get_running_loop().create_future()
+            if enough:
+                await turn
+                continue
             rounds += 1
             if rounds > _MAX_ENSEMBLE_CHANGES + 1:
                 raise LedgerRecoveryError(
@@ -315,8 +318,14 @@ class LedgerRecoveryOp:
                     raise result
             if failed:
                 await self._replace_bookies(failed)
-                async with self._progress:
-                    self._progress.notify_all()  # entries waiting on their turn re-check their write set
+                async with self._change_lock:  # the waiting entries' write sets may have moved
+                    for waiting in list(self._turns):
+                        self._wake(waiting)
+
+    def _wake(self, entry_id: int) -> None:
+        turn = self._turns.pop(entry_id, None)
+        if turn is not None and not turn.done():
+            turn.set_result(None)
 
     async def _replace_bookies(self, failed: Sequence[str]) -> None:
         """Swap the failed bookies out of the last ensemble, in a segment starting at the first
