@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_write_handle_fakes import WriteWorld, make_world, new_ledger
+from test_write_handle_fakes import WriteWorld, gate_metadata_writes, make_world, new_ledger
 
 from bkclient.write_handle import WriteHandle
 from bkproto.errors import BookieUnavailableError
@@ -14,19 +14,6 @@ from bkproto.errors import BookieUnavailableError
 
 def handle(world: WriteWorld) -> WriteHandle:
     return WriteHandle(world.ctx, *new_ledger(world))  # type: ignore[arg-type]
-
-
-def gate_metadata_writes(world: WriteWorld) -> asyncio.Event:
-    """Metadata writes wait until the returned event is set."""
-    gate = asyncio.Event()
-    original_write = world.lm.write_ledger_metadata
-
-    async def slow_write(*args: object) -> object:
-        await gate.wait()
-        return await original_write(*args)  # type: ignore[arg-type]
-
-    world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
-    return gate
 
 
 @pytest.mark.parametrize("late", ["while its replacement is written", "once it was replaced"])
