@@ -170,6 +170,9 @@ async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluste
     entry must end up on Qa bookies of the write set the closed metadata names."""
     await client_cluster.add_bookie()  # a fourth bookie to replace the paused one with
     writer = await start_writer(client_cluster.zk_hosts, acked_first=40, appended_after=600)
+    # Both clients first: a bookie paused past its ZooKeeper session is no longer registered.
+    watcher = await client_cluster.client()
+    recoverer = await client_cluster.client(add_entry_timeout_s=2.0)
     paused = client_cluster.by_id(writer.ensemble[0])
     os.kill(paused.pid, signal.SIGSTOP)
     resumed = False
@@ -180,7 +183,6 @@ async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluste
             resumed = True
             os.kill(paused.pid, signal.SIGCONT)
 
-    watcher = await client_cluster.client()
     try:
         await go(writer)
         # The writer dies once every entry reached the bookie of its write set that is not paused.
@@ -206,7 +208,6 @@ async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluste
         assert last_acked < last  # the paused bookie held the acknowledgements back
 
         watcher.ctx.ledger_manager.watch_ledger(writer.ledger_id, resume)
-        recoverer = await client_cluster.client(add_entry_timeout_s=2.0)
         rh = await recoverer.open_ledger(writer.ledger_id, PASSWORD, recovery=True)
     finally:
         if not resumed:
