@@ -34,10 +34,14 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         ctx.error("fixzkacls needs zkEnableSecurity=true and zkDigestAuthFile (BK_<key> or PYBK_CLIENT_CONF)")
         return EXIT_USAGE
     meta = await ctx.metadata(watch_bookies=False)
+    zk = meta.zk
+    if not isinstance(zk, ZkClient):  # ACLs are ZooKeeper's: only a real session has them
+        ctx.error("fixzkacls needs a ZooKeeper session")
+        return EXIT_USAGE
     roots = [ctx.ledgers_root, LOGS_ROOT.rsplit("/", 1)[0] or LOGS_ROOT]
     fixed = 0
     for root in roots:
-        fixed += await _fix_tree(meta.zk, root, security.acl)
+        fixed += await _fix_tree(zk, root, security.acl)
     ctx.emit({"znodes": fixed, "roots": roots},
              f"set the cluster's ACL on {fixed} znodes under {', '.join(roots)}")
     return 0

@@ -4,11 +4,13 @@ and Prometheus are pointed at; the merged bookie environment is a valid TLS conf
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 from tests.unit.cli.test_deploy_compose import BOOKIES, DEPLOY, load_yaml, parse_pybk, pybk_args
 
 from bookie.config import load_config
@@ -59,23 +61,24 @@ def test_bookie_tls_environment_is_a_valid_configuration(
 
 def test_every_file_pointed_at_is_made(override: dict[str, Any], made: Path) -> None:
     services = override["services"]
-    healthcheck = services["bookie-1"]["healthcheck"]["test"]
-    pointed = [str(part) for part in healthcheck if str(part).startswith(TLS_DIR)]
+    words = [*shlex.split(services["bookie-1"]["healthcheck"]["test"][1]),
+             *services["autorecovery"]["healthcheck"]["test"]]
+    pointed = [str(word) for word in words if str(word).startswith(TLS_DIR)]
     pointed.append(services["init-cluster"]["environment"]["PYBK_CLIENT_CONF"])
     prometheus = yaml.safe_load((DEPLOY / "prometheus-tls.yml").read_text())
     for job in prometheus["scrape_configs"]:
         assert job["scheme"] == "https"
         pointed += list(job["tls_config"].values())
-    assert pointed
+    assert len(pointed) >= 6
     for path in pointed:
         assert Path(local(path, made)).exists(), path
     client_conf = (made / "client.conf").read_text()
     assert all(Path(line.split("=", 1)[1]).exists() for line in client_conf.splitlines())
 
 
-def test_the_bookie_certificate_names_every_bookie(made: Path) -> None:
-    from cryptography import x509
-
+def test_the_bookie_certificate_names_the_address_bookies_advertise(made: Path) -> None:
+    base = load_yaml("docker-compose.yml")["services"]
+    advertised = {base[name]["environment"]["BK_advertisedAddress"] for name in BOOKIES}
     cert = x509.load_pem_x509_certificate((made / "bookie.pem").read_bytes())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert set(BOOKIES) <= set(names.get_values_for_type(x509.DNSName))
+    assert advertised <= {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
