@@ -12,35 +12,17 @@ ROUNDS=${1:-3}
 ZK_PORT=${ZK_PORT:-52181}
 BASE_PORT=${BASE_PORT:-53181}
 ZK=127.0.0.1:$ZK_PORT
-LC=
-
-stop_cluster() {
-  [ -n "$LC" ] || return 0
-  kill -TERM "$LC" 2>/dev/null
-  wait "$LC"
-  rm -rf "$D"
-  LC=
-}
-trap stop_cluster EXIT
-
-start_cluster() {  # start_cluster [--tls]
-  D=$(mktemp -d /tmp/pybk-bench-tls.XXXX)
-  "$PY" -m pybk localcluster --bookies 3 --zk-port "$ZK_PORT" --base-port "$BASE_PORT" --data-dir "$D" "$@" \
-    > "$D/localcluster.log" 2>&1 &
-  LC=$!
-  for _ in $(seq 1 120); do grep -q "pybk shell" "$D/localcluster.log" 2>/dev/null && break; sleep 1; done
-  if ! kill -0 "$LC" 2>/dev/null || ! grep -q "pybk shell" "$D/localcluster.log"; then
-    echo "local cluster did not start:" >&2; grep -v "^    |" "$D/localcluster.log" | tail -15 >&2; exit 1
-  fi
-}
+PYBK="$PY -m pybk"
+export ZK_PORT BASE_PORT
+. scripts/local_cluster.sh
 
 for round in $(seq 1 "$ROUNDS"); do
   for mode in plain tls; do
-    unset PYBK_CLIENT_CONF  # before start_cluster: localcluster's own clients read it too
-    if [ "$mode" = tls ]; then start_cluster --tls; export PYBK_CLIENT_CONF=$D/tls/client.conf
-    else start_cluster; fi
+    unset PYBK_CLIENT_CONF  # before starting: localcluster's own clients read it too
+    if [ "$mode" = tls ]; then start_local_cluster pybk-bench-tls --tls; export PYBK_CLIENT_CONF=$D/tls/client.conf
+    else start_local_cluster pybk-bench-tls; fi
     echo "round $round $mode writes $("$PY" -m pybk bench writes --zk "$ZK" --time 10 --json)"
     echo "round $round $mode reads $("$PY" -m pybk bench reads --zk "$ZK" --entries 100000 --json)"
-    stop_cluster
+    stop_local_cluster
   done
 done

@@ -105,14 +105,18 @@ class SinkOptions:
             security=tuple((k, raw[k]) for k in SECURITY_OPTIONS if k in raw),
         )
 
-    def client(self) -> BookKeeper:
+    def client_config(self) -> ClientConfig:
+        """The client's configuration, TLS and ZooKeeper identity included (read from the files
+        the options name, on whichever executor or driver runs this)."""
         settings = dict(self.security)
-        config = ClientConfig(
+        return ClientConfig(
             max_outstanding_adds=self.max_outstanding_adds,
             security=security_from_settings(settings) if settings else None,
             zk_security=zk_security_from_settings(settings) if settings else None,
         )
-        return BookKeeper(self.zk_servers, config)
+
+    def client(self) -> BookKeeper:
+        return BookKeeper(self.zk_servers, self.client_config())
 
     def check_batch(self) -> None:
         """A batch write versions itself only with both options (a stream uses its batch ids)."""

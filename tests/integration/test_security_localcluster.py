@@ -11,7 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.test_localcluster import BOOKIES, SHELL_TIMEOUT_S, LocalClusterRun, pick_ports
+from tests.integration.test_localcluster import (
+    BOOKIES,
+    SHELL_TIMEOUT_S,
+    LocalClusterRun,
+    pick_ports,
+    running,
+)
 
 from bkproto import security as wire
 
@@ -23,15 +29,8 @@ def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
     base = tmp_path_factory.mktemp("tls-localcluster")
     zk_port, base_port = pick_ports(BOOKIES)
     run = LocalClusterRun(base / "data", zk_port, base_port, base / "localcluster.out", extra_args=("--tls",))
-    run.start()  # the self-check (a replicated ledger written and read back) ran over TLS
-    try:
+    with running(run):  # the self-check (a replicated ledger written and read back) ran over TLS
         yield run
-    finally:
-        if run.proc is not None and run.proc.poll() is None:
-            try:
-                run.stop()
-            finally:
-                run.kill_everything()
 
 
 def simpletest(cluster: LocalClusterRun, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
