@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,3 +140,16 @@ def read_properties(path: Path) -> dict[str, str]:
         if sep and not key.startswith(("#", "!")):
             values[key.strip()] = value.strip()
     return values
+
+
+def admin_get(host: str, port: int, path: str, security: ClientSecurity | None, timeout_s: float) -> bytes:
+    """GET ``path`` from a bookie's HTTP admin port: over HTTPS with our certificate and token
+    when ``security`` has TLS (as the bookie's listeners do then), plain HTTP otherwise.
+    Raises OSError (``urllib.error.URLError``/``HTTPError``) as ``urlopen`` does."""
+    tls = security is not None and security.tls
+    request = urllib.request.Request(f"{'https' if tls else 'http'}://{host}:{port}{path}")
+    if security is not None and security.token is not None:
+        request.add_header("Authorization", wire.bearer(security.token))
+    context = security.ssl_context if security is not None and tls else None
+    with urllib.request.urlopen(request, timeout=timeout_s, context=context) as reply:
+        return bytes(reply.read())

@@ -58,3 +58,17 @@ def test_metrics_are_served_over_tls_to_the_client_certificate(tls_cluster: Loca
         assert "bookkeeper_server_ADD_ENTRY_REQUEST" in reply.read().decode()
     with pytest.raises(OSError):  # plaintext HTTP gets no answer from a TLS port
         urllib.request.urlopen(f"http://127.0.0.1:{tls_cluster.base_port + 100}/metrics", timeout=10)
+
+
+def test_tools_reaching_bookies_directly_use_tls_too(tls_cluster: LocalClusterRun) -> None:
+    env = {**os.environ, "PYBK_CLIENT_CONF": str(tls_cluster.data_dir / "tls" / "client.conf")}
+    base = [sys.executable, "-m", "pybk"]
+    lastmark = subprocess.run([*base, "shell", "--zk", tls_cluster.zk_hosts, "--json", "lastmark"],
+                              check=False, capture_output=True, text=True, timeout=SHELL_TIMEOUT_S, env=env)
+    assert lastmark.returncode == 0, lastmark.stdout + lastmark.stderr  # over HTTPS with the client cert
+    bench = subprocess.run(
+        [*base, "bench", "bookie", "--bookie", f"127.0.0.1:{tls_cluster.base_port}", "--entries", "2000",
+         "--latency-entries", "50", "--warmup", "0", "--json"],
+        check=False, capture_output=True, text=True, timeout=SHELL_TIMEOUT_S, env=env,
+    )
+    assert bench.returncode == 0, bench.stdout + bench.stderr  # gRPC over TLS with the client cert
