@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from bkproto.entry_format import HEADER, LAC_HEADER
 from bookie.api import AddOp
 from bookie.bookie import Bookie
+from bookie.on_disk import bookie_on_disk
 from bookie.storage.config import StorageConfig
 
 KEY = bytes(range(20))
@@ -30,7 +31,8 @@ def make_config(tmp_path: Path, **overrides: Any) -> StorageConfig:
 
 
 def make_bookie(config: StorageConfig, **kwargs: Any) -> Bookie:
-    return Bookie(config, CollectorRegistry(), **kwargs)
+    """A bookie over a DbLedgerStorage in ``config``'s directories (``bookie.storage``)."""
+    return bookie_on_disk(config, CollectorRegistry(), **kwargs)
 
 
 def body(ledger_id: int, entry_id: int, lac: int = -1, payload: bytes | None = None) -> bytes:

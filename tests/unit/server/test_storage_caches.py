@@ -109,7 +109,7 @@ async def test_cold_read_reads_ahead_into_the_bounded_read_cache(tmp_path: Path)
         payload = b"r" * 1000
         await add_all(bookie, [add_op(2, e, payload=payload) for e in range(2000)])
         await bookie.storage.checkpoint()
-        stats = bookie.stats
+        stats = bookie.storage.stats
         assert await bookie.read_entry(2, 100) == body(2, 100, payload=payload)
         assert stats.read_cache_misses._value.get() == 1
         for e in range(101, 111):  # the 10 read ahead: hits, no new miss
@@ -131,7 +131,7 @@ async def test_read_ahead_skips_the_entries_a_striped_ledger_keeps_elsewhere(tmp
     async with make_bookie(config) as bookie:
         await add_all(bookie, [add_op(4, e) for e in held])
         await bookie.storage.checkpoint()
-        stats = bookie.stats
+        stats = bookie.storage.stats
         for e in range(0, 30, 3):  # 0, 3, ..., 27: entry 0 plus the next 20 held reach id 31
             assert await bookie.read_entry(4, e) == body(4, e)
         assert stats.read_cache_misses._value.get() == 1
