@@ -1,4 +1,6 @@
-"""BookKeeper's rules in the bookie core: statuses for bad input, master key, fencing, LAC, reads."""
+"""BookKeeper's rules in the bookie core: statuses for bad input, master key, fencing, LAC, reads.
+
+Every test taking ``bookie`` runs over both storages (see ``conftest.host``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from tests.unit.server.storage_helpers import (
     KEY,
     OTHER_KEY,
+    BookieHost,
     add_all,
     add_op,
     body,
@@ -25,8 +28,8 @@ from bookie.errors import BookieError
 
 
 @pytest.fixture
-async def bookie(tmp_path: Path) -> AsyncIterator[Bookie]:
-    async with make_bookie(make_config(tmp_path)) as b:
+async def bookie(host: BookieHost) -> AsyncIterator[Bookie]:
+    async with host.bookie() as b:
         yield b
 
 
@@ -146,8 +149,8 @@ async def test_long_poll_returns_current_lac_at_timeout(bookie: Bookie) -> None:
     assert await bookie.wait_for_lac(10, -1, 30.0) == 0  # already past: no wait
 
 
-async def test_long_poll_waiters_are_bounded(tmp_path: Path) -> None:
-    async with make_bookie(make_config(tmp_path, max_lac_waiters=2)) as b:
+async def test_long_poll_waiters_are_bounded(host: BookieHost) -> None:
+    async with host.bookie(max_lac_waiters=2) as b:
         await add_all(b, [add_op(11, 0)])
         parked = [asyncio.create_task(b.wait_for_lac(11, -1, 30.0)) for _ in range(2)]
         await asyncio.sleep(0)
@@ -176,12 +179,13 @@ async def test_force_ledger_and_disk_info(bookie: Bookie) -> None:
     assert info.total_bytes > 0 and 0 < info.free_bytes <= info.total_bytes
 
 
-async def test_storage_failure_is_eio_not_a_crash(bookie: Bookie) -> None:
-    await add_all(bookie, [add_op(14, 0)])
+async def test_storage_failure_is_eio_not_a_crash(tmp_path: Path) -> None:
+    async with make_bookie(make_config(tmp_path)) as bookie:
+        await add_all(bookie, [add_op(14, 0)])
 
-    def broken(*args: object) -> object:
-        raise OSError("disk on fire")
+        def broken(*args: object) -> object:
+            raise OSError("disk on fire")
 
-    bookie.storage.dirs[0].read_run = broken  # type: ignore[method-assign]
-    await bookie.storage.checkpoint()  # entry 0 now only on "disk"
-    assert await _status(bookie.read_entry(14, 0)) == bookie_pb2.EIO
+        bookie.storage.dirs[0].read_run = broken  # type: ignore[attr-defined]
+        await bookie.storage.checkpoint()  # entry 0 now only on "disk"
+        assert await _status(bookie.read_entry(14, 0)) == bookie_pb2.EIO
