@@ -180,7 +180,7 @@ class Bookie:
         quorum, so it is true whether or not N itself becomes durable, and tailing readers save a
         full fsync of latency."""
         for ledger_id, lac in lacs.items():
-            ledger = self._ledgers.cached.get(ledger_id) or self._ledgers.get(ledger_id)
+            ledger = self._ledgers.get(ledger_id)
             if ledger is not None:
                 self._advance_lac(ledger_id, ledger, lac)
 
