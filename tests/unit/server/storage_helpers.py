@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -12,8 +13,10 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 
 from bkproto.entry_format import HEADER, LAC_HEADER
+from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp
 from bookie.bookie import Bookie
+from bookie.errors import BookieError
 from bookie.on_disk import bookie_on_disk
 from bookie.storage.config import StorageConfig
 from bookie.storage.memory import MemoryDisk, MemoryLedgerStorage, SyncHook
@@ -90,6 +93,15 @@ class GatedSync:
         await self._open.wait()
         if self.failure is not None:
             raise self.failure
+
+
+async def status_of(call: Awaitable[object]) -> int:
+    """The BookKeeper status a core call ends with (EOK, or its BookieError's)."""
+    try:
+        await call
+    except BookieError as exc:
+        return exc.status
+    return bookie_pb2.EOK
 
 
 async def settle() -> None:

@@ -16,25 +16,17 @@ from tests.unit.server.storage_helpers import (
     add_op,
     body,
     settle,
+    status_of,
 )
 
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddResult
 from bookie.bookie import Bookie
-from bookie.errors import BookieError
-
-
-async def _status(coro: object) -> int:
-    try:
-        await coro  # type: ignore[misc]
-    except BookieError as exc:
-        return exc.status
-    return bookie_pb2.EOK
 
 
 async def _entries(bookie: Bookie, ledger_id: int) -> list[int]:
     """Ids of the entries the bookie serves for the ledger (none if it does not know it)."""
-    if bookie.last_add_confirmed(ledger_id) == -1 and await _status(bookie.read_lac(ledger_id)) != 0:
+    if bookie.last_add_confirmed(ledger_id) == -1 and await status_of(bookie.read_lac(ledger_id)) != 0:
         return []
     return [e for first, last in await bookie.list_entries(ledger_id) for e in range(first, last + 1)]
 
@@ -62,7 +54,7 @@ async def test_a_crash_keeps_synced_entries_and_loses_unsynced_ones() -> None:
         assert await _entries(reopened, 1) == [0, 1, 2, 3, 4]
         assert await reopened.read_entry(1, -1) == body(1, 4, 3)
         assert reopened.last_add_confirmed(1) == 3
-        assert await _status(reopened.read_entry(2, 0)) == bookie_pb2.ENOLEDGER  # its key went too
+        assert await status_of(reopened.read_entry(2, 0)) == bookie_pb2.ENOLEDGER  # its key went too
 
 
 async def test_a_synced_fence_survives_a_crash_and_an_unsynced_one_may_not() -> None:
@@ -78,7 +70,7 @@ async def test_a_synced_fence_survives_a_crash_and_an_unsynced_one_may_not() -> 
     await settle()
     host.storage(bookie).crash()
     gate.release()
-    assert await _status(unsynced_fence) == bookie_pb2.EIO  # never acknowledged
+    assert await status_of(unsynced_fence) == bookie_pb2.EIO  # never acknowledged
 
     async with host.bookie() as reopened:
         assert _statuses(await reopened.add_entries([add_op(3, 1, 0)])) == [bookie_pb2.EFENCED]
@@ -117,7 +109,7 @@ async def test_a_failing_sync_fails_the_writes_and_the_journal_for_good() -> Non
         assert bookie.health.journal_failure is not None
         gate.failure = None
         assert _statuses(await bookie.add_entries([add_op(7, 2)])) == [bookie_pb2.EIO]
-        assert await _status(bookie.fence(7, KEY)) == bookie_pb2.EIO
+        assert await status_of(bookie.fence(7, KEY)) == bookie_pb2.EIO
         assert await bookie.read_entry(7, 0) == body(7, 0)  # reads still served
 
 
@@ -221,4 +213,4 @@ async def test_a_deleted_ledger_stays_deleted_after_a_crash() -> None:
     bookie.abandon()
     async with host.bookie() as reopened:
         assert await reopened.local_ledger_ids() == {14}
-        assert await _status(reopened.read_entry(13, 0)) == bookie_pb2.ENOLEDGER
+        assert await status_of(reopened.read_entry(13, 0)) == bookie_pb2.ENOLEDGER
