@@ -38,7 +38,7 @@ class LedgerRecord:
 
 
 class UpdateKind(IntEnum):
-    """What a :class:`LedgerUpdate` changes (values are the journal record types)."""
+    """What a :class:`LedgerUpdate` changes."""
 
     MASTER_KEY = 2  # value: the key; creates the record, or keys one rebuilt without a key
     FENCE = 3  # value: unused

@@ -170,10 +170,12 @@ class DbLedgerStorage:
     def _update_index(self, update: LedgerUpdate) -> bool:
         """Apply ``update`` to the ledger index; False if the ledger has no record to change."""
         index = self.dir_for(update.ledger_id).ledgers
-        record = apply_update(index.get(update.ledger_id), update)
+        old = index.get(update.ledger_id)
+        record = apply_update(old, update)
         if record is None:
             return False
-        index.put(update.ledger_id, record)
+        if record is not old:  # e.g. a replayed key record of a ledger already indexed
+            index.put(update.ledger_id, record)
         return True
 
     async def close(self) -> None:

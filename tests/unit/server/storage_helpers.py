@@ -62,9 +62,11 @@ class OnDiskHost:
 class InMemoryHost:
     disk: MemoryDisk = field(default_factory=MemoryDisk)
     sync: SyncHook | None = None
+    checkpoint_bytes: int = 16 * 1024 * 1024
 
     def bookie(self, max_lac_waiters: int = 10_000) -> Bookie:
-        return Bookie(MemoryLedgerStorage(self.disk, sync=self.sync), max_lac_waiters=max_lac_waiters)
+        storage = MemoryLedgerStorage(self.disk, sync=self.sync, checkpoint_bytes=self.checkpoint_bytes)
+        return Bookie(storage, max_lac_waiters=max_lac_waiters)
 
     def storage(self, bookie: Bookie) -> MemoryLedgerStorage:
         assert isinstance(bookie.storage, MemoryLedgerStorage)

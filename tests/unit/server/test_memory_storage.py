@@ -214,3 +214,20 @@ async def test_a_deleted_ledger_stays_deleted_after_a_crash() -> None:
     async with host.bookie() as reopened:
         assert await reopened.local_ledger_ids() == {14}
         assert await status_of(reopened.read_entry(13, 0)) == bookie_pb2.ENOLEDGER
+
+
+async def test_a_long_journal_is_checkpointed_so_the_disk_stays_bounded() -> None:
+    gate = GatedSync()
+    host = InMemoryHost(sync=gate, checkpoint_bytes=4096)
+    bookie = host.bookie()
+    await bookie.start()
+    gate.hold()
+    pending = [asyncio.create_task(bookie.add_entries([add_op(15, e)])) for e in range(40)]
+    await settle()
+    assert len(host.disk.journal) <= 4096  # 40 entries of ~300 bytes: checkpointed on the way
+    host.storage(bookie).crash()
+    gate.release()
+    await asyncio.gather(*pending)
+    async with host.bookie() as reopened:  # what the checkpoints took survives unsynced
+        found = await _entries(reopened, 15)
+        assert len(found) >= 40 - 4096 // len(body(15, 0)) and found == list(range(len(found)))
