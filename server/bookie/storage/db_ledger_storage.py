@@ -233,7 +233,10 @@ class DbLedgerStorage:
     def write(self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]) -> Awaitable[None]:
         """Ledger-index changes and write-cache puts now, BEFORE their journal records are
         enqueued (the LastLogMark rule, see the module docstring); the journal submission (one
-        per journal the write touches) happens when the result is awaited."""
+        per journal the write touches) happens when the result is awaited. A failed journal fails
+        the whole write, even the part another journal synced: a client may be told of a failure
+        for an entry that is durable, never the reverse (and the failure turns the bookie
+        read-only anyway)."""
         journals = self.journals
         if len(journals) == 1:
             return self._submit(journals[0], *self._stage(updates, entries))
