@@ -21,6 +21,9 @@ A new storage over the same disk recovers what the crash left: the checkpointed 
 journal's valid records (a fenced ledger stays fenced, a ledger keeps its master key). Opening a
 new storage without a crash of the old one models a process kill: the old one stops answering
 and, as a page cache would, the disk keeps every journal byte written, synced or not.
+
+Use: ``Bookie(MemoryLedgerStorage(disk, sync=hook), wall_clock_ms=clock)``, then ``start()``;
+a power cut is ``storage.crash(rng)`` and a restart a new storage and core over the same ``disk``.
 """
 
 from __future__ import annotations
