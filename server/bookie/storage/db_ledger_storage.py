@@ -260,11 +260,10 @@ class DbLedgerStorage:
         parts = [update_record(update) for update in updates if self._update_index(update)]
         records = len(parts) + len(entries)
         nbytes = sum(map(len, parts))
-        put = self.write_cache.active.put
+        self.write_cache.active.put_all(entries)
         record_header = entry_record_header
         append = parts.append
-        for ledger_id, entry_id, _, body, _, _ in entries:
-            put(ledger_id, entry_id, body)
+        for _, _, _, body, _, _ in entries:
             append(record_header(body))
             append(body)
             nbytes += len(body)
