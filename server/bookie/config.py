@@ -155,7 +155,9 @@ KEYS: dict[str, Key] = {
         _names, help="authentication providers, comma-separated: mtls (client certificate common name),"
         " token (bearer token); set, every request needs an identity (needs TLS)",
     ),
-    "bookieAuthTokenFile": Key(_text, help="file of identity=token lines for the token provider"),
+    "bookieAuthTokenFile": Key(
+        _text, help="file of identity=token (or identity=sha256:<hex>) lines for the token provider"
+    ),
     "bookieAuthorizationFile": Key(
         _text, help="file of identity=read,write,fence,admin lines; * for any identity (default:"
         " read, write and fence for every authenticated identity, admin for none)",

@@ -8,7 +8,8 @@ in a fresh SSL context from the TLS ``sni_callback``, which runs during each han
 
 Authentication (``bookieAuthProviderFactoryClass``, BookKeeper's key, here a list of built-in
 provider names): ``mtls`` takes the identity from the client certificate's common name, ``token``
-from a bearer token listed in ``bookieAuthTokenFile`` (``identity=token`` lines). With any
+from a bearer token listed in ``bookieAuthTokenFile`` (``identity=token`` lines, or
+``identity=sha256:<hex>`` with only the token's hash). With any
 provider configured, every Bookie request on every listener must come with an identity, or it
 is refused with EUA and counted in ``bookkeeper_server_auth_refused``. gRPC health and reflection
 stay open: they say whether the bookie serves and what its API is, nothing of its data.
@@ -50,6 +51,7 @@ from bookie.errors import BookieError
 log = logging.getLogger(__name__)
 
 PROVIDERS = ("mtls", "token")
+HASHED_TOKEN_PREFIX = "sha256:"
 
 
 class Right(enum.Enum):
@@ -101,14 +103,25 @@ class SecuritySettings:
 
 
 def read_tokens(path: Path) -> dict[bytes, str]:
-    """``sha256(token) -> identity`` from ``identity=token`` lines. Tokens are kept hashed: a
-    lookup by digest leaks nothing of a token through its timing."""
+    """``sha256(token) -> identity`` from ``identity=token`` lines, or ``identity=sha256:<hex>``
+    lines that hold only the token's SHA-256 (so the file gives no token away). Tokens are kept
+    hashed: a lookup by digest leaks nothing of a token through its timing."""
     tokens: dict[bytes, str] = {}
     for number, line in _lines(path):
         name, sep, token = line.partition("=")
-        if not sep or not name.strip() or not token.strip():
-            raise ValueError(f"{path}:{number}: expected identity=token")
-        tokens[hashlib.sha256(token.strip().encode()).digest()] = name.strip()
+        token = token.strip()
+        if not sep or not name.strip() or not token:
+            raise ValueError(f"{path}:{number}: expected identity=token or identity=sha256:<hex>")
+        if token.startswith(HASHED_TOKEN_PREFIX):
+            try:
+                digest = bytes.fromhex(token[len(HASHED_TOKEN_PREFIX) :])
+            except ValueError:
+                digest = b""
+            if len(digest) != hashlib.sha256().digest_size:
+                raise ValueError(f"{path}:{number}: sha256: must be followed by 64 hex digits")
+        else:
+            digest = hashlib.sha256(token.encode()).digest()
+        tokens[digest] = name.strip()
     return tokens
 
 

@@ -3,6 +3,7 @@ who is who and who may do what; the client's and ZooKeeper's settings from their
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,16 @@ from bkmeta.zk_security import ZkSecurity, zk_security_from_environ, zk_security
 from bkproto import security as wire
 from bkproto.errors import IncorrectParameterError
 from bookie.config import ConfigError, load_config
-from bookie.security import ALL_RIGHTS, ANONYMOUS, AuthSettings, Guard, Right, read_rights, read_tokens
+from bookie.security import (
+    ALL_RIGHTS,
+    ANONYMOUS,
+    AuthSettings,
+    Guard,
+    Identity,
+    Right,
+    read_rights,
+    read_tokens,
+)
 
 
 def conf(tmp_path: Path, **keys: str) -> dict[str, str]:
@@ -77,6 +87,14 @@ def test_tokens_and_rights_files(tmp_path: Path) -> None:
         read_rights(rights)
     tokens.write_text("no-equals-sign\n")
     with pytest.raises(ValueError, match="identity=token"):
+        read_tokens(tokens)
+    hashed = hashlib.sha256(b"carol-token").hexdigest()
+    tokens.write_text(f"carol=sha256:{hashed}\n")  # the file need not hold the token itself
+    guard = Guard(AuthSettings(("token",), tokens), None)
+    assert guard.identify(None, "carol-token") == Identity("carol", "token")
+    assert guard.identify(None, f"sha256:{hashed}") is None
+    tokens.write_text("carol=sha256:abc\n")
+    with pytest.raises(ValueError, match="64 hex digits"):
         read_tokens(tokens)
 
 
