@@ -25,19 +25,17 @@ def copies_in_write_set(ctx: FakeContext, md: LedgerMetadata, entry_id: int) -> 
 
 
 def on_ensemble_change(ctx: FakeContext, action: asyncio.Event) -> None:
-    """Set ``action`` the moment a metadata write with a second segment is stored."""
-    store = ctx.ledger_manager
-    real_write = store.write_ledger_metadata
+    """Set ``action`` the moment recovery picks a replacement bookie (its new segment is in use
+    from then on; the metadata gets it only when the ledger closes)."""
+    placement = ctx.placement
+    real_replace = placement.replace_bookie
 
-    async def write_then_act(
-        ledger_id: int, md: LedgerMetadata, expected_version: int
-    ) -> Versioned[LedgerMetadata]:
-        written = await real_write(ledger_id, md, expected_version)
-        if len(md.segments) > 1:
-            action.set()
-        return written
+    def replace_then_act(*args: Any, **kwargs: Any) -> str:
+        chosen = real_replace(*args, **kwargs)
+        action.set()
+        return chosen
 
-    store.write_ledger_metadata = write_then_act  # type: ignore[method-assign]
+    placement.replace_bookie = replace_then_act  # type: ignore[method-assign]
 
 
 async def test_ack_from_a_paused_bookie_replaced_meanwhile_does_not_count() -> None:
@@ -51,7 +49,7 @@ async def test_ack_from_a_paused_bookie_replaced_meanwhile_does_not_count() -> N
     refused = asyncio.Event()
     refused.set()
     paused.refused_adds[(LEDGER, 9)] = refused  # one re-add fails at once: `a` is replaced
-    on_ensemble_change(ctx, paused.gate)  # SIGCONT as soon as the new segment is stored
+    on_ensemble_change(ctx, paused.gate)  # SIGCONT as soon as the new segment is in use
     op = recovery(ctx, writer)
     md = (await op.run()).value
     assert (md.state, md.last_entry_id) == (LedgerState.CLOSED, 14)
