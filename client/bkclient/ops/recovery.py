@@ -33,10 +33,14 @@ Reads, fencing and the decision that an entry is absent always use the ensembles
 (the metadata as marked IN_RECOVERY): a replacement holds only what recovery gave it, so its "no
 such entry" proves nothing.
 
-IN_RECOVERY metadata that already names a segment after the writer's (written by a recoverer of an
-earlier version of this module, which wrote its replacements at once) cannot be told apart from a
-segment the writer added; it is read like BookKeeper reads it, as the writer's (see
-docs/architecture.md).
+Metadata left IN_RECOVERY by a recoverer of an earlier version of this module (which wrote its
+replacements at once) names a segment after the writer's that nothing tells apart from one the
+writer added. It is taken as the writer's (as BookKeeper's recovery takes whatever metadata it
+finds): the starting point is at least that segment's first entry - 1 (apache/bookkeeper#2654),
+which holds (that recoverer started the segment at its first entry not yet on Qa bookies); but
+entries from there on are read from the segment's bookies, where its replacement's "no such
+entry" counts even for an entry it never got. Such a ledger can still close before acknowledged
+entries; new metadata never has such a segment.
 """
 
 from __future__ import annotations
