@@ -207,7 +207,7 @@ async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluste
         last_acked = max(39, await kill_writer(writer))
         assert last_acked < last  # the paused bookie held the acknowledgements back
 
-        on_replacement_picked(recoverer, resume)
+        on_replacement_picked(recoverer.ctx.placement, resume)
         rh = await recoverer.open_ledger(writer.ledger_id, PASSWORD, recovery=True)
     finally:
         if not resumed:
@@ -253,7 +253,7 @@ async def test_a_recoverer_killed_after_replacing_a_bookie_leaves_every_acknowle
         picked.append(chosen)
         recovering.cancel()
 
-    on_replacement_picked(first, die)
+    on_replacement_picked(first.ctx.placement, die)
     os.kill(replaced.pid, signal.SIGSTOP)
     try:
         with pytest.raises(asyncio.CancelledError):

@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from tests.support.recovery_hooks import on_replacement_picked
 from tests.unit.client.test_read_fakes import LEDGER, FakeContext, Writer, make_cluster, make_metadata
 from tests.unit.client.test_recovery import recovery
 
@@ -27,15 +28,7 @@ def copies_in_write_set(ctx: FakeContext, md: LedgerMetadata, entry_id: int) -> 
 def on_ensemble_change(ctx: FakeContext, action: asyncio.Event) -> None:
     """Set ``action`` the moment recovery picks a replacement bookie (its new segment is in use
     from then on; the metadata gets it only when the ledger closes)."""
-    placement = ctx.placement
-    real_replace = placement.replace_bookie
-
-    def replace_then_act(*args: Any, **kwargs: Any) -> str:
-        chosen = real_replace(*args, **kwargs)
-        action.set()
-        return chosen
-
-    placement.replace_bookie = replace_then_act  # type: ignore[method-assign]
+    on_replacement_picked(ctx.placement, lambda _: action.set())
 
 
 async def test_ack_from_a_paused_bookie_replaced_meanwhile_does_not_count() -> None:
