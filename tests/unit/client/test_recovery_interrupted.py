@@ -9,6 +9,7 @@ ensemble changes in memory until the close for that reason).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tests.unit.client.test_read_fakes import (
@@ -37,15 +38,18 @@ def answers_after_another_bookie(ctx: FakeContext, slow: list[str], first_entry:
         real_read = bookie.read_entry
 
         async def read_entry(
-            ledger_id: int, entry_id: int, real_read: object = real_read, is_slow: bool = bookie_id in slow,
-            **kwargs: object,
+            ledger_id: int,
+            entry_id: int,
+            real_read: Callable[..., Awaitable[ReadResult]] = real_read,
+            is_slow: bool = bookie_id in slow,
+            **kwargs: Any,
         ) -> ReadResult:
             if entry_id < first_entry:
-                return await real_read(ledger_id, entry_id, **kwargs)  # type: ignore[operator, no-any-return]
+                return await real_read(ledger_id, entry_id, **kwargs)
             if is_slow:
                 await answered.wait()
             try:
-                return await real_read(ledger_id, entry_id, **kwargs)  # type: ignore[operator, no-any-return]
+                return await real_read(ledger_id, entry_id, **kwargs)
             finally:
                 if not is_slow:
                     answered.set()
