@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from bkproto.errors import BKError
 from bookie.api import BookieCore
 from bookie.config import BookieConfig, ConfigError
+from bookie.config_report import server_config
 from bookie.disk_monitor import DiskMonitor, DiskStatus
 from bookie.gc import GarbageCollector, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
@@ -133,7 +134,8 @@ class BookieDaemon:
             self.http = BookieHttpServer(self.registry, config.http_address, config.http_port,
                                          last_log_marks=self.core.last_log_marks, gc=self.gc,
                                          state=self.state, readiness=lambda: self._not_ready,
-                                         disk_info=self.core.disk_info, security=security)
+                                         disk_info=self.core.disk_info, security=security,
+                                         server_config=lambda: server_config(self.config))
             http_port = await asyncio.to_thread(self.http.start)
         if self._freeze_startup_heap:
             freeze_startup_heap()  # before registering: no client waits on its collection
