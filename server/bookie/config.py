@@ -78,6 +78,15 @@ def _seconds_from_ms(minimum_ms: int) -> Callable[[str], float]:
     return parse
 
 
+def _time_limit_from_ms(text: str) -> float:
+    """Milliseconds to seconds; zero or less means no limit (-1.0), as BookKeeper reads it."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError("expected an integer") from None
+    return value / 1000.0 if value > 0 else -1.0
+
+
 def _fraction(text: str) -> float:
     value = _float(0.0)(text)
     if value > 1.0:
@@ -214,6 +223,14 @@ KEYS: dict[str, Key] = {
     ),
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
+    ),
+    "minorCompactionMaxTimeMillis": Key(
+        _time_limit_from_ms, help="ms a minor compaction pass may run; the rest waits (-1: no limit)",
+        gc_field="minor_max_time_s",
+    ),
+    "majorCompactionMaxTimeMillis": Key(
+        _time_limit_from_ms, help="ms a major compaction pass may run; the rest waits (-1: no limit)",
+        gc_field="major_max_time_s",
     ),
     "isForceGCAllowWhenNoSpace": Key(
         _bool, help="when disks run short, force compaction instead of pausing it (false)",

@@ -22,7 +22,8 @@ IGNORED = "ignored"  # set, known to BookKeeper, unused by pybookkeeper
 
 # keys in milliseconds whose value the configuration keeps in seconds
 _MS_KEYS = frozenset(
-    {"gcWaitTime", "diskCheckInterval", "openLedgerRereplicationGracePeriod", "shutdownGracePeriodMs"}
+    {"gcWaitTime", "diskCheckInterval", "openLedgerRereplicationGracePeriod", "shutdownGracePeriodMs",
+     "minorCompactionMaxTimeMillis", "majorCompactionMaxTimeMillis"}
 )
 
 # daemon keys -> BookieConfig attribute (the storage, gc, read-only and autorecovery keys say theirs)
@@ -85,7 +86,7 @@ def _default_text(config: BookieConfig, key: str) -> str:
     if key == "zkServers" and value is None:
         return "none"
     if key in _MS_KEYS:
-        value = round(value * 1000)
+        value = round(value * 1000) if value >= 0 else -1  # negative: "no limit", written -1
     return _text(value)
 
 

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bookie.storage.compaction import Compacted
+from bookie.storage.compaction import Compacted, PassDeadline
 from bookie.storage.log_garbage import LogUsage
 from bookie.storage.stats import LATENCY_BUCKETS_MS
 
@@ -77,6 +77,10 @@ class GcSettings:
     major_threshold: float = 0.8  # majorCompactionThreshold
     major_interval_s: float = 86400.0  # majorCompactionInterval
     rate_bytes: int = 1_000_000  # compactionRateByBytes (bytes/s)
+    # minorCompactionMaxTimeMillis / majorCompactionMaxTimeMillis: a pass stops after this long,
+    # the rest waits for the next one (<= 0: no limit, BookKeeper's default)
+    minor_max_time_s: float = -1.0
+    major_max_time_s: float = -1.0
     # isForceGCAllowWhenNoSpace: compact when the disks run short instead of pausing
     force_when_no_space: bool = False
 
@@ -351,15 +355,17 @@ class GarbageCollector:
         major_ok = s.major_enabled and not self.major_suspended
         minor_ok = s.minor_enabled and not self.minor_suspended
         if major_ok and (force_major or now - self._last_major >= s.major_interval_s):
-            kind, threshold = "major", s.major_threshold
+            kind, threshold, max_s = "major", s.major_threshold, s.major_max_time_s
         elif minor_ok and (force_minor or now - self._last_minor >= s.minor_interval_s):
-            kind, threshold = "minor", s.minor_threshold
+            kind, threshold, max_s = "minor", s.minor_threshold, s.minor_max_time_s
         else:
             return None, Compacted()
         self.compacting = kind
         try:
             compacted = await self._storage_step(
-                self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes, self._stop)
+                self._storage.compact_entry_logs(
+                    min(threshold, 1.0), s.rate_bytes, PassDeadline(self._stop, max_s)
+                )
             )
         finally:
             self.compacting = None

@@ -49,6 +49,29 @@ class CompactionStopped(Exception):
     """The bookie is closing: the pass ends between slices, every step so far complete."""
 
 
+class PassDeadline(threading.Event):
+    """The stop signal of one compaction pass: set when the bookie's ``stop`` is, or once the
+    pass has run ``max_s`` seconds (BookKeeper's ``minor/majorCompactionMaxTimeMillis``; <= 0: no
+    limit). A pass cut short leaves the log it was copying in place, as a stop does."""
+
+    def __init__(self, stop: threading.Event, max_s: float) -> None:
+        super().__init__()
+        self._stop = stop
+        self._deadline = time.monotonic() + max_s if max_s > 0 else float("inf")
+
+    def is_set(self) -> bool:
+        return self._stop.is_set() or time.monotonic() >= self._deadline
+
+    def wait(self, timeout: float | None = None) -> bool:
+        remaining = self._deadline - time.monotonic()
+        limit = remaining if timeout is None else min(timeout, remaining)
+        if limit == float("inf"):
+            self._stop.wait()
+        elif limit > 0:
+            self._stop.wait(limit)
+        return self.is_set()
+
+
 class ByteThrottle:
     """At most ``rate`` bytes per second on average since the pass began (0: no limit); its
     pauses end early, raising :class:`CompactionStopped`, once ``stop`` is set."""

@@ -130,3 +130,10 @@ def test_rocksdb_options_reach_rocksdb(tmp_path: Path) -> None:
     assert "write_buffer_size=8388608" in options
     assert "block_size=16384" in options
     assert "bloomfilter" in options.lower()
+
+
+def test_compaction_max_time_keys() -> None:
+    env = {"BK_majorCompactionMaxTimeMillis": "1500", "BK_minorCompactionMaxTimeMillis": "0"}
+    config = load_config(None, env)
+    assert config.gc.major_max_time_s == 1.5
+    assert config.gc.minor_max_time_s == -1.0  # 0 or less: no limit, as in BookKeeper
