@@ -11,8 +11,11 @@ import grpc.aio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.memory_cluster import MemoryBookie as InMemoryBookie
 
 from bkclient.bookie_client import AddRequestEncoder, BookieClient, BookieClientOptions
+from bkclient.config import ClientConfig
+from bkclient.context import pool_for
 from bkclient.transport import BookieAddress, BookieConnectionPool, decode_add
 from bkproto.errors import (
     BookieUnavailableError,
@@ -407,6 +410,23 @@ async def test_pool_resolves_ids_and_falls_back_to_host_port(bookie: tuple[Memor
     assert all(c.closed for c in opened)  # retired connections too
     with pytest.raises(ClientClosedError):
         pool.get("bookie-1")
+
+
+async def test_client_pool_opens_the_connections_of_an_injected_connector() -> None:
+    """What unit tests and the simulation rely on: no gRPC connection when they supply their own."""
+    asked: list[tuple[str, BookieAddress]] = []
+
+    def connect(bookie_id: str, address: BookieAddress) -> InMemoryBookie:
+        asked.append((bookie_id, address))
+        return InMemoryBookie(bookie_id)
+
+    pool = pool_for(None, ClientConfig(), connect)
+    connection = pool.get("b1")
+    assert isinstance(connection, InMemoryBookie)
+    assert pool.get("b1") is connection
+    assert asked == [("b1", BookieAddress("b1"))]
+    await pool.close()
+    assert connection.closed
 
 
 @given(
