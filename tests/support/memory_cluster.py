@@ -16,7 +16,7 @@ from typing import Any
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
 from bkclient.placement import BookieRacks, RandomPlacement
-from bkclient.transport import AddListener, DiskInfo, ReadResult, StrideResult, decode_add
+from bkclient.transport import AddListener, BookieConnection, DiskInfo, ReadResult, StrideResult, decode_add
 from bkmeta.ledger_manager import LedgerWatcher
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
 from bkproto.errors import (
@@ -286,6 +286,10 @@ class MemoryBookie:
     def notify_lac(self) -> None:
         self._lac_changed.set()
         self._lac_changed = asyncio.Event()
+
+
+# Checked by mypy (tests.support is type-checked): a memory bookie is a whole BookieConnection.
+_MEMORY_BOOKIE_IS_A_CONNECTION: type[BookieConnection] = MemoryBookie
 
 
 class MemoryLedgerStore:
