@@ -29,11 +29,11 @@ from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from bookie.stats import OpLatency, OpStats
 from bookie.storage.compaction import Compacted, PassDeadline
 from bookie.storage.log_garbage import LogUsage
-from bookie.storage.stats import LATENCY_BUCKETS_MS
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +147,8 @@ class GcStats:
         self.major_compactions = Counter(
             "bookie_MAJOR_COMPACTION_COUNT", "Major compaction passes", registry=registry
         )
-        self.runtime = Histogram(
-            "bookie_gc_THREAD_RUNTIME", "Duration of one garbage collection (ms)",
-            buckets=LATENCY_BUCKETS_MS, registry=registry,
-        )
+        self.runtime = OpLatency("bookie_gc_THREAD_RUNTIME", "Duration of one garbage collection (ms)")
+        OpStats(registry, [self.runtime])
 
 
 class GarbageCollector:
