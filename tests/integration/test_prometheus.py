@@ -1,10 +1,12 @@
 """A real Prometheus scrapes a real ``pybk localcluster`` (two bookies and autorecovery): every
 target is up, and after a short write/read load every expression of the example rules in
 ``deploy/prometheus-rules.yml`` (written against BookKeeper's metric names and shapes) returns
-data, as do the series those rules record."""
+data, as do the series those rules record and every query of the Grafana dashboard in
+``deploy/grafana``."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +19,20 @@ from tests.support.prometheus import Prometheus, prometheus_server
 
 pytestmark = pytest.mark.integration
 
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus-rules.yml"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+RULES = DEPLOY / "prometheus-rules.yml"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "pybookkeeper.json"
 WAIT_S = 90.0  # a guard against hangs: scrapes and rule evaluations run every second
 
 
 def recording_rules() -> dict[str, str]:
     groups: list[dict[str, Any]] = yaml.safe_load(RULES.read_text())["groups"]
     return {rule["record"]: rule["expr"] for group in groups for rule in group["rules"] if "record" in rule}
+
+
+def dashboard_expressions() -> list[str]:
+    panels: list[dict[str, Any]] = json.loads(DASHBOARD.read_text())["panels"]
+    return [target["expr"] for panel in panels for target in panel.get("targets", [])]
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +86,12 @@ def test_every_rule_expression_returns_data_after_a_load(
         eventually(record, lambda record=record: prometheus.query(record))
     adds = prometheus.query('sum(bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"})')
     assert float(adds[0]["value"][1]) >= 3 * 200
+
+
+def test_every_dashboard_query_returns_data(scraped_cluster: tuple[LocalClusterRun, Prometheus]) -> None:
+    cluster, prometheus = scraped_cluster
+    shell(cluster.zk_hosts, "simpletest", "-e", "2", "-w", "2", "-a", "2", "-n", "200")
+    expressions = dashboard_expressions()
+    assert len(expressions) >= 15
+    for expr in expressions:
+        eventually(expr, lambda expr=expr: prometheus.query(expr))
