@@ -172,7 +172,8 @@ KEYS: dict[str, Key] = {
         limits_field="max_long_polls_per_peer",
     ),
     "httpServerMaxConnections": Key(
-        _int(1), help="HTTP admin requests served at once; more get 503 (8)",
+        _int(1), help="HTTP admin requests served at once, a quarter of them per IP address; more get"
+        " 503 (16)",
         limits_field="http_max_connections",
     ),
     "httpServerRequestTimeoutMs": Key(

@@ -12,8 +12,9 @@ total bytes of the ledger directories' disks).
 
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
-Threads are bounded: at most ``max_connections`` requests are served at once, and a connection
-beyond that gets a 503 at once, from the accepting thread, without a thread of its own. A client
+Threads are bounded: at most ``httpServerMaxConnections`` requests are served at once, a quarter
+of them from one IP address, and a connection beyond that gets a 503 at once, from the accepting
+thread, without a thread of its own. A client
 must send its whole request within ``request_timeout_s`` (a client dribbling a byte at a time is
 cut off, not waited for), and every socket operation times out as well.
 """
@@ -32,7 +33,7 @@ from typing import Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from bookie.api import DiskInfo, JournalMark
-from bookie.limits import LimitStats, ListenerLimits
+from bookie.limits import ConnectionCounter, LimitStats, ListenerLimits, peer_host
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,6 @@ class _AdminServer(ThreadingHTTPServer):
     registry: CollectorRegistry
     limit_stats: LimitStats | None = None
     request_timeout_s = 10.0
-    _slots: threading.BoundedSemaphore
     # ``pybk shell lastmark``: reads immutable LogMarks (the flush replaces them whole), safe
     # from this thread.
     last_log_marks: Callable[[], Sequence[JournalMark]] | None = None
@@ -88,9 +88,21 @@ class _AdminServer(ThreadingHTTPServer):
         if self.limit_stats is not None:
             self.limit_stats.hit(LISTENER, limit)
 
+    def setup_limits(self, limits: ListenerLimits, limit_stats: LimitStats | None) -> None:
+        self.limit_stats = limit_stats
+        self.request_timeout_s = limits.http_request_timeout_s
+        self._connections = ConnectionCounter(
+            limits.http_max_connections, max(1, limits.http_max_connections // 4)
+        )
+        self._connections_lock = threading.Lock()
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.limit_hit("connections")
+        """Serve in a thread of its own if there is room, else answer 503 from this thread."""
+        host = peer_host(client_address)
+        with self._connections_lock:
+            refused = self._connections.admit(host)
+        if refused is not None:
+            self.limit_hit(refused)
             try:
                 request.setblocking(False)  # the accepting thread must never wait on a client
                 request.send(_BUSY)
@@ -101,14 +113,18 @@ class _AdminServer(ThreadingHTTPServer):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._release(host)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._release(peer_host(client_address))
+
+    def _release(self, host: str) -> None:
+        with self._connections_lock:
+            self._connections.release(host)
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
@@ -321,9 +337,7 @@ class BookieHttpServer:
     def start(self) -> int:
         """Bind and serve in a daemon thread; returns the bound port."""
         server = _AdminServer((self._bind_address, self._requested_port), _AdminRequestHandler)
-        server.limit_stats = self._limit_stats
-        server.request_timeout_s = self._limits.http_request_timeout_s
-        server._slots = threading.BoundedSemaphore(self._limits.http_max_connections)
+        server.setup_limits(self._limits, self._limit_stats)
         server.registry = self._registry
         server.last_log_marks = self._last_log_marks
         server.gc = self._gc

@@ -54,7 +54,7 @@ class ListenerLimits:
     max_adds_per_message: int = 100_000  # maxAddsPerMessage
     adds_per_loop_turn: int = 1024  # addsPerLoopTurn
     max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp
-    http_max_connections: int = 8  # httpServerMaxConnections: requests served at once
+    http_max_connections: int = 16  # httpServerMaxConnections: requests served at once (a quarter per IP)
     http_request_timeout_s: float = 10.0  # httpServerRequestTimeoutMs: to send a whole request
 
     def __post_init__(self) -> None:
@@ -182,6 +182,31 @@ class PeerByteBudget:
     def release_for(self, peer: str, nbytes: int, _done: object) -> None:
         """Done-callback form of :meth:`release`."""
         self.release(peer, nbytes)
+
+
+class PeerTurns:
+    """Event-loop turns taken one at a time per peer (a FIFO lock per IP address).
+
+    Add processing holds a peer's turn for each bounded step (checking a slice of adds, building
+    the answer to one): so however many messages a peer has in progress, it runs one such step
+    at a time, and each loop turn runs at most one step per active peer. A well-behaved client's
+    add therefore waits, per loop turn, for one step of each other peer, not for all their
+    queued work."""
+
+    def __init__(self, prune_at: int = 4096) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._prune_at = prune_at
+
+    def lock(self, peer: str) -> asyncio.Lock:
+        """The peer's turn: ``async with turns.lock(peer):``."""
+        lock = self._locks.get(peer)
+        if lock is None:
+            if len(self._locks) >= self._prune_at:
+                # Forget idle peers. A lock dropped while a waiter still holds it only lets that
+                # peer have two turns at once for a moment.
+                self._locks = {p: held for p, held in self._locks.items() if held.locked()}
+            lock = self._locks[peer] = asyncio.Lock()
+        return lock
 
 
 class PeerLongPolls:

@@ -20,6 +20,7 @@ from bkproto.entry_format import HEADER_SIZE
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, BookieCore
 from bookie.handlers.common import HandlerLimits, elapsed_ms, failure_of
+from bookie.limits import PeerTurns
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class AddBatchProcessor:
         self._stat = stats.add_entry_request
         self._max_entry_bytes = limits.max_entry_bytes
         self._slice = limits.adds_per_loop_turn
+        self._turns = PeerTurns()
 
     def check(self, add: bookie_pb2.AddRequest, read_only: bool) -> tuple[int, str] | None:
         """Why ``add`` cannot be accepted, or ``None`` if it is well formed."""
@@ -72,45 +74,64 @@ class AddBatchProcessor:
             return EREADONLY, "the bookie is read-only; only recovery adds are accepted"
         return None
 
-    async def process(self, adds: Sequence[bookie_pb2.AddRequest]) -> bookie_pb2.AddEntriesResponse:
+    async def process(
+        self, adds: Sequence[bookie_pb2.AddRequest], peer: str = ""
+    ) -> bookie_pb2.AddEntriesResponse:
         """One response entry per add, same order. Never raises (except on cancellation).
 
-        A batch of more than ``adds_per_loop_turn`` adds is checked, staged and answered in slices
-        of that many, letting the event loop run between them: one client's huge message must not
-        stall every other client for the whole of its processing."""
+        The CPU-bound steps (checking adds, building the answer) take ``peer``'s turn, and a batch
+        of more than ``adds_per_loop_turn`` adds takes it once per slice of that many: one peer's
+        flood of messages, or one huge message, runs one bounded step per event-loop turn while
+        every other peer's adds get their own turns in between."""
         start = time.perf_counter()
         response = bookie_pb2.AddEntriesResponse()
         if not adds:
             return response
         read_only = self._core.read_only
+        turn = self._turns.lock(peer)
         if len(adds) <= self._slice:
-            ops, rejected = self._validate(adds, read_only)
+            async with turn:
+                ops, rejected = self._validate(adds, read_only)
+            # The core stages the adds before its first wait, in this same loop turn.
             outcomes = await self._add(ops) if ops else []
-            ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
+            async with turn:
+                ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
         else:
-            ok = await self._process_in_slices(response, adds, read_only)
+            ok = await self._process_in_slices(response, adds, read_only, turn)
         latency = elapsed_ms(start)
         self._stat.observe(latency, True, ok)
         self._stat.observe(latency, False, len(adds) - ok)
         return response
 
     async def _process_in_slices(
-        self, response: bookie_pb2.AddEntriesResponse, adds: Sequence[bookie_pb2.AddRequest], read_only: bool
+        self,
+        response: bookie_pb2.AddEntriesResponse,
+        adds: Sequence[bookie_pb2.AddRequest],
+        read_only: bool,
+        turn: asyncio.Lock,
     ) -> int:
         # Each slice goes to the core as soon as it is checked, in order, so the journal sees the
         # adds in request order; the answers are built slice by slice once all are durable.
-        slices: list[tuple[Sequence[bookie_pb2.AddRequest], list[AddOp], dict[int, tuple[int, str]],
-                           asyncio.Future[list[AddResult]] | None]] = []
+        slices: list[
+            tuple[
+                Sequence[bookie_pb2.AddRequest],
+                list[AddOp],
+                dict[int, tuple[int, str]],
+                asyncio.Future[list[AddResult]] | None,
+            ]
+        ] = []
         for low in range(0, len(adds), self._slice):
             chunk = adds[low : low + self._slice]
-            ops, rejected = self._validate(chunk, read_only)
+            async with turn:
+                ops, rejected = self._validate(chunk, read_only)
             slices.append((chunk, ops, rejected, asyncio.ensure_future(self._add(ops)) if ops else None))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the turn is free: without a yield, the next slice would follow at once
         ok = 0
         detailed = _DETAILED_FAILURES
         for chunk, ops, rejected, staged in slices:
             outcomes = await staged if staged is not None else []
-            chunk_ok = self._answer(response, chunk, ops, rejected, outcomes, detailed)
+            async with turn:
+                chunk_ok = self._answer(response, chunk, ops, rejected, outcomes, detailed)
             ok += chunk_ok
             detailed = max(0, detailed - (len(chunk) - chunk_ok))
             await asyncio.sleep(0)

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 EOK = bookie_pb2.EOK
 MiB = 1024 * 1024
+MAX_ENTRY_ID = 2**63 - 1  # entry and ledger ids are Java longs
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +40,8 @@ class HandlerLimits:
     add_in_progress_max_bytes_per_peer: int = 8 * MiB  # ... from one IP address (a share, for fairness)
     # add messages admitted until their answer is written (a peer that never reads answers holds
     # its share, not everyone's memory), all streams together and per IP address
-    add_unanswered_max_bytes: int = 256 * MiB
-    add_unanswered_max_bytes_per_peer: int = 64 * MiB
+    add_unanswered_max_bytes: int = 128 * MiB
+    add_unanswered_max_bytes_per_peer: int = 32 * MiB
     max_adds_per_message: int = 100_000  # maxAddsPerMessage: a bigger message ends its stream
     adds_per_loop_turn: int = 1024  # addsPerLoopTurn: a bigger batch is processed in slices
     read_stream_max_in_flight: int = 1024  # requests of one ReadStream being served at once
