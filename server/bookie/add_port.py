@@ -130,6 +130,9 @@ class AddPortServer:
                     await self._drain(writer)
         except FrameError as exc:
             self._quiet.warning("add port: closing the connection from %s: %s", peer, exc)
+            # Not close(): that first flushes the answers still buffered, which a peer that does
+            # not read would hold open (with their memory) for ever.
+            writer.transport.abort()
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.debug("add port: connection from %s ended: %r", peer, exc)
         finally:

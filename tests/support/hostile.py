@@ -20,10 +20,12 @@ import argparse
 import asyncio
 import contextlib
 import json
+import queue
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -48,8 +50,12 @@ def sources(count: int, first: int = 2) -> list[str]:
     return [f"127.0.0.{first + i}" for i in range(count)]
 
 
-def keyless_adds_message(count: int) -> bytes:
-    """A serialized AddEntriesRequest of ``count`` adds without a master key (each refused)."""
+def keyless_adds_message(count: int, big_ids: bool = False) -> bytes:
+    """A serialized AddEntriesRequest of ``count`` adds without a master key (each refused);
+    ``big_ids``: ids of 2^62, so that each answer is three times as long."""
+    if big_ids:
+        add = S.AddRequest(ledger_id=2**62, entry_id=2**62).SerializeToString()
+        return (b"\x0a" + bytes([len(add)]) + add) * count
     return KEYLESS_ADD * count
 
 
@@ -91,9 +97,14 @@ def metrics_text(http_port: int) -> str:
 
 def limit_rejections(http_port: int, listener: str, limit: str) -> float:
     """``bookkeeper_server_LIMIT_REJECTIONS_total{listener, limit}`` of a bookie (0 if never hit)."""
-    pattern = rf'^bookkeeper_server_LIMIT_REJECTIONS_total\{{listener="{listener}",limit="{limit}"\}} (\S+)$'
-    match = re.search(pattern, metrics_text(http_port), re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
+    labels = {f'listener="{listener}"', f'limit="{limit}"'}
+    for line in metrics_text(http_port).splitlines():
+        name, _, rest = line.partition("{")
+        if name == "bookkeeper_server_LIMIT_REJECTIONS_total":
+            label_text, _, value = rest.partition("} ")
+            if set(label_text.split(",")) == labels:
+                return float(value)
+    return 0.0
 
 
 # -- the well-behaved client -------------------------------------------------------------------
@@ -144,35 +155,42 @@ class Attack:
     def __init__(self, name: str, target: str, *args: str, ready_timeout_s: float = 120.0) -> None:
         command = [sys.executable, "-m", "tests.support.hostile", name, "--target", target, *args]
         self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read_lines, daemon=True).start()
         self.closed = 0
-        line = self._line(ready_timeout_s)
-        while line.startswith("closed "):  # connections refused before the attack was in place
-            self.closed = int(line.split()[1])
-            line = self._line(ready_timeout_s)
+        line = self.wait_for("ready ", ready_timeout_s)
         if not line.startswith("ready "):
             self.stop()
             raise RuntimeError(f"attack {name} did not get ready: {line!r}")
         self.ready: dict[str, object] = json.loads(line[len("ready ") :])
 
-    def _line(self, timeout_s: float) -> str:
+    def _read_lines(self) -> None:
         assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put(f"exited with {self._proc.wait()}")
+
+    def wait_for(self, prefix: str, timeout_s: float) -> str:
+        """The next line starting with ``prefix``, or what came instead: the process's end
+        ("exited ..."), or "no line in time". Counts the "closed N" lines on the way."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                return self._proc.stdout.readline().strip() or f"exited with {self._proc.returncode}"
-            with contextlib.suppress(TimeoutError):
-                return _readline(self._proc.stdout, deadline - time.monotonic())
-        return "no line in time"
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return "no line in time"
+            if line.startswith("closed "):
+                self.closed = int(line.split()[1])
+            if line.startswith(prefix) or line.startswith("exited"):
+                return line
 
     def wait_closed(self, count: int, timeout_s: float) -> int:
         """Wait until at least ``count`` of its connections were closed (or the timeout); returns
         how many were."""
         deadline = time.monotonic() + timeout_s
-        while self.closed < count and time.monotonic() < deadline:
-            line = self._line(deadline - time.monotonic())
-            if line.startswith("closed "):
-                self.closed = int(line.split()[1])
-            elif line == "no line in time" or line.startswith("exited"):
+        while self.closed < count:
+            line = self.wait_for("closed ", deadline - time.monotonic())
+            if not line.startswith("closed "):
                 break
         return self.closed
 
@@ -180,23 +198,12 @@ class Attack:
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
 
     def __enter__(self) -> Attack:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _readline(stream: object, timeout_s: float) -> str:
-    import select
-
-    ready, _, _ = select.select([stream], [], [], max(0.0, timeout_s))
-    if not ready:
-        raise TimeoutError
-    return str(stream.readline()).strip()  # type: ignore[attr-defined]
 
 
 class _Closures:
@@ -211,9 +218,21 @@ class _Closures:
 
 
 async def _open(
-    target: tuple[str, int], source: str, limit: int = 2**16
+    target: tuple[str, int], source: str, limit: int = 2**16, receive_buffer: int = 0
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection(target[0], target[1], local_addr=(source, 0), limit=limit)
+    """A connection to ``target`` from ``source``; ``receive_buffer``: a fixed kernel receive
+    buffer (no autotuning up to tens of MiB), so a peer that stops reading is noticed soon."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if receive_buffer:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, target)
+    except OSError:
+        sock.close()
+        raise
+    return await asyncio.open_connection(sock=sock, limit=limit)
 
 
 async def _until_closed(
@@ -250,7 +269,7 @@ async def never_read(target: tuple[str, int], args: argparse.Namespace) -> None:
     """Connections sending frames of ``--adds`` keyless adds as fast as the bookie takes them and
     never reading an answer (the socket's receive buffer fills, then the bookie's)."""
     closures = _Closures()
-    message = frame(keyless_adds_message(args.adds))
+    message = frame(keyless_adds_message(args.adds, big_ids=True))
     sent = [0]
 
     async def flood(source: str) -> None:
@@ -290,7 +309,7 @@ async def big_messages(target: tuple[str, int], args: argparse.Namespace) -> Non
             reader, writer = await _open(target, source)
             writer.write(PREFACE)
             for n in range(args.frames):
-                writer.write(frame(message(connection, n)))
+                writer.write(frame(messages[connection, n]))
                 await writer.drain()
                 (length,) = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
                 await reader.readexactly(length)
@@ -303,7 +322,7 @@ async def big_messages(target: tuple[str, int], args: argparse.Namespace) -> Non
             call = channel.stream_stream("/bkproto.v1.Bookie/AddEntries")()
             try:
                 for n in range(args.frames):
-                    await call.write(message(connection, n))
+                    await call.write(messages[connection, n])
                     await call.read()
                     done[0] += 1
                 await call.done_writing()
@@ -311,6 +330,9 @@ async def big_messages(target: tuple[str, int], args: argparse.Namespace) -> Non
             except grpc.RpcError:
                 closures.one()
 
+    messages = {
+        (c, n): message(c, n) for c in range(args.connections * args.sources) for n in range(args.frames)
+    }
     if args.grpc:
         _proxy, port = await serve_proxy(target, sources(1)[0])
         tasks = [asyncio.create_task(over_grpc(f"127.0.0.1:{port}", c)) for c in range(args.connections)]
