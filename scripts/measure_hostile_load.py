@@ -93,6 +93,9 @@ def heartbeat_seconds(http_port: int) -> float | str:
 Scenario = tuple[str, Callable[[BookieProcess], tuple[str, list[str]]]]
 
 SCENARIOS: list[Scenario] = [
+    # the noise floor: the probe alone (an HTTP attack of no connections)
+    ("no-attack", lambda b: ("http-hold", [
+        f"127.0.0.1:{b.http_port}", "--connections", "0", "--settle-s", "0"])),
     ("unfinished-frames", lambda b: ("unfinished-frames", [
         f"127.0.0.1:{b.add_port}", "--sources", "4", "--connections", "25", "--settle-s", "5"])),
     ("never-read", lambda b: ("never-read", [

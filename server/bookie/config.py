@@ -164,7 +164,7 @@ KEYS: dict[str, Key] = {
         limits_field="max_adds_per_message",
     ),
     "addsPerLoopTurn": Key(
-        _int(1), help="adds of one message processed before other clients' requests get a turn (1024)",
+        _int(1), help="adds of one message processed before other clients' requests get a turn (4096)",
         limits_field="adds_per_loop_turn",
     ),
     "maxLongPollsPerIp": Key(

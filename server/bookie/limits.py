@@ -52,7 +52,7 @@ class ListenerLimits:
     frame_timeout_s: float = 30.0  # frameTimeoutMs: from a frame's first byte to its last
     write_timeout_s: float = 60.0  # writeTimeoutMs: a peer not taking answers this long is closed
     max_adds_per_message: int = 100_000  # maxAddsPerMessage
-    adds_per_loop_turn: int = 1024  # addsPerLoopTurn
+    adds_per_loop_turn: int = 4096  # addsPerLoopTurn
     max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp
     http_max_connections: int = 16  # httpServerMaxConnections: requests served at once (a quarter per IP)
     http_request_timeout_s: float = 10.0  # httpServerRequestTimeoutMs: to send a whole request

@@ -352,7 +352,7 @@ async def long_polls(target: tuple[str, int], args: argparse.Namespace) -> None:
     _proxy, port = await serve_proxy(target, sources(1)[0])
     options = [*_GRPC_CLIENT_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
     channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(args.channels)]
-    statuses: dict[int, int] = {}
+    statuses: dict[str, int] = {}  # bookie status or gRPC error -> how many
 
     async def poll(n: int) -> None:
         call = channels[n % len(channels)].unary_unary(
@@ -362,16 +362,15 @@ async def long_polls(target: tuple[str, int], args: argparse.Namespace) -> None:
         )
         request = S.ReadRequest(ledger_id=424242, entry_id=0, previous_lac=0, timeout_ms=600_000)
         try:
-            reply = await call(request)
-            statuses[reply.status] = statuses.get(reply.status, 0) + 1
-        except grpc.RpcError:
-            statuses[-1] = statuses.get(-1, 0) + 1
+            outcome = S.StatusCode.Name((await call(request)).status)
+        except grpc.aio.AioRpcError as exc:
+            outcome = f"rpc {exc.code().name}"
+        statuses[outcome] = statuses.get(outcome, 0) + 1
 
     tasks = [asyncio.create_task(poll(n)) for n in range(args.count)]
     await asyncio.sleep(args.settle_s)
-    answered = {S.StatusCode.Name(k) if k >= 0 else "rpc_error": v for k, v in statuses.items()}
     parked = sum(not task.done() for task in tasks)
-    print("ready " + json.dumps({"answered": answered, "parked": parked}), flush=True)
+    print("ready " + json.dumps({"answered": statuses, "parked": parked}), flush=True)
     await asyncio.Event().wait()
 
 

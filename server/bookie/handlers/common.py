@@ -43,7 +43,7 @@ class HandlerLimits:
     add_unanswered_max_bytes: int = 128 * MiB
     add_unanswered_max_bytes_per_peer: int = 32 * MiB
     max_adds_per_message: int = 100_000  # maxAddsPerMessage: a bigger message ends its stream
-    adds_per_loop_turn: int = 1024  # addsPerLoopTurn: a bigger batch is processed in slices
+    adds_per_loop_turn: int = 4096  # addsPerLoopTurn: a bigger batch is processed in slices
     read_stream_max_in_flight: int = 1024  # requests of one ReadStream being served at once
     max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp: parked long polls of one IP address
 
