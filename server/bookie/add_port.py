@@ -13,7 +13,8 @@ a frame's bytes are reserved in the receive budget, in total and per IP address,
 header until the add stream has taken the message; a frame must arrive whole within the frame
 timeout once its first byte has (a silent or dribbling sender is closed, an idle one between
 frames is not); a peer that leaves its answers unread for the write timeout is closed. Each closure
-is logged (at most one line per kind every few seconds) and counted.
+is logged (at most one line every few seconds) and counted. Decoding a message and encoding its
+answer take the peer's turn (``bookie.limits.PeerTurns``), like the rest of its add processing.
 """
 
 from __future__ import annotations
@@ -124,9 +125,11 @@ class AddPortServer:
             except TimeoutError:
                 raise FrameError(f"no preface within {PREFACE_TIMEOUT_S:g} s") from None
             responses = self._handler.serve(self._requests(reader, peer, host), host)
+            turn = self._handler.turns.lock(host)
             async with contextlib.aclosing(responses):
                 async for response in responses:
-                    writer.write(frame(response.SerializeToString()))
+                    async with turn:  # encoding a huge answer is a step of this peer's
+                        writer.write(frame(response.SerializeToString()))
                     await self._drain(writer)
         except FrameError as exc:
             self._quiet.warning("add port: closing the connection from %s: %s", peer, exc)
@@ -167,7 +170,8 @@ class AddPortServer:
                 length, message = await self._frame_after(reader, first, host)
                 reserved = length
                 try:
-                    request = self._decode(message)
+                    async with self._handler.turns.lock(host):  # decoding is a step of this peer's
+                        request = self._decode(message)
                 except TooManyAdds:
                     self._limit_stats.hit(LISTENER, "adds_per_message")
                     raise

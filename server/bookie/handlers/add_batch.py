@@ -42,7 +42,7 @@ class AddBatchProcessor:
         self._stat = stats.add_entry_request
         self._max_entry_bytes = limits.max_entry_bytes
         self._slice = limits.adds_per_loop_turn
-        self._turns = PeerTurns()
+        self.turns = PeerTurns()  # shared with the add port, which decodes and encodes in them
 
     def check(self, add: bookie_pb2.AddRequest, read_only: bool) -> tuple[int, str] | None:
         """Why ``add`` cannot be accepted, or ``None`` if it is well formed."""
@@ -88,7 +88,7 @@ class AddBatchProcessor:
         if not adds:
             return response
         read_only = self._core.read_only
-        turn = self._turns.lock(peer)
+        turn = self.turns.lock(peer)
         if len(adds) <= self._slice:
             async with turn:
                 ops, rejected = self._validate(adds, read_only)

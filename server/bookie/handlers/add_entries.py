@@ -122,6 +122,7 @@ class AddEntriesHandler:
         self.unanswered = PeerByteBudget(
             limits.add_unanswered_max_bytes, limits.add_unanswered_max_bytes_per_peer
         )
+        self.turns = processor.turns
         self._readers: set[asyncio.Task[None]] = set()
         # Batches whose stream went away: kept referenced until done so the adds still complete.
         self._orphans: set[BatchFuture] = set()
