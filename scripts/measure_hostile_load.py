@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from tests.support.bookies import BookieProcess, is_serving
-from tests.support.hostile import AddPortClient, Attack, MiB, peak_rss_bytes, rss_bytes
+from tests.support.bookies import BookieProcess, entry_body, is_serving
+from tests.support.hostile import AddPortClient, Attack, MiB, long_poll_from, peak_rss_bytes, rss_bytes
 
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -71,15 +71,6 @@ class Probe:
         }
 
 
-def long_poll_status(address: str) -> str:
-    """A legitimate long poll from 127.0.0.1 (1 s): ENOENTRY means it was parked and timed out."""
-    with grpc.insecure_channel(address) as channel:
-        request = S.ReadRequest(ledger_id=77, entry_id=0, previous_lac=0, timeout_ms=1000)
-        return str(
-            S.StatusCode.Name(bookie_pb2_grpc.BookieStub(channel).ReadEntry(request, timeout=30).status)
-        )
-
-
 def heartbeat_seconds(http_port: int) -> float | str:
     started = time.perf_counter()
     try:
@@ -108,7 +99,8 @@ SCENARIOS: list[Scenario] = [
         f"127.0.0.1:{b.add_port}", "--valid", "--adds", "200000", "--frames", "5", "--settle-s", "0"])),
     ("valid-90k-add-port", lambda b: ("big-messages", [
         f"127.0.0.1:{b.add_port}", "--valid", "--adds", "90000", "--frames", "5", "--settle-s", "0"])),
-    ("long-polls-10k", lambda b: ("long-polls", [b.address, "--count", "10000", "--settle-s", "15"])),
+    ("long-polls-10k", lambda b: ("long-polls", [
+        b.address, "--count", "10000", "--channels", "40", "--settle-s", "15"])),
     ("http-hold-200", lambda b: ("http-hold", [
         f"127.0.0.1:{b.http_port}", "--connections", "200", "--settle-s", "2"])),
     ("http-dribble-20", lambda b: ("http-hold", [
@@ -131,7 +123,7 @@ def run(
             time.sleep(max(0.0, seconds - (time.monotonic() - started)))
             extra: dict[str, object] = {"attack": running.ready}
             if attack == "long-polls":
-                extra["legit_long_poll"] = long_poll_status(bookie.address)
+                extra["legit_long_poll"] = long_poll_from("127.0.0.3", bookie.address, 1000)
             if attack == "http-hold":
                 extra["heartbeat_s"] = heartbeat_seconds(bookie.http_port or 0)
             rss_during = rss_bytes(bookie.pid)
@@ -151,6 +143,36 @@ def run(
             bookie.kill9()
 
 
+def malformed_and_edge_requests(base: Path) -> dict[str, object]:
+    """2,000 unparseable gRPC requests (log growth) and a batched read from entry 2^63-1."""
+    bookie = BookieProcess(base / "malformed").start()
+    try:
+        log_before = len(bookie.run_log_text())
+        codes: dict[str, int] = {}
+        last = 2**63 - 1
+        with grpc.insecure_channel(bookie.address) as channel:
+            call = channel.unary_unary("/bkproto.v1.Bookie/ReadEntry")
+            for _ in range(2000):
+                try:
+                    call(b"\xff\xff\xff", timeout=30)
+                except grpc.RpcError as exc:
+                    codes[exc.code().name] = codes.get(exc.code().name, 0) + 1
+            stub = bookie_pb2_grpc.BookieStub(channel)
+            add = S.AddRequest(ledger_id=9, entry_id=last, master_key=b"k" * 20, body=entry_body(9, last))
+            stub.AddEntry(add, timeout=30)
+            read = stub.ReadEntries(
+                S.ReadEntriesRequest(ledger_id=9, first_entry_id=last, max_count=5), timeout=30
+            )
+        return {
+            "attack": "malformed-grpc-2000",
+            "codes": codes,
+            "log_bytes": len(bookie.run_log_text()) - log_before,
+            "read_entries_from_2^63-1": f"{S.StatusCode.Name(read.status)} {read.message}".strip(),
+        }
+    finally:
+        bookie.kill9()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma-separated scenario names")
@@ -162,6 +184,8 @@ def main() -> None:
             if wanted and name not in wanted:
                 continue
             print(json.dumps(run(name, build, Path(tmp), args.seconds)), flush=True)
+        if not wanted or "malformed-grpc-2000" in wanted:
+            print(json.dumps(malformed_and_edge_requests(Path(tmp))), flush=True)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,15 @@ def peer_host(peer: object) -> str:
     return text
 
 
+def _decrease(counts: dict[str, int], peer: str, amount: int) -> None:
+    """Take ``amount`` off a peer's count, forgetting the peer at zero (peers come and go)."""
+    left = counts[peer] - amount
+    if left:
+        counts[peer] = left
+    else:
+        del counts[peer]
+
+
 class ConnectionCounter:
     """Open connections, in total and per peer."""
 
@@ -138,11 +147,7 @@ class ConnectionCounter:
 
     def release(self, peer: str) -> None:
         self.total -= 1
-        left = self._per_peer[peer] - 1
-        if left:
-            self._per_peer[peer] = left
-        else:
-            del self._per_peer[peer]
+        _decrease(self._per_peer, peer, 1)
 
 
 class PeerByteBudget:
@@ -172,11 +177,7 @@ class PeerByteBudget:
 
     def release(self, peer: str, nbytes: int) -> None:
         self.used -= nbytes
-        left = self._per_peer[peer] - nbytes
-        if left:
-            self._per_peer[peer] = left
-        else:
-            del self._per_peer[peer]
+        _decrease(self._per_peer, peer, nbytes)
         self._freed.set()
 
     def release_for(self, peer: str, nbytes: int, _done: object) -> None:
@@ -231,11 +232,7 @@ class PeerLongPolls:
         try:
             yield
         finally:
-            left = self._parked[peer] - 1
-            if left:
-                self._parked[peer] = left
-            else:
-                del self._parked[peer]
+            _decrease(self._parked, peer, 1)
 
 
 class QuietLog:

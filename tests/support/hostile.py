@@ -7,7 +7,8 @@ more of its connections have been closed by the bookie, and runs until killed (u
 Attacks come from source addresses of their own (``127.0.0.2`` and up: all of 127/8 is loopback)
 so that the bookie's per-IP limits see them as other peers than the well-behaved client on
 ``127.0.0.1``. gRPC cannot pick its source address, so gRPC attacks go through
-:func:`serve_proxy`, a forwarder whose outgoing side binds the source address.
+:func:`serve_proxy`, a forwarder whose outgoing side binds the source address; except the
+long-poll flood, which comes from 127.0.0.1 while the well-behaved poll comes through the proxy.
 
 The well-behaved side: :class:`AddPortClient` (adds over the add port, one at a time, timed),
 :func:`rss_bytes` and :func:`peak_rss_bytes` of a process, :func:`limit_rejections` from a
@@ -348,10 +349,12 @@ async def big_messages(target: tuple[str, int], args: argparse.Namespace) -> Non
 
 
 async def long_polls(target: tuple[str, int], args: argparse.Namespace) -> None:
-    """``--count`` long-poll reads parked for ten minutes, over gRPC from ``127.0.0.2``."""
-    _proxy, port = await serve_proxy(target, sources(1)[0])
+    """``--count`` long-poll reads parked for ten minutes, over gRPC from 127.0.0.1 (gRPC cannot
+    pick its source address, and through :func:`serve_proxy` thousands of calls at once get
+    cancelled: the well-behaved poll comes from another address instead, :func:`long_poll_from`)."""
     options = [*_GRPC_CLIENT_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
-    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(args.channels)]
+    address = f"{target[0]}:{target[1]}"
+    channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(args.channels)]
     statuses: dict[str, int] = {}  # bookie status or gRPC error -> how many
 
     async def poll(n: int) -> None:
@@ -404,6 +407,25 @@ _GRPC_CLIENT_OPTIONS = [
     ("grpc.max_send_message_length", 64 * MiB),
     ("grpc.max_receive_message_length", 64 * MiB),
 ]
+
+
+def long_poll_from(source: str, address: str, timeout_ms: int) -> str:
+    """The status of one long poll (on a ledger nobody writes) sent from ``source`` to the bookie
+    at ``address``: ENOENTRY once it was parked and timed out, ETOOMANYREQUESTS if refused."""
+
+    async def poll() -> str:
+        host, _, port = address.rpartition(":")
+        proxy, proxy_port = await serve_proxy((host, int(port)), source)
+        async with proxy, grpc.aio.insecure_channel(f"127.0.0.1:{proxy_port}") as channel:
+            call = channel.unary_unary(
+                "/bkproto.v1.Bookie/ReadEntry",
+                request_serializer=S.ReadRequest.SerializeToString,
+                response_deserializer=S.ReadResponse.FromString,
+            )
+            request = S.ReadRequest(ledger_id=77, entry_id=0, previous_lac=0, timeout_ms=timeout_ms)
+            return str(S.StatusCode.Name((await call(request, timeout=60)).status))
+
+    return asyncio.run(poll())
 
 
 async def serve_proxy(target: tuple[str, int], source: str) -> tuple[asyncio.Server, int]:

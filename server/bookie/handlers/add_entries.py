@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import grpc.aio
 from google.protobuf.message import DecodeError
 
+from bkmeta.serde import decode_varint
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_batch import AddBatchProcessor
 from bookie.handlers.common import HandlerLimits
@@ -77,32 +78,26 @@ def parse_add_entries(data: bytes) -> SizedAddEntriesRequest:
     return SizedAddEntriesRequest(len(data), bookie_pb2.AddEntriesRequest.FromString(data))
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise DecodeError("truncated or overlong varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
 def _count_adds(data: bytes, limit: int) -> int:
     """Top-level ``adds`` fields of a serialized AddEntriesRequest, counted up to ``limit + 1``."""
+    try:
+        return _count_fields(data, limit)
+    except ValueError as exc:  # a truncated or overlong varint
+        raise DecodeError(str(exc)) from None
+
+
+def _count_fields(data: bytes, limit: int) -> int:
     count = pos = 0
     end = len(data)
     while pos < end and count <= limit:
-        tag, pos = _varint(data, pos)
+        tag, pos = decode_varint(data, pos)
         wire_type = tag & 7
         if wire_type == 2:  # length-delimited: adds, or an unknown field
-            length, pos = _varint(data, pos)
+            length, pos = decode_varint(data, pos)
             pos += length
             count += tag >> 3 == 1
         elif wire_type == 0:
-            _, pos = _varint(data, pos)
+            _, pos = decode_varint(data, pos)
         elif wire_type in (1, 5):
             pos += 8 if wire_type == 1 else 4
         else:
