@@ -444,7 +444,10 @@ async def serve_proxy(target: tuple[str, int], source: str) -> tuple[asyncio.Ser
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(pipe(client_reader, writer), pipe(reader, client_writer))
+        # Cancelled when the proxy closes: end quietly (asyncio's stream callback would log a
+        # cancelled connection task as an error).
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(pipe(client_reader, writer), pipe(reader, client_writer))
 
     server = await asyncio.start_server(forward, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1]
