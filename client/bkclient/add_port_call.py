@@ -5,7 +5,9 @@ bookie ended the stream) and ``cancel``.
 The connection opens in the background; the stream's first write and read wait for it. If the add
 port cannot be reached (refused, filtered, timed out), this stream goes over gRPC instead, with a
 warning: a bookie whose gRPC port answers must stay writable when only its add port is blocked.
-The next stream tries the add port again, so a bookie that was briefly down gets it back.
+The next stream tries the add port again, so a bookie that was briefly down gets it back. A bookie
+that is down makes every add open a new stream, so the warning is given once per outage
+(:class:`AddPortOutage`, one per bookie client), and again only after the port answered meanwhile.
 """
 
 from __future__ import annotations
@@ -17,21 +19,44 @@ from typing import Any
 
 import grpc.aio
 
+from bkproto import security as wire
 from bkproto.add_port import PREFACE, frame, keep_alive, read_frame
 from bkproto.v1 import bookie_pb2
+
+from .tls import ClientSecurity
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 3.0
 
 
+class AddPortOutage:
+    """Whether one bookie's add port was found unreachable and has not answered since: the
+    connection attempts of the streams that follow are then only logged at debug level."""
+
+    __slots__ = ("unreachable",)
+
+    def __init__(self) -> None:
+        self.unreachable = False
+
+
 class AddPortCall:
-    def __init__(self, bookie_id: str, target: str, grpc_call: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        bookie_id: str,
+        target: str,
+        grpc_call: Callable[[], Any],
+        outage: AddPortOutage | None = None,
+        security: ClientSecurity | None = None,
+    ) -> None:
         """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC AddEntries
-        call to use if it cannot be reached."""
+        call to use if it cannot be reached; ``outage`` is shared by the bookie's streams;
+        ``security`` TLS and the token, as on gRPC."""
         self._bookie_id = bookie_id
+        self._security = security
         self._target = target
         self._grpc_call = grpc_call
+        self._outage = outage or AddPortOutage()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.fallback: Any = None  # the gRPC call, once the add port proved unreachable
@@ -40,18 +65,30 @@ class AddPortCall:
     async def _connect(self) -> None:
         host, _, port = self._target.rpartition(":")
         try:
+            security = self._security
+            ssl = security.ssl_context if security is not None and security.tls else None
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_S
+                asyncio.open_connection(host.strip("[]"), int(port), ssl=ssl),
+                CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
-            log.warning(
-                "bookie %s: add port %s unreachable (%s); this add stream goes over gRPC",
+            level = logging.DEBUG if self._outage.unreachable else logging.WARNING
+            self._outage.unreachable = True
+            log.log(
+                level, "bookie %s: add port %s unreachable (%s); this add stream goes over gRPC",
                 self._bookie_id, self._target, exc or type(exc).__name__,
             )
             self.fallback = self._grpc_call()
             return
+        if self._outage.unreachable:
+            self._outage.unreachable = False
+            log.info("bookie %s: add port %s reachable again", self._bookie_id, self._target)
         keep_alive(writer.get_extra_info("socket"))
-        writer.write(PREFACE)
+        token = self._security.token if self._security is not None else None
+        if token is None:
+            writer.write(PREFACE)
+        else:
+            writer.write(wire.AUTH_PREFACE + frame(token.encode()))
         self._reader, self._writer = reader, writer
 
     async def write(self, message: bytes) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 from bkmeta import MetadataClient
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
@@ -46,9 +46,14 @@ class BookKeeper:
 
     @classmethod
     async def connect(cls, zk_hosts: str, config: ClientConfig | None = None) -> BookKeeper:
-        """Connect to the cluster whose metadata lives in ZooKeeper at ``zk_hosts``."""
+        """Connect to the cluster whose metadata lives in ZooKeeper at ``zk_hosts``. Without
+        ``config.security``, TLS settings and credentials come from the environment
+        (``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
-        metadata = await MetadataClient.connect(zk_hosts, session_timeout_s=config.metadata_timeout_s)
+        zk_options: dict[str, Any] = {"session_timeout_s": config.metadata_timeout_s}
+        if config.zk_security is not None:
+            zk_options["security"] = config.zk_security
+        metadata = await MetadataClient.connect(zk_hosts, **zk_options)
         return cls(ClientContext.create(metadata, config))
 
     async def close(self) -> None:
@@ -139,7 +144,7 @@ class BookKeeper:
             length=0,
             digest_type=digest_type,
             password=bytes(password),
-            ctime=int(time.time() * 1000),
+            ctime=self.ctx.clock.time_ms(),
             custom_metadata=dict(custom_metadata or {}),
             segments=(Segment(0, tuple(bookies)),),
         )

@@ -26,6 +26,7 @@ from bookie.api import BookieCore
 from bookie.handlers import BookieServicer, HandlerLimits
 from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, parse_add_entries
 from bookie.limits import ListenerLimits, QuietLog
+from bookie.security import BookieSecurity, GrpcGuard
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -68,14 +69,18 @@ def server_options(limits: ListenerLimits) -> list[tuple[str, int]]:
 
 
 def method_handlers(
-    servicer: BookieServicer, stats: RequestStats | None = None, max_adds_per_message: int | None = None
+    servicer: BookieServicer,
+    guard: GrpcGuard | None = None,
+    stats: RequestStats | None = None,
+    max_adds_per_message: int | None = None,
 ) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """The Bookie service's method table, as the generated ``add_BookieServicer_to_server`` builds
     it, except that AddEntries requests arrive with their wire size (for the in-progress budget)
-    and at most ``max_adds_per_message`` adds, and that a request that cannot be decoded is
-    answered INVALID_ARGUMENT (RESOURCE_EXHAUSTED past a limit), counted in ``stats`` and logged
-    in one line, not with grpc's traceback per request."""
-    guard = _MalformedGuard(stats)
+    and at most ``max_adds_per_message`` adds; with a ``guard``, every method first checks the
+    caller's identity and rights; and a request that cannot be decoded is answered
+    INVALID_ARGUMENT (RESOURCE_EXHAUSTED past a limit), counted in ``stats`` and logged in one
+    line, not with grpc's traceback per request."""
+    malformed = _MalformedGuard(stats)
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in bookie_pb2.DESCRIPTOR.services_by_name["Bookie"].methods:
         request_class = getattr(bookie_pb2, method.input_type.name)
@@ -86,10 +91,12 @@ def method_handlers(
                 parse_add_entries if max_adds_per_message is None else AddEntriesDecoder(max_adds_per_message)
             )
         factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
-        behavior = getattr(servicer, method.name)
+        behaviour = getattr(servicer, method.name)
+        if guard is not None:
+            behaviour = guard.wrap(method.name, behaviour, method.client_streaming)
         handlers[method.name] = factory(
-            guard.streaming(behavior) if method.client_streaming else guard.unary(behavior),
-            request_deserializer=guard.deserializer(method.name, deserialize),
+            malformed.streaming(behaviour) if method.client_streaming else malformed.unary(behaviour),
+            request_deserializer=malformed.deserializer(method.name, deserialize),
             response_serializer=response_class.SerializeToString,
         )
     return handlers
@@ -178,19 +185,23 @@ class BookieService:
         port: int = 0,
         limits: HandlerLimits | None = None,
         add_port: int = -1,
+        security: BookieSecurity | None = None,
         listener_limits: ListenerLimits | None = None,
     ) -> None:
-        """``add_port``: where the add port listens (0 = a free port); -1 = no add port."""
+        """``add_port``: where the add port listens (0 = a free port); -1 = no add port.
+        ``security``: TLS and authentication for both (None: plaintext, no checks)."""
         self._bind_address = bind_address
         self._requested_port = port
         self._stats = stats
         self._limits = limits = limits or HandlerLimits()
         self._listener_limits = listener_limits = listener_limits or ListenerLimits()
         self.servicer = BookieServicer(core, stats, limits)
+        self._security = security
+        self._grpc_guard = GrpcGuard(security.guard, core) if security and security.guard.required else None
         self._add_server = (
             AddPortServer(
                 self.servicer.add_entries, stats, bind_address, add_port, listener_limits,
-                AddEntriesDecoder(limits.max_adds_per_message),
+                AddEntriesDecoder(limits.max_adds_per_message), security,
             )
             if add_port >= 0
             else None
@@ -208,7 +219,9 @@ class BookieService:
         if self._server is not None:
             return self.port
         server = grpc.aio.server(options=server_options(self._listener_limits))
-        handlers = method_handlers(self.servicer, self._stats, self._limits.max_adds_per_message)
+        handlers = method_handlers(
+            self.servicer, self._grpc_guard, self._stats, self._limits.max_adds_per_message
+        )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
         server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]  # stubs predate it
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -217,7 +230,11 @@ class BookieService:
         )
         target = f"{self._bind_address}:{self._requested_port}"
         try:
-            self.port = server.add_insecure_port(target)
+            tls = self._security.tls if self._security is not None else None
+            if tls is not None:
+                self.port = server.add_secure_port(target, tls.grpc_credentials())
+            else:
+                self.port = server.add_insecure_port(target)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {target}: {exc}") from exc
         self._server = server
