@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -319,15 +319,17 @@ async def big_messages(target: tuple[str, int], args: argparse.Namespace) -> Non
             closures.one()
 
     async def over_grpc(address: str, connection: int) -> None:
+        async def requests() -> AsyncIterator[bytes]:
+            for n in range(args.frames):
+                yield messages[connection, n]
+
         async with grpc.aio.insecure_channel(address, options=_GRPC_CLIENT_OPTIONS) as channel:
-            call = channel.stream_stream("/bkproto.v1.Bookie/AddEntries")()
+            add_entries = channel.stream_stream(
+                "/bkproto.v1.Bookie/AddEntries", request_serializer=bytes, response_deserializer=bytes
+            )
             try:
-                for n in range(args.frames):
-                    await call.write(messages[connection, n])
-                    await call.read()
+                async for _ in add_entries(requests()):
                     done[0] += 1
-                await call.done_writing()
-                await call.code()
             except grpc.RpcError:
                 closures.one()
 
