@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bookie.gc.collector import GcSettings
+from bookie.limits import ListenerLimits
 from bookie.security import SecuritySettings, settings_from
 from bookie.state_manager import ReadOnlySettings
 from bookie.storage.config import StorageConfig
@@ -116,6 +117,7 @@ class Key:
     gc_field: str | None = None  # GcSettings field the value goes to, if a garbage-collection key
     read_only_field: str | None = None  # ReadOnlySettings field, if a read-only-mode / disk key
     autorecovery_field: str | None = None  # AutoRecoverySettings field (read by pybk autorecovery)
+    limits_field: str | None = None  # ListenerLimits field, if a limit on what peers may make it hold
 
 
 KEYS: dict[str, Key] = {
@@ -180,6 +182,53 @@ KEYS: dict[str, Key] = {
     # At most 15 MiB: one entry must fit in a 16 MiB gRPC message with its framing.
     "nettyMaxFrameSizeBytes": Key(_int(1024, 15 * 1024 * 1024), help="largest entry body accepted (bytes)"),
     "shutdownGracePeriodMs": Key(_int(0), help="how long in-flight requests may finish on SIGTERM"),
+    # limits on what peers may make the bookie hold (bookie.limits.ListenerLimits; pybookkeeper
+    # extensions: BookKeeper bounds only frames and pending requests)
+    "maxConnections": Key(
+        _int(1), help="connections open at once on the add port, and on gRPC (1024)",
+        limits_field="max_connections",
+    ),
+    "maxConnectionsPerIp": Key(
+        _int(1), help="add-port connections open at once from one IP address (64)",
+        limits_field="max_connections_per_peer",
+    ),
+    "maxBufferedBytes": Key(
+        _int(1024 * 1024), help="bytes of add-port frames being received, all peers together (128 MiB)",
+        limits_field="max_buffered_bytes",
+    ),
+    "maxBufferedBytesPerIp": Key(
+        _int(1024 * 1024), help="bytes of add-port frames being received from one IP address (32 MiB)",
+        limits_field="max_buffered_bytes_per_peer",
+    ),
+    "frameTimeoutMs": Key(
+        _seconds_from_ms(100), help="ms a peer may take to send a whole add-port frame (30000)",
+        limits_field="frame_timeout_s",
+    ),
+    "writeTimeoutMs": Key(
+        _seconds_from_ms(100), help="ms an add-port peer may leave its answers unread before it is"
+        " closed (60000)", limits_field="write_timeout_s",
+    ),
+    "maxAddsPerMessage": Key(
+        _int(1), help="adds in one add-stream message; a bigger message ends the stream (100000)",
+        limits_field="max_adds_per_message",
+    ),
+    "addsPerLoopTurn": Key(
+        _int(1), help="adds of one message processed before other clients' requests get a turn (4096)",
+        limits_field="adds_per_loop_turn",
+    ),
+    "maxLongPollsPerIp": Key(
+        _int(1), help="long-poll reads parked at once from one IP address (2500)",
+        limits_field="max_long_polls_per_peer",
+    ),
+    "httpServerMaxConnections": Key(
+        _int(1), help="HTTP admin requests served at once, a quarter of them per IP address; more get"
+        " 503 (16)",
+        limits_field="http_max_connections",
+    ),
+    "httpServerRequestTimeoutMs": Key(
+        _seconds_from_ms(100), help="ms an HTTP admin client may take to send a whole request (10000)",
+        limits_field="http_request_timeout_s",
+    ),
     # garbage collection (needs ZooKeeper: it compares the bookie's ledgers with the metadata's);
     # the defaults are GcSettings'
     "gcWaitTime": Key(
@@ -327,6 +376,7 @@ class BookieConfig:
     gc: GcSettings = field(default_factory=GcSettings)
     read_only: ReadOnlySettings = field(default_factory=ReadOnlySettings)
     autorecovery: AutoRecoverySettings = field(default_factory=AutoRecoverySettings)
+    limits: ListenerLimits = field(default_factory=ListenerLimits)
     journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
@@ -442,6 +492,7 @@ def _build(values: dict[str, Any]) -> BookieConfig:
             spec.autorecovery_field: values[key] for key, spec in KEYS.items()
             if spec.autorecovery_field and key in values
         }),
+        limits=_limits(values),
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,
@@ -474,6 +525,15 @@ def _gc_settings(values: Mapping[str, Any]) -> GcSettings:
     try:
         return GcSettings(**fields)
     except ValueError as exc:  # a rule across keys, e.g. the minor threshold above the major one
+        raise ConfigError(str(exc)) from None
+
+
+def _limits(values: Mapping[str, Any]) -> ListenerLimits:
+    fields = {spec.limits_field: values[key] for key, spec in KEYS.items()
+              if spec.limits_field and key in values}
+    try:
+        return ListenerLimits(**fields)
+    except ValueError as exc:  # a rule across keys, e.g. a per-IP limit above the total
         raise ConfigError(str(exc)) from None
 
 
