@@ -98,6 +98,11 @@ class BookKeeperAdmin:
         self._bk = bk
         self._throttle = ByteRateLimiter(replication_rate_bytes) if replication_rate_bytes > 0 else None
 
+    @property
+    def throttle(self) -> ByteRateLimiter | None:
+        """The re-replication byte rate limit (None: none), for other copiers to share it."""
+        return self._throttle
+
     async def recover_bookies(
         self,
         lost: Collection[str],

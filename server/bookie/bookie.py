@@ -161,7 +161,13 @@ class Bookie:
         return state
 
     def _read_sync(self, ledger_id: int, entry_id: int) -> bytes | None:
-        run = self.storage.dir_for(ledger_id).read_run(ledger_id, entry_id, 1, 1)
+        try:
+            run = self.storage.dir_for(ledger_id).read_run(ledger_id, entry_id, 1, 1)
+        except FileNotFoundError as exc:
+            # its entry log is gone (deleted, a lost disk): the LAC it carried is unknown, and the
+            # ledger must still answer, so that the auditor can find what is missing and restore it
+            log.warning("ledger %d: entry %d is indexed but unreadable: %s", ledger_id, entry_id, exc)
+            return None
         return run[0][1] if run else None
 
     def _remember(self, ledger_id: int, state: LedgerState) -> None:

@@ -212,6 +212,22 @@ KEYS: dict[str, Key] = {
         _int(-1), help="bytes per second re-replication may write, over all its copies (-1: no limit)",
         autorecovery_field="replication_rate_bytes",
     ),
+    "auditorPeriodicCheckInterval": Key(
+        _int(0), help="seconds between ledger checks: every bookie of every closed ledger is asked"
+        " which entries it holds (604800; 0: off)", autorecovery_field="ledger_check_interval_s",
+    ),
+    "auditorLedgerCheckEntriesPerSecond": Key(
+        _int(0), help="entries the ledger check compares per second at most (100000; 0: no limit;"
+        " pybookkeeper extension)", autorecovery_field="ledger_check_entries_per_s",
+    ),
+    "rwRereplicateBackoffMs": Key(
+        _seconds_from_ms(0), help="ms a worker leaves a ledger it could not repair before trying it"
+        " again (5000)", autorecovery_field="rereplicate_backoff_s",
+    ),
+    "numReplicationWorkers": Key(
+        _int(1, 64), help="ledgers one autorecovery process repairs at once (2; pybookkeeper extension)",
+        autorecovery_field="replication_workers",
+    ),
     "openLedgerRereplicationGracePeriod": Key(
         _seconds_from_ms(0), help="ms an open ledger's writer gets to replace a lost bookie before the"
         " ledger is fenced (30000)", autorecovery_field="open_ledger_grace_s",
@@ -257,6 +273,10 @@ class AutoRecoverySettings:
     check_interval_s: float = 86_400.0  # auditorPeriodicBookieCheckInterval; 0: only on changes
     open_ledger_grace_s: float = 30.0  # openLedgerRereplicationGracePeriod
     replication_rate_bytes: int = 0  # replicationRateByBytes; 0 or less: no limit
+    ledger_check_interval_s: float = 604_800.0  # auditorPeriodicCheckInterval; 0: off
+    ledger_check_entries_per_s: int = 100_000  # auditorLedgerCheckEntriesPerSecond; 0: no limit
+    rereplicate_backoff_s: float = 5.0  # rwRereplicateBackoffMs
+    replication_workers: int = 2  # numReplicationWorkers: ledgers one process repairs at once
 
 
 @dataclass(frozen=True)

@@ -458,7 +458,16 @@ class DbLedgerStorage:
         return max(self.write_cache.last_entry(ledger_id), stored)
 
     async def entry_ids(self, ledger_id: int) -> list[int]:
-        stored = await asyncio.to_thread(self.dir_for(ledger_id).locations.entry_ids, ledger_id)
+        """The entries this bookie can serve: in the write cache, or indexed in an entry log that
+        is still on disk (an index entry whose log is gone, deleted or lost, names data that is
+        not there: the auditor's ledger check must see it missing)."""
+        directory = self.dir_for(ledger_id)
+
+        def servable() -> list[int]:
+            on_disk = {directory.entry_logger.current_id, *directory.entry_logger.finished_log_ids()}
+            return [e for e, log_id in directory.locations.entry_log_ids(ledger_id) if log_id in on_disk]
+
+        stored = await asyncio.to_thread(servable)
         return sorted(set(stored).union(self.write_cache.entry_ids(ledger_id)))
 
 
