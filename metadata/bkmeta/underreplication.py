@@ -22,7 +22,9 @@ import time
 from dataclasses import dataclass
 
 from bkmeta.layout import ZkLayout
-from bkmeta.zk import ZkBadVersionError, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.model import Versioned
+from bkmeta.store import MetadataStore, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.update_loop import VersionedUpdateLoop
 from bkproto.errors import MetadataStoreError
 
 LEDGERS_ZNODE = "ledgers"
@@ -30,6 +32,7 @@ LOCKS_ZNODE = "locks"
 MARKER_PREFIX = "urL"
 CHECK_ALL_LEDGERS_CTIME_ZNODE = "checkallledgersctime"
 
+_MarkerValue = tuple[frozenset[str], int]  # (replicas, ctime in ms)
 _REPLICA = re.compile(r'^\s*replica\s*:\s*"([^"]*)"\s*$')
 _CTIME = re.compile(r"^\s*ctime\s*:\s*(-?\d+)\s*$")
 
@@ -83,7 +86,7 @@ def decode_marker(path: str, data: bytes) -> tuple[frozenset[str], int]:
 class UnderreplicationIndex:
     """Mark, list, lock and clear under-replicated ledgers (any number of processes at once)."""
 
-    def __init__(self, zk: ZkClient, layout: ZkLayout, identity: str = "") -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout, identity: str = "") -> None:
         self._zk = zk
         self.base = layout.underreplication
         self.ledgers_path = f"{self.base}/{LEDGERS_ZNODE}"
@@ -102,24 +105,35 @@ class UnderreplicationIndex:
         """Record that ``replicas`` of ``ledger_id`` lack entries; True if the marker is new or
         gained a replica."""
         path = self.marker_path(ledger_id)
+
+        async def read() -> Versioned[_MarkerValue]:
+            data, stat = await self._zk.get(path)
+            return Versioned(decode_marker(path, data), stat.version)
+
+        async def write(marker: _MarkerValue, version: int) -> Versioned[_MarkerValue]:
+            stat = await self._zk.set(path, encode_marker(*marker), version=version)
+            return Versioned(marker, stat.version)
+
         while True:
             try:
                 await self._zk.create(path, encode_marker(replicas, int(time.time() * 1000)), makepath=True)
                 return True
             except ZkNodeExistsError:
                 pass
+            # already marked: add the replicas it lacks, keeping its ctime (the project's CAS loop)
+            grew = False
+
+            def needs(marker: _MarkerValue) -> bool:
+                nonlocal grew
+                grew = not replicas <= marker[0]
+                return grew
+
+            loop = VersionedUpdateLoop(path, read, write, needs, lambda m: (m[0] | replicas, m[1]))
             try:
-                data, stat = await self._zk.get(path)
+                await loop.run()
             except ZkNoNodeError:
                 continue  # cleared meanwhile: create it again
-            old, ctime = decode_marker(path, data)
-            if replicas <= old:
-                return False
-            try:
-                await self._zk.set(path, encode_marker(old | replicas, ctime), version=stat.version)
-                return True
-            except (ZkBadVersionError, ZkNoNodeError):
-                continue
+            return grew
 
     async def get(self, ledger_id: int) -> Marker | None:
         path = self.marker_path(ledger_id)

@@ -133,12 +133,11 @@ class ReplicationWorker:
             stats.ledger_failures.inc()
             log.warning("ledger %d not re-replicated: %s; will retry", ledger_id, repair.error)
         if repair.done:
-            if repair.entries or repair.error is None:
-                await self._index.mark_replicated(marker)
-            if repair.entries:
+            if repair.entries:  # counted first: whoever sees the mark gone sees the count
                 stats.ledgers_rereplicated.inc()
                 log.info("ledger %d re-replicated: %d entries copied (%s)", ledger_id, repair.entries,
                          self._name)
+            await self._index.mark_replicated(marker)
         else:
             backoff_s = self._settings.rereplicate_backoff_s
             self._backoff[ledger_id] = asyncio.get_running_loop().time() + backoff_s
