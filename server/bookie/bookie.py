@@ -40,7 +40,7 @@ from bookie.storage.journal_format import (
     master_key_record,
 )
 from bookie.storage.ledger_directory import KvFactory, rocks_kv
-from bookie.storage.log_garbage import LogUsage
+from bookie.storage.log_garbage import LogFacts, LogUsage
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
@@ -510,6 +510,9 @@ class Bookie:
         self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
     ) -> Compacted:
         return await self.storage.compact_entry_logs(threshold, rate_bytes, stop)
+
+    async def entry_log_facts(self) -> list[LogFacts]:
+        return await self.storage.entry_log_facts()
 
     def last_log_marks(self) -> list[JournalMark]:
         dirs = self.storage.config.journal_dirs

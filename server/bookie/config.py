@@ -159,6 +159,14 @@ KEYS: dict[str, Key] = {
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
     ),
+    "minorCompactionMaxTimeMillis": Key(
+        _seconds_from_ms(-1), help="ms a minor compaction pass may run, the least used logs first"
+        " (-1: no limit)", gc_field="minor_max_time_s",
+    ),
+    "majorCompactionMaxTimeMillis": Key(
+        _seconds_from_ms(-1), help="ms a major compaction pass may run, the least used logs first"
+        " (-1: no limit)", gc_field="major_max_time_s",
+    ),
     "isForceGCAllowWhenNoSpace": Key(
         _bool, help="when disks run short, force compaction instead of pausing it (false)",
         gc_field="force_when_no_space",

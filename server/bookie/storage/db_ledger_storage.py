@@ -35,7 +35,7 @@ from .journal import Journal, JournalSettings
 from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv
-from .log_garbage import LogUsage
+from .log_garbage import LogFacts, LogUsage
 from .read_cache import ReadCache
 from .stats import StorageStats
 from .write_cache import WriteCache, WriteCacheHalf
@@ -408,6 +408,11 @@ class DbLedgerStorage:
             sum(u.active_logs for u in found),
             sum(u.active_bytes for u in found),
         )
+
+    async def entry_log_facts(self) -> list[LogFacts]:
+        """Every entry log of every directory, for ``gcexplain``."""
+        found = await asyncio.gather(*(asyncio.to_thread(d.garbage.facts) for d in self.dirs))
+        return [f for facts in found for f in facts]
 
     async def compact_entry_logs(
         self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
