@@ -225,7 +225,7 @@ KEYS: dict[str, Key] = {
         " which entries it holds (604800; 0: off)", autorecovery_field="ledger_check_interval_s",
     ),
     "auditorLedgerCheckEntriesPerSecond": Key(
-        _int(0), help="entries the ledger check compares per second at most (100000; 0: no limit;"
+        _int(0), help="entries the ledger check compares per second at most (10000; 0: no limit;"
         " pybookkeeper extension)", autorecovery_field="ledger_check_entries_per_s",
     ),
     "rwRereplicateBackoffMs": Key(
@@ -282,7 +282,7 @@ class AutoRecoverySettings:
     open_ledger_grace_s: float = 30.0  # openLedgerRereplicationGracePeriod
     replication_rate_bytes: int = 0  # replicationRateByBytes; 0 or less: no limit
     ledger_check_interval_s: float = 604_800.0  # auditorPeriodicCheckInterval; 0: off
-    ledger_check_entries_per_s: int = 100_000  # auditorLedgerCheckEntriesPerSecond; 0: no limit
+    ledger_check_entries_per_s: int = 10_000  # auditorLedgerCheckEntriesPerSecond; 0: no limit
     rereplicate_backoff_s: float = 5.0  # rwRereplicateBackoffMs
     replication_workers: int = 2  # numReplicationWorkers: ledgers one process repairs at once
 
