@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from autorecovery import AutoRecovery
-from bkclient import BKError, BookKeeper
+from bkclient import BKError, BookKeeper, ClientConfig
 from bookie.config import BookieConfig, ConfigError, load_config
 from bookie.http import BookieHttpServer
 
@@ -74,7 +74,9 @@ async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -
         http = BookieHttpServer(registry, config.bind_address, http_port)
         log.info("autorecovery metrics on http port %d", await asyncio.to_thread(http.start))
     try:
-        async with await BookKeeper.connect(zk_servers) as bk:
+        client = ClientConfig(placement_policy=config.autorecovery.placement_policy,
+                              min_racks_per_write_quorum=config.autorecovery.min_racks_per_write_quorum)
+        async with await BookKeeper.connect(zk_servers, client) as bk:
             service = AutoRecovery(bk, config.autorecovery, identity, registry)
             await service.start()
             settings = config.autorecovery

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bkclient import BookKeeper
 from bkclient.distribution import RoundRobinDistribution
 from bkclient.rate_limiter import ByteRateLimiter
 from bkmeta.model import LedgerMetadata
+from bkmeta.registration import DEFAULT_RACK
 from bkproto.errors import BKError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -130,3 +131,23 @@ class LedgerChecker:
         for ledger_id in await self._bk.list_ledgers():
             await self.check_ledger(ledger_id, result)
         return result
+
+
+def rack_shortfalls(md: LedgerMetadata, racks: Mapping[str, str], min_racks: int) -> list[int]:
+    """The placement-policy check (BookKeeper's ``placementPolicyCheck`` under the rack-aware
+    policy): the first entry ids of the segments where a write quorum spans fewer racks than
+    ``min_racks`` (capped by Qw and by the racks the cluster has). A bookie ``racks`` does not
+    know (unregistered) counts in the default rack."""
+    available = len(set(racks.values())) or 1
+    wanted = min(min_racks, md.write_quorum_size, available)
+    short = []
+    for segment in md.segments:
+        ensemble = segment.bookies
+        size = len(ensemble)
+        for start in range(size):
+            members = (ensemble[(start + w) % size] for w in range(md.write_quorum_size))
+            quorum = {racks.get(bookie, DEFAULT_RACK) for bookie in members}
+            if len(quorum) < wanted:
+                short.append(segment.first_entry_id)
+                break
+    return short

@@ -43,12 +43,12 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from bkclient import BookKeeper, BookKeeperAdmin
+from bkclient import BookKeeper, BookKeeperAdmin, NoSuchLedgerError
 from bkmeta.underreplication import UnderreplicationIndex
 from bookie.config import AutoRecoverySettings
 from bookie.tasks import cancel_and_wait
 
-from .checks import LedgerChecker
+from .checks import LedgerChecker, rack_shortfalls
 from .leader import LeaderElection
 from .lost_bookies import LostBookieClock
 from .stats import AutoRecoveryStats
@@ -121,7 +121,7 @@ class AutoRecovery:
                 self._lost.reset()
                 self._switches.new_term()
             work = asyncio.create_task(self._lead())
-            checks = asyncio.create_task(self._ledger_checks())
+            checks = asyncio.create_task(self._periodic_checks())
             lost = asyncio.create_task(self._election.lost())
             self.stats.leader.set(1)
             try:
@@ -206,6 +206,36 @@ class AutoRecovery:
             self.stats.marked.inc(marked)
             self._work_ready.set()
         return marked
+
+    async def _periodic_checks(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._ledger_checks())
+            group.create_task(self._placement_checks())
+
+    async def _placement_checks(self) -> None:
+        """Every ``auditorPeriodicPlacementPolicyCheckInterval`` under the rack-aware policy:
+        count the ledgers with a write quorum on too few racks (BookKeeper reports them and,
+        by default, leaves them as they are: moving data to fix placement is the operator's
+        call, ``pybk shell recover`` on the crowded bookie)."""
+        settings = self._settings
+        interval = settings.placement_check_interval_s
+        if interval <= 0 or settings.placement_policy != "rackaware":
+            await asyncio.Event().wait()  # off: wait for the leadership to end
+        bk = self._bk
+        while True:
+            racks = {b: info.rack for b, info in bk.ctx.bookie_watcher.all_bookies().items()}
+            short = 0
+            for ledger_id in await bk.list_ledgers():
+                with contextlib.suppress(NoSuchLedgerError):
+                    md = await bk.ledger_metadata(ledger_id)
+                    segments = rack_shortfalls(md, racks, settings.min_racks_per_write_quorum)
+                    if segments:
+                        short += 1
+                        log.warning("placement check: ledger %d has write quorums on fewer than %d"
+                                    " racks (segments at entries %s)", ledger_id,
+                                    settings.min_racks_per_write_quorum, segments)
+            self.stats.placement_short.set(short)
+            await asyncio.sleep(interval)
 
     async def _ledger_checks(self) -> None:
         """The periodic ledger check, while leading (see the module's docstring)."""

@@ -60,6 +60,10 @@ class AutoRecoveryStats:
         self.check_all_ledgers_time = Summary(
             "auditor_CHECK_ALL_LEDGERS_TIME", "seconds a full ledger check took", registry=registry
         )
+        self.placement_short = Gauge(
+            "auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY",
+            "ledgers with a write quorum on too few racks, at the last placement check", registry=registry,
+        )
         self.marked = Counter(
             "auditor_NUM_LEDGERS_MARKED", "under-replication marks the auditor wrote or extended",
             registry=registry,

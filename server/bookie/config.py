@@ -70,6 +70,16 @@ def _seconds_from_ms(minimum_ms: int) -> Callable[[str], float]:
     return parse
 
 
+def _placement(text: str) -> str:
+    """``random``/``rackaware``, or BookKeeper's class name for either."""
+    name = text.strip().rsplit(".", 1)[-1]
+    names = {"random": "random", "DefaultEnsemblePlacementPolicy": "random", "rackaware": "rackaware",
+             "RackawareEnsemblePlacementPolicy": "rackaware"}
+    if name not in names:
+        raise ConfigError(f"expected random or rackaware, got {text!r}")
+    return names[name]
+
+
 def _fraction(text: str) -> float:
     value = _float(0.0)(text)
     if value > 1.0:
@@ -232,6 +242,19 @@ KEYS: dict[str, Key] = {
         _seconds_from_ms(0), help="ms a worker leaves a ledger it could not repair before trying it"
         " again (5000)", autorecovery_field="rereplicate_backoff_s",
     ),
+    "auditorPeriodicPlacementPolicyCheckInterval": Key(
+        _int(0), help="seconds between checks that every write quorum spans minNumRacksPerWriteQuorum"
+        " racks (0: off)", autorecovery_field="placement_check_interval_s",
+    ),
+    "ensemblePlacementPolicy": Key(
+        _placement, help="autorecovery's placement policy: random or rackaware (BookKeeper's class names"
+        " DefaultEnsemblePlacementPolicy / RackawareEnsemblePlacementPolicy are taken too)",
+        autorecovery_field="placement_policy",
+    ),
+    "minNumRacksPerWriteQuorum": Key(
+        _int(1), help="racks each write quorum should span under rackaware (2)",
+        autorecovery_field="min_racks_per_write_quorum",
+    ),
     "numReplicationWorkers": Key(
         _int(1, 64), help="ledgers one autorecovery process repairs at once (2; pybookkeeper extension)",
         autorecovery_field="replication_workers",
@@ -285,6 +308,9 @@ class AutoRecoverySettings:
     ledger_check_entries_per_s: int = 10_000  # auditorLedgerCheckEntriesPerSecond; 0: no limit
     rereplicate_backoff_s: float = 5.0  # rwRereplicateBackoffMs
     replication_workers: int = 2  # numReplicationWorkers: ledgers one process repairs at once
+    placement_check_interval_s: float = 0.0  # auditorPeriodicPlacementPolicyCheckInterval; 0: off
+    placement_policy: str = "random"  # ensemblePlacementPolicy: where copies go, what the check checks
+    min_racks_per_write_quorum: int = 2  # minNumRacksPerWriteQuorum
 
 
 @dataclass(frozen=True)

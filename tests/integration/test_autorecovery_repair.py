@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from tests.integration.test_autorecovery import _start_autorecovery
@@ -86,6 +88,30 @@ async def _services(zk_hosts: str, tmp_path: Path, count: int, name: str = "auto
             await asyncio.to_thread(service.wait, 30)
 
 
+class Damaged(NamedTuple):
+    bookies: list[BookieProcess]
+    victim: BookieProcess
+    bk: BookKeeper
+    ledger_id: int
+    data: list[bytes]
+    md: LedgerMetadata
+
+
+@contextlib.asynccontextmanager
+async def _damaged(zk_hosts: str, bookie_factory: BookieFactory, victim: int,
+                   damage: Callable[[BookieProcess], object]) -> AsyncIterator[Damaged]:
+    """Three bookies, a closed ledger over them, then ``damage`` done to bookie ``victim``
+    (which is registered and writable again when this yields)."""
+    bookies = await new_cluster(zk_hosts, bookie_factory, 3)
+    async with await BookKeeper.connect(zk_hosts) as bk:
+        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
+        ledger_id, data, md = await _closed_ledger(bk)
+        await asyncio.to_thread(damage, bookies[victim])
+        bookie_id = bookies[victim].bookie_id
+        await bk.ctx.bookie_watcher.wait_for(lambda w: bookie_id in w.writable_bookies(), 30.0)
+        yield Damaged(bookies, bookies[victim], bk, ledger_id, data, md)
+
+
 async def _until_restored(bk: BookKeeper, ledger_id: int, md: LedgerMetadata, bookie_id: str,
                           timeout_s: float = 90.0) -> None:
     index = UnderreplicationIndex(bk.ctx.metadata.zk, bk.ctx.metadata.layout)
@@ -109,13 +135,8 @@ async def _check_all_there(bk: BookKeeper, bookies: list[BookieProcess], ledger_
 async def test_a_wiped_bookie_gets_back_exactly_its_entries_from_one_of_two_racing_services(
     zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
 ) -> None:
-    bookies = await new_cluster(zk_hosts, bookie_factory, 3)
-    victim = bookies[0]
-    async with await BookKeeper.connect(zk_hosts) as bk:
-        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
-        ledger_id, data, md = await _closed_ledger(bk)
-        await asyncio.to_thread(_wipe, zk_hosts, victim)
-        await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id in w.writable_bookies(), 30.0)
+    wipe = functools.partial(_wipe, zk_hosts)
+    async with _damaged(zk_hosts, bookie_factory, 0, wipe) as (bookies, victim, bk, ledger_id, data, md):
         lost = should_hold(md, victim.bookie_id)
         assert await served_entries(bk, ledger_id, victim.bookie_id) == set()
         # two processes, two workers each: four workers race for the one marked ledger
@@ -134,14 +155,14 @@ async def test_a_wiped_bookie_gets_back_exactly_its_entries_from_one_of_two_raci
 async def test_a_deleted_entry_log_is_found_and_its_entries_copied_back(
     zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
 ) -> None:
-    bookies = await new_cluster(zk_hosts, bookie_factory, 3)
-    victim = bookies[1]
-    async with await BookKeeper.connect(zk_hosts) as bk:
-        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
-        ledger_id, data, md = await _closed_ledger(bk)
-        deleted = await asyncio.to_thread(_delete_entry_logs, victim)
+    deleted: list[Path] = []
+
+    def delete_logs(bookie: BookieProcess) -> None:
+        deleted.extend(_delete_entry_logs(bookie))
+
+    damaged = _damaged(zk_hosts, bookie_factory, 1, delete_logs)
+    async with damaged as (bookies, victim, bk, ledger_id, data, md):
         assert deleted
-        await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id in w.writable_bookies(), 30.0)
         lost = should_hold(md, victim.bookie_id)
         assert not await served_entries(bk, ledger_id, victim.bookie_id) & lost
         async with _services(zk_hosts, tmp_path, 1, **FAST_CHECKS) as services:
@@ -155,13 +176,8 @@ async def test_a_deleted_entry_log_is_found_and_its_entries_copied_back(
 async def test_a_worker_killed_mid_copy_leaves_its_lock_to_expire_and_another_finishes(
     zk_hosts: str, bookie_factory: BookieFactory, tmp_path: Path
 ) -> None:
-    bookies = await new_cluster(zk_hosts, bookie_factory, 3)
-    victim = bookies[2]
-    async with await BookKeeper.connect(zk_hosts) as bk:
-        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
-        ledger_id, data, md = await _closed_ledger(bk)
-        await asyncio.to_thread(_wipe, zk_hosts, victim)
-        await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id in w.writable_bookies(), 30.0)
+    wipe = functools.partial(_wipe, zk_hosts)
+    async with _damaged(zk_hosts, bookie_factory, 2, wipe) as (bookies, victim, bk, ledger_id, data, md):
         index = UnderreplicationIndex(bk.ctx.metadata.zk, bk.ctx.metadata.layout)
         # about 10 s of copying at this rate: long enough to kill it in the middle
         slow = {**FAST_CHECKS, "replicationRateByBytes": "10000", "numReplicationWorkers": "1"}

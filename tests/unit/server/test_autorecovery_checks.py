@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.checks import expected_entries, not_held
+from autorecovery.checks import expected_entries, not_held, rack_shortfalls
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkmeta.underreplication import (
     CorruptUnderreplicationMarkerError,
@@ -46,3 +46,12 @@ def test_a_bookie_should_hold_the_entries_whose_write_set_takes_its_slot_in_each
 def test_not_held_is_what_the_runs_leave_out() -> None:
     assert not_held([0, 2, 3, 5, 6, 8], [(0, 2), (5, 5), (8, 10)]) == [3, 6]
     assert not_held([1, 2], []) == [1, 2]
+
+
+def test_the_placement_check_finds_write_quorums_on_too_few_racks() -> None:
+    md = _closed((Segment(0, ("a:1", "b:2", "c:3")), Segment(6, ("a:1", "d:4", "c:3"))), 8)
+    racks = {"a:1": "/r1", "b:2": "/r2", "c:3": "/r1", "d:4": "/r1"}
+    # E3 Qw2: the write quorums are slots (0,1), (1,2), (2,0); (2,0) = c, a both on /r1
+    assert rack_shortfalls(md, racks, 2) == [0, 6]
+    assert rack_shortfalls(md, {**racks, "c:3": "/r3", "d:4": "/r2"}, 2) == []
+    assert rack_shortfalls(md, dict.fromkeys(racks, "/r1"), 2) == []  # one rack: nothing better exists
