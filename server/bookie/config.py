@@ -169,6 +169,10 @@ KEYS: dict[str, Key] = {
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
     ),
+    "compactionRateByEntries": Key(
+        _int(0), "compaction_rate_entries",
+        help="entries/s compaction may copy, besides compactionRateByBytes (0: no limit)",
+    ),
     "minorCompactionMaxTimeMillis": Key(
         _seconds_from_ms(-1), help="ms a minor compaction pass may run, the least used logs first"
         " (-1: no limit)", gc_field="minor_max_time_s",

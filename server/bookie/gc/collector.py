@@ -376,7 +376,7 @@ class GarbageCollector:
             return None, Compacted()
         self.compacting = kind
         max_time_s = s.major_max_time_s if kind == "major" else s.minor_max_time_s
-        stop = _StopOrDeadline(self._stop, max_time_s) if max_time_s > 0 else self._stop
+        stop = StopOrDeadline(self._stop, max_time_s) if max_time_s > 0 else self._stop
         try:
             compacted = await self._storage_step(
                 self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes, stop)
@@ -475,7 +475,7 @@ class GarbageCollector:
         self.reclaimed_bytes += usage.reclaimed_bytes
 
 
-class _StopOrDeadline(threading.Event):
+class StopOrDeadline(threading.Event):
     """Set when the collector stops or once ``max_time_s`` has passed: a compaction pass under
     ``minor/majorCompactionMaxTimeMillis`` ends between slices at its deadline, as BookKeeper's
     does, with the least used logs (taken first) done."""

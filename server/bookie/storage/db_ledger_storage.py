@@ -485,7 +485,7 @@ class DbLedgerStorage:
         """Compact, one directory after the other, the logs whose live share is below
         ``threshold``, at most ``rate_bytes`` per second overall (0: no limit), until ``stop``
         is set."""
-        throttle = ByteThrottle(rate_bytes, stop)
+        throttle = ByteThrottle(rate_bytes, stop, self.config.compaction_rate_entries)
 
         def compact_all() -> Compacted:
             done = []
