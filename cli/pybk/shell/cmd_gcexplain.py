@@ -38,7 +38,7 @@ def _fetch(url: str) -> list[dict[str, Any]]:
 
 
 def _line(r: dict[str, Any]) -> str:
-    pins = ", ".join(f"{p['ledger_id']}{'(deleted)' if p['state'] == 'deleted' else ''}:{p['bytes']}"
+    pins = ", ".join(f"{p['ledger_id']}{'' if p['state'] == 'live' else '(' + p['state'] + ')'}:{p['bytes']}"
                      for p in r["pinned_by"][:5])
     more = f" +{len(r['pinned_by']) - 5}" if len(r["pinned_by"]) > 5 else ""
     frees = r["would_free_it"]

@@ -71,6 +71,16 @@ class LedgerLister(Protocol):
     async def ledger_exists(self, ledger_id: int) -> bool: ...
 
 
+@runtime_checkable
+class LedgerStates(Protocol):
+    """Optionally, a lister that can say whether a ledger is still open (``gcexplain``)."""
+
+    async def ledger_is_open(self, ledger_id: int) -> bool | None: ...
+
+
+_MAX_OPEN_LOOKUPS = 1000  # metadata reads one gcexplain makes to tell open pinning ledgers
+
+
 @dataclass(frozen=True)
 class GcSettings:
     wait_time_s: float = 600.0  # gcWaitTime (BookKeeper's code default, 600000 ms)
@@ -420,9 +430,17 @@ class GarbageCollector:
             rate_bytes=s.rate_bytes,
         )
 
-    async def _explain(self, in_metadata: set[int] | None) -> list[dict[str, Any]]:
+    async def _explain(self, in_metadata: set[int] | None, with_open: bool = False) -> list[dict[str, Any]]:
         facts = await self._storage_step(self._storage.entry_log_facts())
-        return explain(facts, in_metadata, self.gc_state())
+        open_ledgers: set[int] = set()
+        if with_open and isinstance(self._lister, LedgerStates):
+            pinning = sorted({lid for f in facts for lid in f.stored
+                              if in_metadata is None or lid in in_metadata})
+            for ledger_id in pinning[:_MAX_OPEN_LOOKUPS]:
+                with contextlib.suppress(Exception):  # unknown stays "live"
+                    if await self._lister.ledger_is_open(ledger_id):
+                        open_ledgers.add(ledger_id)
+        return explain(facts, in_metadata, self.gc_state(), open_ledgers=open_ledgers)
 
     async def explain(self) -> list[dict[str, Any]]:
         """``gcexplain``: every entry log, why it is still there (see :mod:`.explain`)."""
@@ -431,7 +449,7 @@ class GarbageCollector:
         except Exception as exc:  # noqa: BLE001 - explain what can be explained without it
             log.warning("gcexplain without the metadata listing: %s", exc)
             live = None
-        return await self._explain(live)
+        return await self._explain(live, with_open=True)
 
     def explain_threadsafe(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
         """:meth:`explain` from another thread (the HTTP admin server's)."""

@@ -6,8 +6,9 @@ long-lived ledgers interleaved with many short-lived ones keep a log's live shar
 threshold for months; BookKeeper gives the operator no way to see that. For every log this says:
 
 - its age, size, live bytes and live share, and the ledgers that pin it: ``live`` (in the
-  metadata and stored here) and ``deleted`` (gone from the metadata, still stored here: the next
-  garbage collection deletes them); a ledger already collected pins nothing;
+  metadata and stored here), ``open`` (live and still being written) and ``deleted`` (gone from
+  the metadata, still stored here: the next garbage collection deletes them); a ledger already
+  collected pins nothing;
 - why it has not been reclaimed: being written; deleted at the next run; waiting for the next
   minor/major compaction (and how long its live bytes take at ``compactionRateByBytes``);
   compaction suspended by an operator or paused for disk space; above the major threshold, by
@@ -103,8 +104,9 @@ def _why(facts: LogFacts, share: float, live: int, state: GcState) -> tuple[str,
 
 
 def explain(facts: Sequence[LogFacts], in_metadata: Set[int] | None, state: GcState,
-            now: float | None = None) -> list[dict[str, Any]]:
-    """One report per entry log, sorted by reclaimable bytes (largest first)."""
+            now: float | None = None, open_ledgers: Set[int] = frozenset()) -> list[dict[str, Any]]:
+    """One report per entry log, sorted by reclaimable bytes (largest first); a live pinning
+    ledger in ``open_ledgers`` is reported ``open`` (still being written: it will pin more)."""
     now = time.time() if now is None else now
     out: list[dict[str, Any]] = []
     for f in facts:
@@ -135,7 +137,8 @@ def explain(facts: Sequence[LogFacts], in_metadata: Set[int] | None, state: GcSt
             "live_bytes": live,
             "live_share": round(share, 4),
             "reclaimable_bytes": 0 if f.current else max(0, f.size - live),
-            "pinned_by": [{"ledger_id": lid, "bytes": n, "state": "live"} for lid, n in pins]
+            "pinned_by": [{"ledger_id": lid, "bytes": n, "state": "open" if lid in open_ledgers else "live"}
+                          for lid, n in pins]
             + [{"ledger_id": lid, "bytes": n, "state": "deleted"} for lid, n in deleted],
             "verdict": code,
             "why": why,

@@ -43,3 +43,8 @@ def test_verdicts_follow_the_thresholds_the_schedule_and_the_switches() -> None:
     reports = {r["log_id"]: r for r in explain(logs, {1}, suspended, now=10.0)}
     assert reports[1]["verdict"] == "minor_suspended" and reports[2]["verdict"] == "major_paused_for_disk"
     assert summary(explain(logs, {1}, STATE, now=10.0)) == (10.0, 1100 - 100 + 1100 - 300 + 110)
+
+
+def test_an_open_pinning_ledger_is_named_open() -> None:
+    (report,) = explain([_log(1, {1: 500, 2: 200}, {1, 2})], {1, 2}, STATE, now=10.0, open_ledgers={2})
+    assert [(p["ledger_id"], p["state"]) for p in report["pinned_by"]] == [(1, "live"), (2, "open")]
