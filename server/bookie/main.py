@@ -228,13 +228,13 @@ class BookieDaemon:
 
 
 def freeze_startup_heap() -> None:
-    """Move everything start-up allocated (modules, classes, functions: ~44,000 tracked objects in a
-    bookie) out of the cyclic garbage collector's sight, as ``gc.freeze`` is meant for.
+    """Move everything start-up allocated (modules, classes, functions: tens of thousands of
+    tracked objects in a bookie) out of the cyclic garbage collector's sight, as ``gc.freeze`` is
+    meant for.
 
     A bookie's heap is almost all start-up objects, and Python's oldest-generation collection
-    scans them all: measured, 8-17 ms on an idle bookie and 30-50 ms under load, a stall of every
-    request in flight. Frozen, the same collection took 0.1 ms. Start-up garbage is collected
-    first so that it is not kept forever."""
+    scans them all, a stall of every request in flight (figures in docs/performance.md).
+    Start-up garbage is collected first so that it is not kept forever."""
     gc.collect()
     gc.freeze()
 
