@@ -55,14 +55,16 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
     return await reader.readexactly(length)
 
 
-async def read_preface(reader: asyncio.StreamReader) -> None:
-    """Check the client's preface; :class:`FrameError` naming what arrived instead."""
+async def read_preface(reader: asyncio.StreamReader, accepted: tuple[bytes, ...] = (PREFACE,)) -> bytes:
+    """The client's preface, one of ``accepted`` (all as long as :data:`PREFACE`);
+    :class:`FrameError` naming what arrived instead."""
     try:
         got = await reader.readexactly(len(PREFACE))
     except asyncio.IncompleteReadError as exc:
         raise FrameError(f"connection closed after {len(exc.partial)} bytes of the preface") from exc
-    if got != PREFACE:
+    if got not in accepted:
         raise FrameError(f"expected the add-port preface {PREFACE!r}, got {got!r}")
+    return got
 
 
 def keep_alive(sock: socket.socket | None) -> None:

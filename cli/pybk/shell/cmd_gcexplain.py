@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import urllib.request
 from typing import Any
 
+from bkclient.tls import ClientSecurity, admin_get, security_from_environ
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED, bookie_id
 
@@ -29,9 +29,8 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _fetch(url: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as reply:
-        data = json.loads(reply.read())
+def _fetch(host: str, port: int, security: ClientSecurity | None) -> list[dict[str, Any]]:
+    data = json.loads(admin_get(host, port, ROUTE, security, HTTP_TIMEOUT_S))
     if not isinstance(data, list):
         raise ValueError(f"unexpected answer {data!r}")
     return data
@@ -63,9 +62,10 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         ctx.emit({"error": "no HTTP endpoint"}, f"bookie {args.bookie} registered no HTTP endpoint"
                  " (start it with --http-port)")
         return EXIT_FAILED
-    url = f"http://{info.http_host}:{info.http_port}{ROUTE}"
+    url = f"{info.http_host}:{info.http_port}{ROUTE}"
     try:
-        logs = await asyncio.to_thread(_fetch, url)
+        # TLS and credentials as every client's (PYBK_CLIENT_CONF, BK_<key>: bkclient.tls)
+        logs = await asyncio.to_thread(_fetch, info.http_host, info.http_port, security_from_environ())
     except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors
         ctx.emit({"error": f"{url}: {exc}"}, f"{url}: {exc}")
         return EXIT_FAILED
