@@ -72,6 +72,16 @@ def _seconds_from_ms(minimum_ms: int) -> Callable[[str], float]:
     return parse
 
 
+def _placement(text: str) -> str:
+    """``random``/``rackaware``, or BookKeeper's class name for either."""
+    name = text.strip().rsplit(".", 1)[-1]
+    names = {"random": "random", "DefaultEnsemblePlacementPolicy": "random", "rackaware": "rackaware",
+             "RackawareEnsemblePlacementPolicy": "rackaware"}
+    if name not in names:
+        raise ConfigError(f"expected random or rackaware, got {text!r}")
+    return names[name]
+
+
 def _fraction(text: str) -> float:
     value = _float(0.0)(text)
     if value > 1.0:
@@ -257,6 +267,18 @@ KEYS: dict[str, Key] = {
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
     ),
+    "compactionRateByEntries": Key(
+        _int(0), "compaction_rate_entries",
+        help="entries/s compaction may copy, besides compactionRateByBytes (0: no limit)",
+    ),
+    "minorCompactionMaxTimeMillis": Key(
+        _seconds_from_ms(-1), help="ms a minor compaction pass may run, the least used logs first"
+        " (-1: no limit)", gc_field="minor_max_time_s",
+    ),
+    "majorCompactionMaxTimeMillis": Key(
+        _seconds_from_ms(-1), help="ms a major compaction pass may run, the least used logs first"
+        " (-1: no limit)", gc_field="major_max_time_s",
+    ),
     "isForceGCAllowWhenNoSpace": Key(
         _bool, help="when disks run short, force compaction instead of pausing it (false)",
         gc_field="force_when_no_space",
@@ -310,6 +332,35 @@ KEYS: dict[str, Key] = {
         _int(-1), help="bytes per second re-replication may write, over all its copies (-1: no limit)",
         autorecovery_field="replication_rate_bytes",
     ),
+    "auditorPeriodicCheckInterval": Key(
+        _int(0), help="seconds between ledger checks: every bookie of every closed ledger is asked"
+        " which entries it holds (604800; 0: off)", autorecovery_field="ledger_check_interval_s",
+    ),
+    "auditorLedgerCheckEntriesPerSecond": Key(
+        _int(0), help="entries the ledger check compares per second at most (10000; 0: no limit;"
+        " pybookkeeper extension)", autorecovery_field="ledger_check_entries_per_s",
+    ),
+    "rwRereplicateBackoffMs": Key(
+        _seconds_from_ms(0), help="ms a worker leaves a ledger it could not repair before trying it"
+        " again (5000)", autorecovery_field="rereplicate_backoff_s",
+    ),
+    "auditorPeriodicPlacementPolicyCheckInterval": Key(
+        _int(0), help="seconds between checks that every write quorum spans minNumRacksPerWriteQuorum"
+        " racks (0: off)", autorecovery_field="placement_check_interval_s",
+    ),
+    "ensemblePlacementPolicy": Key(
+        _placement, help="autorecovery's placement policy: random or rackaware (BookKeeper's class names"
+        " DefaultEnsemblePlacementPolicy / RackawareEnsemblePlacementPolicy are taken too)",
+        autorecovery_field="placement_policy",
+    ),
+    "minNumRacksPerWriteQuorum": Key(
+        _int(1), help="racks each write quorum should span under rackaware (2)",
+        autorecovery_field="min_racks_per_write_quorum",
+    ),
+    "numReplicationWorkers": Key(
+        _int(1, 64), help="ledgers one autorecovery process repairs at once (2; pybookkeeper extension)",
+        autorecovery_field="replication_workers",
+    ),
     "openLedgerRereplicationGracePeriod": Key(
         _seconds_from_ms(0), help="ms an open ledger's writer gets to replace a lost bookie before the"
         " ledger is fenced (30000)", autorecovery_field="open_ledger_grace_s",
@@ -355,6 +406,13 @@ class AutoRecoverySettings:
     check_interval_s: float = 86_400.0  # auditorPeriodicBookieCheckInterval; 0: only on changes
     open_ledger_grace_s: float = 30.0  # openLedgerRereplicationGracePeriod
     replication_rate_bytes: int = 0  # replicationRateByBytes; 0 or less: no limit
+    ledger_check_interval_s: float = 604_800.0  # auditorPeriodicCheckInterval; 0: off
+    ledger_check_entries_per_s: int = 10_000  # auditorLedgerCheckEntriesPerSecond; 0: no limit
+    rereplicate_backoff_s: float = 5.0  # rwRereplicateBackoffMs
+    replication_workers: int = 2  # numReplicationWorkers: ledgers one process repairs at once
+    placement_check_interval_s: float = 0.0  # auditorPeriodicPlacementPolicyCheckInterval; 0: off
+    placement_policy: str = "random"  # ensemblePlacementPolicy: where copies go, what the check checks
+    min_racks_per_write_quorum: int = 2  # minNumRacksPerWriteQuorum
 
 
 @dataclass(frozen=True)

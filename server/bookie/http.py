@@ -58,6 +58,8 @@ class GcControl(Protocol):
 
     def suspension(self) -> dict[str, str]: ...
 
+    def explain_threadsafe(self, timeout_s: float = 60.0) -> list[dict[str, Any]]: ...
+
 
 class StateControl(Protocol):
     """What the admin endpoint needs of ``bookie.state_manager.BookieStateManager``."""
@@ -208,6 +210,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._json(200, {"is_in_force_gc": str(self.server.gc.forced_running).lower()})
         elif path == "/api/v1/bookie/gc_details" and self.server.gc is not None:
             self._json(200, [self.server.gc.details()])
+        elif path == "/api/v1/bookie/gc_explain" and self.server.gc is not None:
+            self._json(200, self.server.gc.explain_threadsafe())  # why each entry log is still there
         elif path == "/api/v1/bookie/gc/suspend_compaction" and self.server.gc is not None:
             self._json(200, self.server.gc.suspension())
         elif path == "/api/v1/bookie/state" and self.server.state is not None:
