@@ -15,16 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bookie.config import KEYS, BookieConfig
+from bookie.config import KEYS, MS_PARSERS, BookieConfig
 
 DEFAULT = "default"
 IGNORED = "ignored"  # set, known to BookKeeper, unused by pybookkeeper
-
-# keys in milliseconds whose value the configuration keeps in seconds
-_MS_KEYS = frozenset(
-    {"gcWaitTime", "diskCheckInterval", "openLedgerRereplicationGracePeriod", "shutdownGracePeriodMs",
-     "minorCompactionMaxTimeMillis", "majorCompactionMaxTimeMillis"}
-)
 
 # daemon keys -> BookieConfig attribute (the storage, gc, read-only and autorecovery keys say theirs)
 _DAEMON_FIELDS = {
@@ -78,6 +72,8 @@ def _default_text(config: BookieConfig, key: str) -> str:
         holder, name = config.read_only, spec.read_only_field
     elif spec.autorecovery_field is not None:
         holder, name = config.autorecovery, spec.autorecovery_field
+    elif spec.limits_field is not None:
+        holder, name = config.limits, spec.limits_field
     elif key in _DAEMON_FIELDS:
         holder, name = config, _DAEMON_FIELDS[key]
     else:
@@ -85,7 +81,7 @@ def _default_text(config: BookieConfig, key: str) -> str:
     value = getattr(holder, name)
     if key == "zkServers" and value is None:
         return "none"
-    if key in _MS_KEYS:
+    if spec.parse in MS_PARSERS or key == "shutdownGracePeriodMs":
         value = round(value * 1000) if value >= 0 else -1  # negative: "no limit", written -1
     return _text(value)
 
