@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pybk.cmd_localcluster",
     "pybk.cmd_zookeeper",
     "pybk.shell",
+    "pybk.cmd_verify",
 )
 
 
