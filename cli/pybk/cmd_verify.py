@@ -67,6 +67,8 @@ def register(subparsers: Any) -> None:
                         help=f"ledger shapes writers draw from (default {WorkloadOptions.quorums})")
     parser.add_argument("--rate", type=float, default=100.0, metavar="R",
                         help="appends a second per writer, at most (default 100)")
+    parser.add_argument("--recover-every", type=float, default=4.0, metavar="S",
+                        help="mean seconds between recovery opens racing the writers (default 4)")
     parser.add_argument("--heal-timeout", type=float, default=60.0, metavar="S",
                         help="how long the cluster may take to be healthy after faults heal (default 60)")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="D",
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.time if args.time is not None or args.rounds is not None else 60.0,
         rounds=args.rounds, bookies=args.bookies, zk_port=args.zk_port, base_port=args.base_port,
         zk=args.zk, kinds=kinds, heal_timeout_s=args.heal_timeout,
-        workload=WorkloadOptions(writers=args.writers, quorums=args.quorums, rate=args.rate),
+        workload=WorkloadOptions(writers=args.writers, quorums=args.quorums, rate=args.rate,
+                                 recover_every_s=args.recover_every),
     )
     try:
         if args.zk is None:

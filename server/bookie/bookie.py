@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from bkproto.entry_format import HEADER, HEADER_SIZE, LAC_HEADER, MASTER_KEY_SIZE
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo
+from bookie.breakage import SKIP_FENCE_CHECK, deliberate_breakage
 from bookie.errors import BookieError, bad_request, no_entry, no_ledger
 from bookie.lac_waiters import LacWaiters
 from bookie.storage.compaction import Compacted
@@ -86,6 +87,8 @@ class Bookie:
         self._deleting: set[int] = set()
         self._read_only = False
         self._high_priority_writes = True
+        # Only ever True in pybk verify's honesty test (see bookie.breakage).
+        self._ignore_fence = SKIP_FENCE_CHECK in deliberate_breakage()
         self._started = False
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -316,7 +319,7 @@ class Bookie:
             ):
                 results[i] = AddResult(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
                 continue
-            if state.fenced and not op.recovery:
+            if state.fenced and not op.recovery and not self._ignore_fence:
                 results[i] = AddResult(bookie_pb2.EFENCED, f"ledger {ledger_id} is fenced")
                 continue
             # write cache BEFORE the journal record: the LastLogMark rule (DbLedgerStorage)
