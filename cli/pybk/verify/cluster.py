@@ -30,6 +30,7 @@ from typing import TextIO
 
 from bkmeta import MetadataClient
 from bkproto.errors import BKError
+from bookie.state_manager import ReadOnlyReason
 from pybk.localcluster import steps
 from pybk.localcluster.child import ChildProcess, ChildSpec
 from pybk.localcluster.cluster import LocalCluster
@@ -44,6 +45,8 @@ DISK_BOOKIE = 0
 DISK_SIZE = "96m"
 FILLER_NAME = "pybk-verify-filler"
 READY_MARK = b" ready: grpc "  # the bookie daemon's ready line, logged once it registered
+# What a bookie logs when a failed index write made it read-only until a restart.
+INDEX_FAILED_MARK = f"read-only because {ReadOnlyReason.INDEX_FAILED.value}".encode()
 BOOKIE_ENV = {
     "BK_zkTimeout": str(SESSION_TIMEOUT_MS),
     "BK_diskCheckInterval": "1000",  # notice a full disk (and its end) within a second
@@ -163,6 +166,19 @@ class FaultyCluster(LocalCluster):
         except (BKError, TimeoutError):
             return False
         return all(f"{bookie_alias(i)}:{layout.bookie_port(i)}" in names for i in range(layout.bookies))
+
+    def log_size(self, index: int) -> int:
+        return _size(self.bookie_specs[index].log_path)
+
+    def index_failed_since(self, index: int, offset: int) -> bool:
+        """Whether bookie ``index`` logged, after ``offset``, that an index write failed (it then
+        stays read-only until restarted: see the README's read-only mode)."""
+        try:
+            with self.bookie_specs[index].log_path.open("rb") as f:
+                f.seek(offset)
+                return INDEX_FAILED_MARK in f.read()
+        except OSError:
+            return False
 
     def _said_ready(self, child: ChildProcess) -> bool:
         try:

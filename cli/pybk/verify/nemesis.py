@@ -184,10 +184,18 @@ class Nemesis:
             fault.detail = "skipped: no small filesystem"
             return
         hold = self._hold(2.0, 8.0)
+        index = int(fault.target.split("-")[1])
+        log_from = self.cluster.log_size(index)
         written = await asyncio.to_thread(self.cluster.fill_disk)
         await asyncio.sleep(hold)
         await asyncio.to_thread(self.cluster.empty_disk)
         fault.detail = f"filled ({written >> 20} MiB of filler) for {hold} s"
+        if self.cluster.index_failed_since(index, log_from):
+            # RocksDB refuses writes after a failed one until it is reopened: the README's
+            # remedy is a restart once the disk has room, which is what an operator would do.
+            await self.cluster.bookies[index].stop(self.cluster.grace_s)
+            await self.cluster.restart_bookie(index)
+            fault.detail += "; an index write failed, so the bookie was restarted as documented"
 
     async def _kill_writer(self, fault: Fault) -> None:
         hold = self._hold(0.2, 3.0)
