@@ -36,6 +36,7 @@ class FaultProxy:
         self.delay_s = 0.0
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, *self.listen, reuse_address=True)
@@ -44,6 +45,10 @@ class FaultProxy:
         if self._server is not None:
             self._server.close()
         self._cut_all()
+        # The server does not end its handlers: each one still owns its sockets.
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -65,16 +70,23 @@ class FaultProxy:
         self._links.clear()
 
     async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        if self.mode == PARTITION:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        try:
+            await self._link(client_r, client_w)
+        finally:
             client_w.transport.abort()
+
+    async def _link(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self.mode == PARTITION:
             return
         try:
             server_r, server_w = await asyncio.wait_for(asyncio.open_connection(*self.target), 5.0)
         except (OSError, TimeoutError):
-            client_w.transport.abort()
             return
         if self.mode == PARTITION:  # cut while we connected
-            client_w.transport.abort()
             server_w.transport.abort()
             return
         self._links.update((client_w, server_w))
