@@ -56,6 +56,7 @@ class CheckResult:
     unknown: int = 0  # adds whose outcome nobody knows (info): may or may not be there
     ledgers: int = 0
     recoveries: int = 0
+    log_commits: int = 0  # batches committed to named logs (the stream layer's acknowledgement)
     reads: dict[str, int] = field(default_factory=dict)  # per source
     violations: list[Violation] = field(default_factory=list)
 

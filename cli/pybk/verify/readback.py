@@ -3,6 +3,7 @@
 An open ledger (its writer killed or fenced) is opened *with recovery*, so it is closed at the
 point BookKeeper decides; then every entry 0..last is read and recorded as process ``final``.
 An entry the range read cannot return is asked for alone, so one bad entry does not hide the rest.
+Every verify named log is read too, segment by segment (:func:`.log_workload.read_logs`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from bkclient import BookKeeper, ClientConfig
 from bkclient.read_handle import ReadHandle
 from bkproto.errors import BKError
 from pybk.verify.history import FAIL, INFO, OK, Event, read_fields
+from pybk.verify.log_workload import read_logs
 from pybk.verify.worker import APPLICATION, PASSWORD
 
 FINAL = "final"
@@ -54,6 +56,7 @@ async def read_back(zk_hosts: str, known: Iterable[int]) -> list[Event]:
     events: list[Event] = []
     config = ClientConfig(read_entry_timeout_s=5.0, metadata_timeout_s=30.0)
     async with await BookKeeper.connect(zk_hosts, config) as bk:
+        events += await read_logs(bk)
         for ledger in await ledgers_of_run(bk, known):
             try:
                 handle = await _open(bk, ledger)

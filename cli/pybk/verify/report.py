@@ -121,6 +121,7 @@ class VerifyReport:
             "acknowledged": c.acknowledged,
             "unknown_outcome": c.unknown,
             "recoveries": c.recoveries,
+            "log_batches_committed": c.log_commits,
             "reads": c.reads,
             "lost": c.count(LOST),
             "truncated": c.count(TRUNCATED),
@@ -158,7 +159,8 @@ class VerifyReport:
         kinds = ", ".join(f"{k} {n}" for k, n in d["faults_by_kind"].items()) or "none"
         print(f"  rounds {d['rounds']} (fault schedules)   faults: {kinds}", file=out)
         print(f"  ledgers {d['ledgers']}   acknowledged {d['acknowledged']}   unknown outcome "
-              f"{d['unknown_outcome']}   recoveries {d['recoveries']}   reads "
+              f"{d['unknown_outcome']}   recoveries {d['recoveries']}   log batches committed "
+              f"{d['log_batches_committed']}   reads "
               + ", ".join(f"{k} {n}" for k, n in sorted(d["reads"].items())), file=out)
         print(f"  lost {d['lost']}   truncated {d['truncated']}   divergent {d['divergent']}   "
               f"acked after fence {d['acked_after_fence']}   close mismatch {d['close_mismatch']}   "

@@ -24,6 +24,7 @@ from pybk.localcluster.layout import ClusterLayout
 from pybk.verify.checker import CRASH, UNHEALTHY, Violation, check
 from pybk.verify.cluster import FaultyCluster
 from pybk.verify.history import INVOKE, OK, Event, HistoryTail
+from pybk.verify.log_workload import check_logs
 from pybk.verify.nemesis import ALL_KINDS, Nemesis
 from pybk.verify.readback import read_back
 from pybk.verify.report import AddSample, VerifyReport
@@ -136,6 +137,7 @@ class VerifyRun:
             _save(final, o.data_dir / "history" / "final.jsonl")
             history = collector.events + final
             result = check(history)
+            check_logs(history, result)
             result.violations.extend(self.violations)
             result.violations.extend(self._tracebacks(workers))
             return VerifyReport(

@@ -6,6 +6,8 @@
   recovery opener or the final check to close).
 * ``recoverer``: every few seconds opens one of the newest still-open ledgers *with recovery*,
   racing its live writer (fences it), and reads the recovered ledger back.
+* ``logger``: writes batches to a named log with the Spark sink's commit protocol
+  (:mod:`pybk.verify.log_workload`).
 * ``tailer``: follows the newest open ledgers from entry 0 as their writers go, through the
   client's LAC long poll.
 
@@ -41,6 +43,7 @@ from pybk.verify.history import (
     payload_hash,
     read_fields,
 )
+from pybk.verify.log_workload import run_logger
 
 log = logging.getLogger("pybk.verify.worker")
 
@@ -264,8 +267,12 @@ async def amain(args: argparse.Namespace) -> int:
     worker.history.emit(OK, "start", role=args.role, pid=os.getpid())
     bk = await worker.connect()
     try:
-        role = {"writer": worker.run_writer, "recoverer": worker.run_recoverer, "tailer": worker.run_tailer}
-        await role[args.role](bk)
+        if args.role == "logger":
+            await run_logger(worker, bk)
+        else:
+            roles = {"writer": worker.run_writer, "recoverer": worker.run_recoverer,
+                     "tailer": worker.run_tailer}
+            await roles[args.role](bk)
     finally:
         await bk.close()
         worker.history.emit(OK, "stop", role=args.role)
@@ -275,7 +282,7 @@ async def amain(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pybk.verify.worker")
-    parser.add_argument("role", choices=("writer", "recoverer", "tailer"))
+    parser.add_argument("role", choices=("writer", "recoverer", "tailer", "logger"))
     parser.add_argument("--zk", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--seed", type=int, required=True)

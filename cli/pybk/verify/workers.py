@@ -24,6 +24,7 @@ class WorkloadOptions:
     window: int = 32
     recoverers: int = 1
     tailers: int = 1
+    loggers: int = 1
     max_entries: int = 600
     recover_every_s: float = 4.0
 
@@ -53,10 +54,12 @@ class Workers:
         o = self.options
         return ([f"writer-{i}" for i in range(o.writers)]
                 + [f"recoverer-{i}" for i in range(o.recoverers)]
-                + [f"tailer-{i}" for i in range(o.tailers)])
+                + [f"tailer-{i}" for i in range(o.tailers)]
+                + [f"logger-{i}" for i in range(o.loggers)])
 
     def writer_names(self) -> list[str]:
-        return [n for n in self.names if n.startswith("writer-")]
+        """The processes the nemesis kills, pauses and cuts from ZooKeeper as "writers"."""
+        return [n for n in self.names if n.startswith(("writer-", "logger-"))]
 
     async def start_all(self) -> None:
         for name in self.names:

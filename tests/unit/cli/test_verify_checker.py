@@ -1,5 +1,6 @@
 """The verify checker over hand-made histories: each invariant it states catches its violation,
-and a sound history passes. Payloads name their own position."""
+and a sound history passes; the same for named logs (batches committed once, in order, whole).
+Payloads name their own position."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from pybk.verify.checker import (
     LOST,
     TAIL_GAP,
     TRUNCATED,
+    CheckResult,
     check,
     history_around,
 )
 from pybk.verify.history import Event, make_payload, parse_payload, payload_problem
+from pybk.verify.log_workload import DUPLICATE, REFUSED_VISIBLE, check_logs
 
 T0 = 1_000.0
 
@@ -115,3 +118,49 @@ def test_payloads_name_their_position_and_catch_damage() -> None:
     assert payload_problem(data, 42, 8) == "payload says ledger 42 entry 7"
     assert payload_problem(data[:-1] + bytes([data[-1] ^ 1]), 42, 7) == "filler CRC mismatch"
     assert payload_problem(b"something else", 42, 7) == "not a verify payload"
+
+
+def log_history() -> list[Event]:
+    """logger-0 commits versions 0 and 1 (one segment each); the final read finds both."""
+    return [
+        ev(0, "logger-0.1", "invoke", "log-commit", log="L", version=0, write="w0"),
+        ev(1, "logger-0.1", "ok", "log-commit", log="L", version=0, write="w0", committed=True,
+           segments=[[11, 3, "d11"]]),
+        ev(2, "logger-0.1", "invoke", "log-commit", log="L", version=1, write="w1"),
+        ev(3, "logger-0.1", "ok", "log-commit", log="L", version=1, write="w1", committed=True,
+           segments=[[12, 2, "d12"]]),
+        ev(9, "final", "ok", "final-log", log="L", segments=[[11, 3, "d11", "w0"], [12, 2, "d12", "w1"]]),
+    ]
+
+
+def log_kinds(history: list[Event]) -> list[str]:
+    result = CheckResult()
+    check_logs(history, result)
+    return sorted(v.kind for v in result.violations)
+
+
+def test_named_log_batches_committed_once_in_order_pass() -> None:
+    result = CheckResult()
+    check_logs(log_history(), result)
+    assert result.violations == [] and result.log_commits == 2
+
+
+def test_a_committed_batch_missing_from_the_log_is_lost() -> None:
+    history = log_history()
+    history[-1]["segments"] = history[-1]["segments"][:1]
+    assert log_kinds(history) == [LOST]
+
+
+def test_a_replayed_batch_held_twice_is_a_duplicate() -> None:
+    history = log_history()
+    history.append(ev(4, "logger-0.1", "invoke", "log-commit", log="L", version=1, write="w1b"))
+    history[-2]["segments"].append([13, 2, "d13", "w1b"])
+    assert log_kinds(history) == [DUPLICATE]
+
+
+def test_a_refused_batch_must_not_be_visible() -> None:
+    history = log_history()
+    history.append(ev(5, "logger-0.1", "ok", "log-commit", log="L", version=1, write="w1c", committed=False,
+                      segments=[[14, 1, "d14"]]))
+    history[-2]["segments"].append([14, 1, "d14", "w1c"])
+    assert REFUSED_VISIBLE in log_kinds(history)
