@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
-from kazoo.protocol.states import EventType, WatchedEvent
 
+from bkmeta.clock import Clock, LoopClock
 from bkmeta.layout import READONLY_ZNODE, ZkLayout
-from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError, ZkNoNodeError
 from bkproto.add_port import ENDPOINT_ID as ADD_ENDPOINT_ID
 from bkproto.add_port import ENDPOINT_PROTOCOL as ADD_PROTOCOL
 from bkproto.errors import MetadataStoreError
@@ -109,14 +108,20 @@ class BookieRegistration:
     """The bookie's own ephemeral registration, kept alive across session expiries."""
 
     def __init__(
-        self, zk: ZkClient, info: BookieServiceInfo, layout: ZkLayout | None = None, stale_wait_s: float = 0.0
+        self,
+        zk: MetadataStore,
+        info: BookieServiceInfo,
+        layout: ZkLayout | None = None,
+        stale_wait_s: float = 0.0,
+        clock: Clock | None = None,
     ) -> None:
         self._zk = zk
+        self._clock = clock or LoopClock()
         self._info = info
         self._layout = layout or ZkLayout()
         # How long to wait for a stale registration of a previous incarnation to expire; 0 means
         # the session timeout (plus a margin).
-        self._stale_wait_s = stale_wait_s or zk.config.session_timeout_s * 1.5 + 1.0
+        self._stale_wait_s = stale_wait_s or zk.session_timeout_s * 1.5 + 1.0
         self._read_only = False
         self._registered = False
         self._lock = asyncio.Lock()
@@ -178,7 +183,7 @@ class BookieRegistration:
                     continue
                 if stat.ephemeralOwner == self._zk.session_id:
                     return  # already ours (e.g. re-register raced with a reconnect)
-                now = time.monotonic()
+                now = self._clock.monotonic()
                 if deadline is None or reconnected or stat.ephemeralOwner != owner:
                     deadline, owner, reconnected = now + self._stale_wait_s, stat.ephemeralOwner, False
                 if now > deadline:
@@ -247,7 +252,7 @@ BookieSetListener = Callable[[dict[str, BookieServiceInfo], dict[str, BookieServ
 class BookieWatcher:
     """Client-side live view of writable and read-only bookies, kept current by child watches."""
 
-    def __init__(self, zk: ZkClient, layout: ZkLayout | None = None) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout | None = None) -> None:
         self._zk = zk
         self._layout = layout or ZkLayout()
         self._writable: dict[str, BookieServiceInfo] = {}
@@ -309,7 +314,7 @@ class BookieWatcher:
     async def _refresh(self, readonly: bool) -> None:
         path = self._layout.readonly if readonly else self._layout.available
 
-        def on_event(event: WatchedEvent) -> None:
+        def on_event(event: WatchEvent) -> None:
             if event.type != EventType.NONE:
                 self._spawn_refresh(readonly)
 
