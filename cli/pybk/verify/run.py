@@ -13,6 +13,7 @@ import json
 import logging
 import random
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,7 +120,7 @@ class VerifyRun:
                     "(no network namespaces)")
             await self._rounds(nemesis, workers, collector)
             await workers.stop_all(WORKER_STOP_GRACE_S)
-            self._check_workers_exit(workers, nemesis)
+            self._check_workers_exit(workers)
             final_heal = None
             if nemesis is not None and cluster is not None:
                 t0 = time.monotonic()
@@ -208,11 +209,15 @@ class VerifyRun:
                 if child.name in workers.processes:
                     await workers.start(child.name)
 
-    def _check_workers_exit(self, workers: Workers, nemesis: Nemesis | None) -> None:
-        for child in workers.processes.values():
-            if child.returncode not in (0, None):
-                self.violations.append(Violation(
-                    CRASH, f"{child.describe_exit()} when asked to stop{_last_words(child)}", t=time.time()))
+    def _check_workers_exit(self, workers: Workers) -> None:
+        for name, child in workers.processes.items():
+            if child.returncode in (0, None):
+                continue
+            history = workers.histories[f"{name}.{workers.incarnations[name]}"]
+            if child.returncode == -signal.SIGTERM and not _started(history):
+                continue  # stopped while still importing, before it could take SIGTERM: no work lost
+            self.violations.append(Violation(
+                CRASH, f"{child.describe_exit()} when asked to stop{_last_words(child)}", t=time.time()))
 
     def _tracebacks(self, workers: Workers) -> list[Violation]:
         """A traceback in any process's log is a crash, even if the process carried on."""
@@ -231,6 +236,11 @@ class VerifyRun:
                 excerpt = text[at.start():at.start() + 1500].decode(errors="replace") if at else ""
                 found.append(Violation(CRASH, f"{len(hits)} traceback(s) in {path}; the first:\n{excerpt}"))
         return found
+
+
+def _started(history: Path) -> bool:
+    """Whether a worker got as far as recording its start (its SIGTERM handler is set by then)."""
+    return any(ev["op"] == "start" for ev in HistoryTail(history, "").read_new())
 
 
 def _last_words(child: ChildProcess) -> str:
