@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from bkproto.entry_format import HEADER, HEADER_SIZE, LAC_HEADER, MASTER_KEY_SIZE
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo
-from bookie.breakage import SKIP_FENCE_CHECK, deliberate_breakage
+from bookie.breakage import SKIP_FENCE_CHECK, SKIP_JOURNAL, deliberate_breakage
 from bookie.errors import BookieError, bad_request, no_entry, no_ledger
 from bookie.lac_waiters import LacWaiters
 from bookie.storage.compaction import Compacted
@@ -87,8 +87,10 @@ class Bookie:
         self._deleting: set[int] = set()
         self._read_only = False
         self._high_priority_writes = True
-        # Only ever True in pybk verify's honesty test (see bookie.breakage).
-        self._ignore_fence = SKIP_FENCE_CHECK in deliberate_breakage()
+        # Only ever True in pybk verify's honesty tests (see bookie.breakage).
+        breakage = deliberate_breakage()
+        self._ignore_fence = SKIP_FENCE_CHECK in breakage
+        self._skip_journal = SKIP_JOURNAL in breakage
         self._started = False
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -248,7 +250,8 @@ class Bookie:
             if not parts:
                 return results
             self._publish_lacs(lacs)
-            await journal.submit(parts, nbytes, len(accepted))
+            if not self._skip_journal:
+                await journal.submit(parts, nbytes, len(accepted))
         except BookieError as exc:
             failed = AddResult(exc.status, exc.message)
             for i in accepted or range(len(ops)):

@@ -10,6 +10,10 @@ Breakages:
 
 * ``skip-fence-check``: accept normal adds to a fenced ledger, so a writer keeps getting
   acknowledgements after a recovery opener closed its ledger (BookKeeper issue 2614's outcome).
+* ``skip-journal``: acknowledge adds once they are in the write cache, without journaling them,
+  so a crash loses every acknowledged entry not yet flushed to the entry logs. (Acknowledging
+  before the journal's *fsync* alone cannot be seen by killing processes: the OS page cache
+  outlives them. That needs a power cut, which ``pybk verify`` does not simulate.)
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ BREAK_ENV = "PYBK_TEST_ONLY_BREAK_BOOKIE"
 CONFIRM_ENV = "PYBK_TEST_ONLY_BREAK_BOOKIE_CONFIRM"
 CONFIRMATION = "I want a bookie that loses acknowledged data"
 SKIP_FENCE_CHECK = "skip-fence-check"
-KNOWN = frozenset({SKIP_FENCE_CHECK})
+SKIP_JOURNAL = "skip-journal"
+KNOWN = frozenset({SKIP_FENCE_CHECK, SKIP_JOURNAL})
 
 
 def deliberate_breakage() -> frozenset[str]:

@@ -2,7 +2,8 @@
 cluster, and the same run against a deliberately broken bookie reports the loss (its honesty).
 
 CI runs these on every change: one fixed seed, one random seed (printed, so a failure can be
-replayed with ``pybk verify --seed N``), and the broken-bookie run.
+replayed with ``pybk verify --seed N``), and two broken-bookie runs: bookies that ignore fencing,
+and bookies that acknowledge without journaling (caught by killing every bookie at once).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from pathlib import Path
 import pytest
 from tests.support.verify_runs import run_verify
 
-from bookie.breakage import BREAK_ENV, CONFIRM_ENV, CONFIRMATION, SKIP_FENCE_CHECK
+from bookie.breakage import BREAK_ENV, CONFIRM_ENV, CONFIRMATION, SKIP_FENCE_CHECK, SKIP_JOURNAL
 
 pytestmark = pytest.mark.integration
 
 FIXED_SEED = 28
-RUN_SECONDS = "30"
+RUN_SECONDS = "25"
+BROKEN_RUN_SECONDS = "20"  # a broken bookie is caught within the first fault or two
 
 
 @pytest.mark.parametrize("seed", [FIXED_SEED, random.SystemRandom().randrange(2**31)])
@@ -38,7 +40,7 @@ def test_a_bookie_that_ignores_fencing_is_caught(tmp_path: Path) -> None:
     # closed keeps being acknowledged past the close point. verify must say so and exit 1.
     broken = {BREAK_ENV: SKIP_FENCE_CHECK, CONFIRM_ENV: CONFIRMATION}
     outcome = run_verify(
-        tmp_path / "run", "--time", RUN_SECONDS, "--seed", str(FIXED_SEED), "--recover-every", "1",
+        tmp_path / "run", "--time", BROKEN_RUN_SECONDS, "--seed", str(FIXED_SEED), "--recover-every", "1",
         "--faults", "pause-writer", env=broken,
     )
     summary = outcome.summary
@@ -48,3 +50,17 @@ def test_a_bookie_that_ignores_fencing_is_caught(tmp_path: Path) -> None:
     kinds = {v["kind"] for v in summary["violations"]}
     assert {"acked-after-fence", "truncated"} <= kinds
     assert summary["histories"], "a violation comes with the history around it"
+
+
+def test_a_bookie_that_acknowledges_without_journaling_is_caught(tmp_path: Path) -> None:
+    # Every bookie answers adds without journaling them; kill -9 of every bookie at once then
+    # loses acknowledged entries (a sound bookie loses none: kill-all-bookies destroys no disk).
+    broken = {BREAK_ENV: SKIP_JOURNAL, CONFIRM_ENV: CONFIRMATION}
+    outcome = run_verify(
+        tmp_path / "run", "--time", BROKEN_RUN_SECONDS, "--seed", str(FIXED_SEED),
+        "--faults", "kill-all-bookies", "--rate", "300", env=broken,
+    )
+    summary = outcome.summary
+    assert outcome.returncode == 1, outcome.stderr[-3000:]
+    assert summary["faults_by_kind"].get("kill-all-bookies", 0) >= 1
+    assert summary["lost"] + summary["truncated"] > 0, summary["violations"]

@@ -8,7 +8,9 @@ The rule on losses: no fault here destroys data. ``kill -9`` and SIGSTOP leave a
 it was (what it acknowledged was fsynced), a full disk is emptied again, so the number of
 *permanent* losses is always 0, within the Qa - 1 that any ledger (Qa >= 1) survives. For
 liveness, at most one bookie is faulty at a time (killed, paused, cut off, slowed, expired or
-full), so a 3-bookie cluster keeps Qw=2 ensembles writable through every fault.
+full), so a 3-bookie cluster keeps Qw=2 ensembles writable through every fault; the one
+exception is ``kill-all-bookies``, every bookie killed at once (no disk lost, so still nothing
+acknowledged may go; only writes wait until they are back).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ BOOKIE_KINDS = (
     "kill-bookie", "pause-bookie", "partition-bookie", "slow-bookie", "expire-bookie-session", "disk-full",
 )
 OTHER_KINDS = ("kill-writer", "pause-writer", "expire-writer-session", "kill-zookeeper")
-ALL_KINDS = BOOKIE_KINDS + OTHER_KINDS
+# Every bookie at once: the one exception to "one faulty bookie at a time". It destroys no disk,
+# so nothing acknowledged may be lost, but nothing is writable until they are back.
+CLUSTER_KINDS = ("kill-all-bookies",)
+ALL_KINDS = BOOKIE_KINDS + OTHER_KINDS + CLUSTER_KINDS
 SESSION_EXPIRY_HOLD_S = SESSION_TIMEOUT_MS / 1000.0 * 1.5 + 1.0
 
 
@@ -70,12 +75,15 @@ class Nemesis:
         chosen: list[tuple[str, str]] = []
         bookie_used = False
         for _ in range(count):
-            kinds = [k for k in self.kinds if not (bookie_used and k in BOOKIE_KINDS)
+            kinds = [k for k in self.kinds if not (bookie_used and k in BOOKIE_KINDS + CLUSTER_KINDS)
                      and k not in (c for c, _ in chosen)]
             if not kinds:
                 break
             kind = self.rng.choice(kinds)
-            if kind in BOOKIE_KINDS:
+            if kind in CLUSTER_KINDS:
+                bookie_used = True
+                target = "bookies"
+            elif kind in BOOKIE_KINDS:
                 bookie_used = True
                 index = 0 if kind == "disk-full" else self.rng.randrange(self.cluster.layout.bookies)
                 target = f"bookie-{index}"
@@ -122,6 +130,7 @@ class Nemesis:
             "disk-full": self._disk_full,
             "kill-writer": self._kill_writer,
             "kill-zookeeper": self._kill_zookeeper,
+            "kill-all-bookies": self._kill_all_bookies,
         }
         await apply[kind](fault)
         fault.end = time.time()
@@ -142,6 +151,17 @@ class Nemesis:
         await asyncio.sleep(hold)
         await self.cluster.restart_bookie(index)
         fault.detail = f"down {hold} s"
+
+    async def _kill_all_bookies(self, fault: Fault) -> None:
+        hold = self._hold(0.5, 3.0)
+        for child in self.cluster.bookies:
+            if child.pid is not None:
+                self.killed_pids.add(child.pid)
+        await asyncio.gather(*(self.cluster.kill9(child) for child in self.cluster.bookies))
+        await asyncio.sleep(hold)
+        for index in range(len(self.cluster.bookies)):
+            await self.cluster.restart_bookie(index)
+        fault.detail = f"all down {hold} s"
 
     async def _pause(self, fault: Fault) -> None:
         hold = self._hold(0.5, 6.0)

@@ -115,9 +115,9 @@ class VerifyRun:
             if cluster is not None:
                 nemesis = Nemesis(cluster, workers, self.rng, o.kinds, o.heal_timeout_s, self.say)
                 self.notes.append(
-                    "faults: at most one bookie faulty at a time; no fault destroys a disk (0 permanent "
-                    "losses, within Qa-1); partitions and slow links by a TCP proxy on each link "
-                    "(no network namespaces)")
+                    "faults: at most one bookie faulty at a time (kill-all-bookies aside); no fault "
+                    "destroys a disk (0 permanent losses, within Qa-1); partitions and slow links by a "
+                    "TCP proxy on each link (no network namespaces)")
             await self._rounds(nemesis, workers, collector)
             await workers.stop_all(WORKER_STOP_GRACE_S)
             self._check_workers_exit(workers)
