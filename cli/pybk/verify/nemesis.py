@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from pybk.localcluster.child import ChildProcess
 from pybk.verify.cluster import SESSION_TIMEOUT_MS, FaultyCluster
 from pybk.verify.workers import Workers
 
@@ -136,7 +137,7 @@ class Nemesis:
         fault.end = time.time()
         return fault
 
-    def _process(self, name: str):  # type: ignore[no-untyped-def]
+    def _process(self, name: str) -> ChildProcess:
         if name.startswith("bookie-"):
             return self.cluster.bookies[int(name.split("-")[1])]
         return self.workers.processes[name]
