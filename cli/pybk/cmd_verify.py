@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import random
 import shutil
@@ -89,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
         parser.error(f"--faults: unknown kind(s) {', '.join(unknown)}; known: {', '.join(ALL_KINDS)}")
     if (args.rounds is not None and args.rounds < 1) or (args.time is not None and args.time <= 0):
         parser.error("--rounds and --time must be positive")
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        # Said before the run, not after it.
+        print("pybk verify: error: --plot needs matplotlib: pip install 'bookkeeper-python[verify]'",
+              file=sys.stderr)
+        return EXIT_USAGE
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     print(f"pybk verify: seed {seed}", file=sys.stderr, flush=True)
     temporary = args.data_dir is None
