@@ -6,9 +6,8 @@ the bookie's add port when it has one (``add_port_call``) or else over gRPC, the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -17,21 +16,30 @@ from bkproto.errors import BKError, ClientClosedError, error_for_status
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 from .add_port_call import AddPortCall, AddPortOutage
-from .add_stream import AddCallback, AddListener, AddRequestEncoder, AddStream, CallbackListener
+from .add_stream import AddRequestEncoder, AddStream, CallbackListener
 from .read_stream import ReadStream
 from .rpc_errors import translate_rpc_error
+from .tls import ClientSecurity
+from .transport import (
+    AddCallback,
+    AddListener,
+    BookieAddress,
+    BookieConnector,
+    DiskInfo,
+    ReadResult,
+    StrideResult,
+)
 
 __all__ = [
     "AddCallback",
     "AddListener",
     "AddRequestEncoder",
-    "AddressResolver",
-    "BookieAddress",
     "BookieClient",
     "BookieClientOptions",
-    "BookieClientPool",
+    "DiskInfo",
     "ReadResult",
     "StrideResult",
+    "grpc_connector",
 ]
 
 EOK = bookie_pb2.EOK
@@ -39,19 +47,6 @@ ENOENTRY = bookie_pb2.ENOENTRY
 MiB = 1024 * 1024
 # Room for a 5 MiB entry plus framing; BookKeeper's nettyMaxFrameSizeBytes is 5 MiB.
 MAX_MESSAGE_BYTES = 16 * MiB
-
-
-class ReadResult(NamedTuple):
-    body: bytes
-    max_lac: int
-
-
-class StrideResult(NamedTuple):
-    """A stride poll's answer: entries first, first + stride, ... (none when it timed out or the
-    bookie does not hold ``first``) and the bookie's LAC."""
-
-    bodies: list[bytes]
-    max_lac: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +58,13 @@ class BookieClientOptions:
     max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
     use_add_port: bool = True  # adds over the bookie's add port when it has one (else gRPC)
+    security: ClientSecurity | None = None  # TLS and credentials for every connection (None: plaintext)
 
 
 class BookieClient:
-    """The client side of one bookie. Create and use it on the event loop that will run it."""
+    """The client side of one bookie over gRPC and its add port: the production
+    :class:`bkclient.transport.BookieConnection`. Create and use it on the event loop that will
+    run it."""
 
     def __init__(
         self,
@@ -80,9 +78,11 @@ class BookieClient:
         self.address = address
         self.add_address = add_address
         self.options = options or BookieClientOptions()
-        self._channel = grpc.aio.insecure_channel(
+        security = self.options.security
+        self._channel = _channel(
             address,
-            options=[
+            security,
+            [
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 # Reconnect quickly after a bookie restarts; gRPC's default backoff reaches 120 s.
@@ -164,7 +164,10 @@ class BookieClient:
     def _open_stream(self) -> AddStream:
         call: Any
         if self.add_address is not None and self.options.use_add_port:
-            call = AddPortCall(self.bookie_id, self.add_address, self._add_entries, self._add_port_outage)
+            call = AddPortCall(
+                self.bookie_id, self.add_address, self._add_entries, self._add_port_outage,
+                self.options.security,
+            )
         else:
             call = self._add_entries()
         self._stream = AddStream(self.bookie_id, self.options, call, self._stream_failed)
@@ -305,13 +308,13 @@ class BookieClient:
         """Returns once everything this bookie acknowledged for the ledger is durable."""
         await self._unary(self._stub.ForceLedger, bookie_pb2.ForceLedgerRequest(ledger_id=ledger_id), timeout)
 
-    async def get_bookie_info(self, *, timeout: float | None = None) -> tuple[int, int]:  # noqa: ASYNC109 - the gRPC deadline
-        """(total disk capacity, free disk space) in bytes."""
+    async def get_bookie_info(self, *, timeout: float | None = None) -> DiskInfo:  # noqa: ASYNC109 - the gRPC deadline
+        """The bookie's total disk capacity and free disk space."""
         request = bookie_pb2.GetBookieInfoRequest(
             requested=bookie_pb2.TOTAL_DISK_CAPACITY | bookie_pb2.FREE_DISK_SPACE
         )
         response = await self._unary(self._stub.GetBookieInfo, request, timeout)
-        return (response.total_disk_capacity, response.free_disk_space)
+        return DiskInfo(response.total_disk_capacity, response.free_disk_space)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -335,54 +338,19 @@ class BookieClient:
         await self._channel.close(None)
 
 
-class BookieAddress(NamedTuple):
-    grpc: str  # host:port of the gRPC service
-    add: str | None = None  # host:port of the add port, if the bookie has one
+def _channel(
+    address: str, security: ClientSecurity | None, options: list[tuple[str, Any]]
+) -> grpc.aio.Channel:
+    if security is None or not security.tls:
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, security.grpc_credentials(), options=options)
 
 
-# Resolves a bookie id to its addresses; ``None`` when the id is not registered.
-AddressResolver = Callable[[str], BookieAddress | None]
+def grpc_connector(options: BookieClientOptions | None = None) -> BookieConnector:
+    """Opens :class:`BookieClient` connections (gRPC, and the add port when the bookie has one)."""
 
+    def connect(bookie_id: str, address: BookieAddress) -> BookieClient:
+        return BookieClient(bookie_id, address.grpc, options, address.add)
 
-class BookieClientPool:
-    """One :class:`BookieClient` per bookie id, created on first use.
+    return connect
 
-    Ids resolve through ``resolver`` (the registration's service info); an id that does not resolve
-    is used as ``host:port`` itself, BookKeeper's default bookie id. A client whose resolved address
-    changed (bookie restarted elsewhere) is replaced."""
-
-    def __init__(
-        self, resolver: AddressResolver | None = None, options: BookieClientOptions | None = None
-    ) -> None:
-        self._resolver = resolver
-        self._options = options or BookieClientOptions()
-        self._clients: dict[str, BookieClient] = {}
-        self._retired: list[BookieClient] = []
-        self._closed = False
-
-    def address_of(self, bookie_id: str) -> BookieAddress:
-        address = self._resolver(bookie_id) if self._resolver is not None else None
-        return address or BookieAddress(bookie_id)
-
-    def get(self, bookie_id: str) -> BookieClient:
-        if self._closed:
-            raise ClientClosedError("bookie client pool is closed")
-        client = self._clients.get(bookie_id)
-        if client is not None and not client.closed:
-            if self._resolver is None:
-                return client
-            address = self._resolver(bookie_id)
-            if address is None or address == BookieAddress(client.address, client.add_address):
-                return client
-            self._retired.append(client)  # closed at pool close: its calls may still be running
-        address = self.address_of(bookie_id)
-        client = BookieClient(bookie_id, address.grpc, self._options, address.add)
-        self._clients[bookie_id] = client
-        return client
-
-    async def close(self) -> None:
-        self._closed = True
-        clients = [*self._clients.values(), *self._retired]
-        self._clients.clear()
-        self._retired.clear()
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

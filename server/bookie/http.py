@@ -10,14 +10,26 @@ also gives ``GET /api/v1/bookie/is_ready`` (200 once the bookie serves and is re
 before and while it shuts down: a readiness probe) and ``GET /api/v1/bookie/info`` (free and
 total bytes of the ledger directories' disks).
 
+With TLS (``bookie.security``) it speaks HTTPS, the handshake done on the request's own thread;
+with authentication on, every request needs an identity (client certificate, or ``Authorization:
+Bearer <token>``; 401 otherwise) and the state-changing ``PUT`` calls the admin right (403).
+
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
+Threads are bounded: at most ``httpServerMaxConnections`` requests are served at once, a quarter
+of them from one IP address, and a connection beyond that gets a 503 at once, from the accepting
+thread, without a thread of its own. A client
+must send its whole request within ``request_timeout_s`` (a client dribbling a byte at a time is
+cut off, not waited for), and every socket operation times out as well.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +37,10 @@ from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from bkproto import security as wire
 from bookie.api import DiskInfo, JournalMark
+from bookie.limits import ConnectionCounter, LimitStats, ListenerLimits, peer_host
+from bookie.security import BookieSecurity, Right
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +70,19 @@ class StateControl(Protocol):
     def set_manual_threadsafe(self, read_only: bool, timeout_s: float = 5.0) -> bool: ...
 
 
+LISTENER = "http"  # the ``listener`` label of the limit metrics
+_BUSY_TEXT = b"too many admin requests at once\n"
+_BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(_BUSY_TEXT), _BUSY_TEXT
+)
+
+
 class _AdminServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64
     registry: CollectorRegistry
+    limit_stats: LimitStats | None = None
+    request_timeout_s = 10.0
     # ``pybk shell lastmark``: reads immutable LogMarks (the flush replaces them whole), safe
     # from this thread.
     last_log_marks: Callable[[], Sequence[JournalMark]] | None = None
@@ -65,14 +90,100 @@ class _AdminServer(ThreadingHTTPServer):
     state: StateControl | None = None
     readiness: Callable[[], str | None] | None = None  # why the bookie is not ready (None: it is)
     disk_info: Callable[[], DiskInfo] | None = None
+    security: BookieSecurity | None = None
+
+    def limit_hit(self, limit: str) -> None:
+        if self.limit_stats is not None:
+            self.limit_stats.hit(LISTENER, limit)
+
+    def setup_limits(self, limits: ListenerLimits, limit_stats: LimitStats | None) -> None:
+        self.limit_stats = limit_stats
+        self.request_timeout_s = limits.http_request_timeout_s
+        self._connections = ConnectionCounter(
+            limits.http_max_connections, max(1, limits.http_max_connections // 4)
+        )
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve in a thread of its own if there is room, else answer 503 from this thread."""
+        host = peer_host(client_address)
+        with self._connections_lock:
+            refused = self._connections.admit(host)
+        if refused is not None:
+            self.limit_hit(refused)
+            try:
+                request.setblocking(False)  # the accepting thread must never wait on a client
+                request.send(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release(host)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(peer_host(client_address))
+
+    def _release(self, host: str) -> None:
+        with self._connections_lock:
+            self._connections.release(host)
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
     server: _AdminServer
-    timeout = 10  # seconds a client may take to send its request: a stalled one frees its thread
+    timeout = 10  # seconds any one socket operation may take: a stalled client frees its thread
+
+    def setup(self) -> None:
+        super().setup()
+        # Cut a client that has not sent its whole request in time, however it trickles it in.
+        self._deadline = threading.Timer(self.server.request_timeout_s, self._cut_off)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
+
+    def _cut_off(self) -> None:
+        self.server.limit_hit("request_timeout")
+        log.debug("http: cutting off %s: no whole request within %g s", self.client_address,
+                  self.server.request_timeout_s)
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def handle(self) -> None:
+        if isinstance(self.connection, ssl.SSLSocket):
+            try:
+                self.connection.do_handshake()  # here, not in the accepting thread: a slow peer
+            except (OSError, ssl.SSLError) as exc:  # holds only its own thread
+                log.debug("http %s: TLS handshake failed: %s", self.client_address[0], exc)
+                return
+        super().handle()
+
+    def _allowed(self, right: Right) -> bool:
+        """Whether the caller may go on; otherwise the refusal is sent (401 or 403, EUA)."""
+        security = self.server.security
+        if security is None or not security.guard.required:
+            return True
+        peercert = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+        token = wire.token_from_header(self.headers.get("Authorization"))
+        identity = security.guard.identify(wire.common_name(peercert), token)
+        why = security.guard.refusal("http", identity, right)
+        if why is None:
+            return True
+        self._json(401 if identity is None else 403, {"error": f"EUA: {why}"})
+        return False
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        if not self._allowed(Right.READ):
+            return
         if path == "/heartbeat":
             self._reply(200, b"OK\n", "text/plain; charset=utf-8")
         elif path == "/metrics":
@@ -108,6 +219,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:
         path = self.path.split("?", 1)[0]
+        if not self._allowed(Right.ADMIN):
+            return
         if path == "/api/v1/bookie/gc" and self.server.gc is not None:
             try:
                 flags = _gc_flags(self._body())
@@ -154,6 +267,7 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
         self._reply(code, json.dumps(value).encode(), "application/json")
 
     def _reply(self, code: int, body: bytes, content_type: str) -> None:
+        self._deadline.cancel()  # the request is in; the reply has the socket timeout only
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -235,9 +349,16 @@ class BookieHttpServer:
         state: StateControl | None = None,
         readiness: Callable[[], str | None] | None = None,
         disk_info: Callable[[], DiskInfo] | None = None,
+        security: BookieSecurity | None = None,
+        limits: ListenerLimits | None = None,
+        limit_stats: LimitStats | None = None,
     ) -> None:
         """``readiness`` says why the bookie is not ready, or None when it is; ``disk_info``
-        gives the space for ``/api/v1/bookie/info``."""
+        gives the space for ``/api/v1/bookie/info``; ``security`` TLS and who may call;
+        ``limit_stats`` counts refused and cut-off connections."""
+        self._security = security
+        self._limits = limits or ListenerLimits()
+        self._limit_stats = limit_stats
         self._last_log_marks = last_log_marks
         self._readiness = readiness
         self._disk_info = disk_info
@@ -253,12 +374,18 @@ class BookieHttpServer:
     def start(self) -> int:
         """Bind and serve in a daemon thread; returns the bound port."""
         server = _AdminServer((self._bind_address, self._requested_port), _AdminRequestHandler)
+        server.setup_limits(self._limits, self._limit_stats)
         server.registry = self._registry
         server.last_log_marks = self._last_log_marks
         server.gc = self._gc
         server.state = self._state
         server.readiness = self._readiness
         server.disk_info = self._disk_info
+        server.security = self._security
+        if self._security is not None and self._security.ssl_context is not None:
+            server.socket = self._security.ssl_context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)
