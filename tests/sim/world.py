@@ -1,0 +1,207 @@
+"""The simulated cluster: seed tree, swarm parameters, network, ZooKeeper, bookies and clients.
+
+Every random choice of a run comes from :class:`SeedTree`: one ``random.Random`` per named part,
+derived from the master seed with SHA-256 (never Python's per-process string hash), so adding a
+draw in one part does not shift the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+from bkclient.bookie_client import BookieClientOptions
+from bkclient.bookkeeper import BookKeeper
+from bkclient.config import ClientConfig
+from bkclient.context import ClientContext
+from bkclient.placement import RandomPlacement
+from bkmeta.registration import BookieServiceInfo
+
+from .bookie_node import BookieNode
+from .client_conn import SimBookieClientPool
+from .disk import DiskFaults, SimDisk
+from .loop import SimLoop
+from .network import Network
+from .trace import Trace
+from .zk import SimMetadata, SimZooKeeper
+
+EPOCH_S = 1_767_225_600.0  # the simulated wall clock starts at 2026-01-01T00:00:00Z
+
+
+class SeedTree:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def child(self, name: str) -> random.Random:
+        digest = hashlib.sha256(f"{self.seed}/{name}".encode()).digest()
+        return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+@dataclass(frozen=True)
+class Swarm:
+    """The run's parameters, all drawn from the seed and printed with a failure (TigerBeetle's swarm)."""
+
+    bookies: int
+    quorums: tuple[tuple[int, int, int], ...]  # (E, Qw, Qa) choices for new ledgers
+    fsync_ms: float
+    fsync_spike_probability: float
+    add_timeout_s: float
+    read_timeout_s: float
+    batch_interval_s: float
+    fault_weight: float  # share of steps that inject a fault
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Swarm:
+        bookies = rng.randint(3, 6)
+        quorums = []
+        for _ in range(3):
+            e = rng.randint(2, min(bookies, 5))
+            qw = rng.randint(2, e)
+            qa = rng.randint(1, qw)
+            quorums.append((e, qw, qa))
+        return cls(
+            bookies=bookies,
+            quorums=tuple(quorums),
+            fsync_ms=rng.choice((0.2, 1.0, 5.0)),
+            fsync_spike_probability=rng.choice((0.0, 0.01, 0.1)),
+            add_timeout_s=rng.choice((1.0, 2.0, 5.0)),
+            read_timeout_s=rng.choice((1.0, 2.0, 5.0)),
+            batch_interval_s=rng.choice((0.0, 0.003)),
+            fault_weight=rng.choice((0.05, 0.15, 0.3)),
+        )
+
+    def describe(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in asdict(self).items())
+
+
+@dataclass
+class Broken:
+    """Test-only switches that plant a known bug (the checkers must catch each)."""
+
+    ack_qa_minus_1: bool = False  # the writer completes an add at Qa-1 acks
+    skip_fence_check: bool = False  # bookies accept ordinary adds on a fenced ledger
+    recover_without_coverage: bool = False  # one NoSuchEntry answer ends recovery
+    ack_before_fsync: bool = False  # bookies acknowledge before the journal fsync
+
+    @classmethod
+    def named(cls, name: str) -> Broken:
+        if not name:
+            return cls()
+        if name not in cls.__dataclass_fields__:
+            raise ValueError(f"unknown broken variant {name!r}; known: {', '.join(cls.__dataclass_fields__)}")
+        return cls(**{name: True})
+
+
+@dataclass
+class World:
+    seeds: SeedTree
+    loop: SimLoop
+    trace: Trace
+    swarm: Swarm
+    broken: Broken
+    network: Network = field(init=False)
+    zk: SimZooKeeper = field(init=False)
+    bookies: dict[str, BookieNode] = field(default_factory=dict)
+    sessions: dict[str, int] = field(default_factory=dict)
+    clock_offset_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.network = Network(self.loop, self.seeds.child("network"), self.trace)
+        self.zk = SimZooKeeper(self.network, self.trace)
+        for i in range(self.swarm.bookies):
+            bookie_id = f"b{i}"
+            faults = DiskFaults(
+                fsync_ms=self.swarm.fsync_ms, spike_probability=self.swarm.fsync_spike_probability
+            )
+            disk = SimDisk(bookie_id, self.seeds.child(f"disk/{bookie_id}"), self.trace, faults)
+            disk.ack_before_fsync = self.broken.ack_before_fsync
+            node = BookieNode(bookie_id, self.network, disk, self.trace)
+            node.skip_fence_check = self.broken.skip_fence_check
+            self.bookies[bookie_id] = node
+
+    # -- bookies -------------------------------------------------------------------------------
+
+    async def start_bookie(self, bookie_id: str) -> None:
+        node = self.bookies[bookie_id]
+        await node.start()
+        session = self.zk.new_session()
+        self.sessions[bookie_id] = session
+        self.zk.register(session, BookieServiceInfo(bookie_id, bookie_id, 3181))
+
+    def crash_bookie(self, bookie_id: str, host_down: bool) -> None:
+        node = self.bookies[bookie_id]
+        if not node.up:
+            return
+        node.crash(host_down)
+        session = self.sessions.pop(bookie_id, None)
+        if session is not None:  # its ephemeral stays until the session times out
+            self.zk.expire_later(session, f"{bookie_id} stopped heartbeating")
+
+    def expire_bookie_session(self, bookie_id: str) -> None:
+        """Session expiry of a live bookie: it re-registers, as BookieRegistration does."""
+        session = self.sessions.get(bookie_id)
+        if session is None:
+            return
+        self.zk.expire(session, "nemesis")
+        node = self.bookies[bookie_id]
+
+        def reregister() -> None:
+            if node.up and self.sessions.get(bookie_id) == session:
+                fresh = self.zk.new_session()
+                self.sessions[bookie_id] = fresh
+                self.zk.register(fresh, BookieServiceInfo(bookie_id, bookie_id, 3181))
+
+        self.loop.call_later(0.5, reregister)
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def client(self, name: str) -> BookKeeper:
+        swarm = self.swarm
+        config = ClientConfig(
+            add_entry_timeout_s=swarm.add_timeout_s,
+            read_entry_timeout_s=swarm.read_timeout_s,
+            speculative_read_timeout_s=swarm.read_timeout_s / 2,
+            long_poll_timeout_s=2.0,
+            bookie_min_batch_interval_s=swarm.batch_interval_s,
+            bookie_use_add_port=False,
+        )
+        options = BookieClientOptions(
+            max_inflight_messages=config.bookie_max_inflight_messages,
+            min_batch_interval_s=config.bookie_min_batch_interval_s,
+            max_batch_bytes=config.bookie_max_batch_bytes,
+            default_timeout_s=config.read_entry_timeout_s,
+            use_add_port=False,
+        )
+        pool = SimBookieClientPool(self.network, name, self.bookies.get, options)
+        metadata = SimMetadata(self.zk, name)
+        placement = RandomPlacement(self.seeds.child(f"placement/{name}"))
+        ctx = ClientContext(metadata, pool, config, placement, self.loop)  # type: ignore[arg-type]
+        return BookKeeper(ctx)
+
+    # -- wall clock ----------------------------------------------------------------------------
+
+    def wall_time(self) -> float:
+        return EPOCH_S + self.loop.time() + self.clock_offset_s
+
+    @contextmanager
+    def wall_clock(self) -> Iterator[None]:
+        """``time.time`` follows virtual time (plus clock jumps) while the run lasts. The loop
+        itself uses ``time.monotonic``, which is left alone (patching it hangs asyncio.sleep)."""
+        real = time.time
+        time.time = self.wall_time
+        try:
+            yield
+        finally:
+            time.time = real
+
+
+def new_loop() -> SimLoop:
+    return SimLoop()
+
+
+_ = asyncio
