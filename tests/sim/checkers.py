@@ -8,13 +8,15 @@
 * ``no_ack_after_fence``: an add invoked after a recovery of its ledger completed (the ledger was
   fenced by then) is never acknowledged.
 * ``lac_monotonic``: the LACs one tailing reader observes never go backwards.
+* ``lost_bookie_rereplicated``: after a bookie is lost for good, re-replication (run again once
+  every other fault healed) succeeds and no ledger names the lost bookie any more.
 * ``liveness``: once faults healed, every operation ends within the bound (virtual time).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .trace import HistoryOp
 
@@ -39,6 +41,8 @@ class Final:
     unreadable: dict[int, str]  # ledger -> why the final recovery/read failed
     deleted: set[int]
     stuck: list[str]  # operations / tasks still running past the liveness bound
+    rereplicated: bool | None = None  # the final re-replication of lost bookies succeeded (None: none lost)
+    still_naming_lost: list[int] = field(default_factory=list)  # ledgers naming a lost bookie after it
 
 
 def _acked(history: Sequence[HistoryOp]) -> list[HistoryOp]:
@@ -182,6 +186,18 @@ def lac_monotonic(history: Sequence[HistoryOp], final: Final) -> list[Violation]
     return out
 
 
+def lost_bookie_rereplicated(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
+    if final.rereplicated is None:
+        return []
+    if not final.rereplicated:
+        why = [h.value for h in history if h.process == "admin-final" and h.kind == "fail"]
+        return [Violation("lost_bookie_rereplicated", f"re-replication of the lost bookie failed: {why}")]
+    return [
+        Violation("lost_bookie_rereplicated", f"L{lid} still names a lost bookie after re-replication", lid)
+        for lid in final.still_naming_lost
+    ]
+
+
 def liveness(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
     return [Violation("liveness", f"still running after faults healed: {what}") for what in final.stuck]
 
@@ -194,6 +210,7 @@ CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
         single_value_per_entry,
         no_ack_after_fence,
         lac_monotonic,
+        lost_bookie_rereplicated,
         liveness,
     )
 }

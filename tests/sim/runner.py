@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkclient.ops import recovery as recovery_module
+from bkmeta.serde import deserialize
 from bkproto.errors import BKError
 
 from .checkers import Final, Violation, check
 from .loop import SimLoop
 from .network import LinkProfile
 from .trace import Trace
-from .workload import Process, Reader, Writer, garbage_collect, pick
+from .workload import Admin, Process, Reader, Writer, garbage_collect, pick
 from .world import Broken, SeedTree, Swarm, World
 from .zk import ZK
 
@@ -88,6 +89,7 @@ class Simulation:
         nemesis = self.seeds.child("nemesis")
         self.writers: list[Writer] = [Writer(world, f"w{i}") for i in range(rng.randint(1, 3))]
         self.readers: list[Reader] = [Reader(world, f"r{i}") for i in range(2)]
+        self.admin = Admin(world, "admin")
         self.restarts = 0
         for writer in self.writers:
             writer.spawn(writer.create(), "create")
@@ -105,8 +107,8 @@ class Simulation:
         writers = [w for w in self.writers if w.alive]
         readers = self.readers
         choice = rng.choices(
-            ("append", "create", "close", "recover", "tail", "delete", "gc", "crash-writer"),
-            weights=(60, 4, 4, 5, 4, 1, 1, 1),
+            ("append", "create", "close", "recover", "tail", "delete", "gc", "crash-writer", "crash-reader"),
+            weights=(60, 4, 4, 5, 4, 1, 1, 1, 1),
         )[0]
         writer: Writer | None = pick(rng, writers)
         if choice == "append" and writer is not None:
@@ -136,6 +138,12 @@ class Simulation:
             replacement.ledgers = writer.ledgers  # its ledgers stay candidates for readers
             self.writers[index] = replacement
             world.loop.create_task(writer.crash())
+        elif choice == "crash-reader":
+            index = rng.randrange(len(self.readers))
+            self.restarts += 1
+            crashed = self.readers[index]
+            self.readers[index] = Reader(world, f"r{index}.{self.restarts}")
+            world.loop.create_task(crashed.crash())
 
     def _fault(self, world: World, rng: Any) -> None:
         loop = world.loop
@@ -152,10 +160,16 @@ class Simulation:
                 "expire",
                 "clock",
                 "fsync-spike",
+                "lose",
             ),
-            weights=(6, 2, 3, 2, 2, 3, 2, 1, 2),
+            weights=(6, 2, 3, 2, 2, 3, 2, 1, 2, 1),
         )[0]
-        if kind == "crash":
+        if kind == "lose":
+            if world.loss_allowed():
+                bookie_id = rng.choice(bookie_ids)
+                world.lose_bookie(bookie_id)
+                self.admin.spawn(self.admin.rereplicate([bookie_id]), "rereplicate")
+        elif kind == "crash":
             bookie_id = rng.choice(bookie_ids)
             world.crash_bookie(bookie_id, host_down=rng.random() < 0.3)
             loop.call_later(rng.uniform(0.1, 8.0), self._restart, world, bookie_id)
@@ -234,16 +248,18 @@ class Simulation:
                 else:
                     await writer.crash()
         stuck: list[str] = []
-        processes: list[Process] = [*self.writers, *self.readers]
+        processes: list[Process] = [*self.writers, *self.readers, self.admin]
         tasks = sorted((t for p in processes for t in p.tasks), key=lambda t: getattr(t, "sim_id", 0))
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=LIVENESS_BOUND_S)
             stuck += sorted(t.get_name() for t in pending)
         for process in processes:
             await process.crash() if process.tasks else await _quiet(process.stop())
+        final = Final({}, {}, {}, set(), stuck)
+        if world.lost:
+            await self._final_rereplication(world, final)
         trace.event("final: reading every ledger")
         checker = Reader(world, "checker")
-        final = Final({}, {}, {}, set(), stuck)
         final.deleted = {h.ledger for h in trace.history if h.f == "delete"}
         for ledger_id in self._ledgers():
             if ledger_id in final.deleted:
@@ -253,6 +269,29 @@ class Simulation:
             except TimeoutError:
                 stuck.append(f"final read of L{ledger_id}")
         return final
+
+    async def _final_rereplication(self, world: World, final: Final) -> None:
+        """Everything else healed: the lost bookies' sessions end, and their data is copied to
+        live bookies until no ledger names them."""
+        lost = sorted(world.lost)
+        for bookie_id in lost:
+            session = world.sessions.pop(bookie_id, None)
+            if session is not None:
+                world.zk.expire(session, f"{bookie_id} is lost")
+        await asyncio.sleep(1.0)  # the watch events reach the clients
+        admin = Admin(world, "admin-final")
+        try:
+            done = await asyncio.wait_for(admin.rereplicate(lost), LIVENESS_BOUND_S)
+        except TimeoutError:
+            final.stuck.append("final re-replication")
+            return
+        final.rereplicated = done
+        final.still_naming_lost = sorted(
+            lid
+            for lid, node in world.zk.ledgers.items()
+            if any(b in lost for seg in deserialize(node.data, lid).segments for b in seg.bookies)
+        )
+        await admin.stop()
 
     async def _final_read(self, checker: Reader, ledger_id: int, final: Final) -> None:
         why = ""

@@ -12,6 +12,7 @@ import contextlib
 import random
 from typing import Any
 
+from bkclient.admin import BookKeeperAdmin
 from bkclient.bookkeeper import BookKeeper
 from bkclient.distribution import RoundRobinDistribution
 from bkclient.write_handle import WriteHandle
@@ -203,6 +204,24 @@ class Reader(Process):
             self.op("info", "delete", ledger_id, value=type(exc).__name__)
             return
         self.op("ok", "delete", ledger_id)
+
+
+class Admin(Process):
+    """Re-replicates the data of lost bookies (``pybk shell recover``'s BookKeeperAdmin)."""
+
+    async def rereplicate(self, lost: list[str]) -> bool:
+        self.op("invoke", "rereplicate", value=lost)
+        try:
+            reports = await BookKeeperAdmin(self.bk).recover_bookies(lost)
+        except BKError as exc:
+            self.op("fail", "rereplicate", value=type(exc).__name__)
+            return False
+        failed = [(r.ledger_id, r.error) for r in reports if not r.ok]
+        if failed:
+            self.op("fail", "rereplicate", value=failed)
+            return False
+        self.op("ok", "rereplicate", value=[r.ledger_id for r in reports])
+        return True
 
 
 async def garbage_collect(world: World) -> None:

@@ -57,7 +57,7 @@ class Swarm:
 
     @classmethod
     def draw(cls, rng: random.Random) -> Swarm:
-        bookies = rng.randint(3, 6)
+        bookies = rng.randint(3, 7)
         quorums = []
         for _ in range(3):
             e = rng.randint(2, min(bookies, 5))
@@ -109,12 +109,13 @@ class World:
     bookies: dict[str, BookieNode] = field(default_factory=dict)
     sessions: dict[str, int] = field(default_factory=dict)
     clock_offset_s: float = 0.0
+    lost: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.network = Network(self.loop, self.seeds.child("network"), self.trace)
         self.zk = SimZooKeeper(self.network, self.trace)
         for i in range(self.swarm.bookies):
-            bookie_id = f"b{i}"
+            bookie_id = f"b{i}:3181"  # host:port, as BookKeeper ids are
             faults = DiskFaults(
                 fsync_ms=self.swarm.fsync_ms, spike_probability=self.swarm.fsync_spike_probability
             )
@@ -128,6 +129,8 @@ class World:
 
     async def start_bookie(self, bookie_id: str) -> None:
         node = self.bookies[bookie_id]
+        if bookie_id in self.lost or node.up:
+            return
         await node.start()
         session = self.zk.new_session()
         self.sessions[bookie_id] = session
@@ -141,6 +144,25 @@ class World:
         session = self.sessions.pop(bookie_id, None)
         if session is not None:  # its ephemeral stays until the session times out
             self.zk.expire_later(session, f"{bookie_id} stopped heartbeating")
+
+    def lose_bookie(self, bookie_id: str) -> None:
+        """Permanent loss (the disk is gone): the bookie crashes and never comes back; its data
+        must be re-replicated from the other replicas."""
+        self.crash_bookie(bookie_id, host_down=True)
+        self.lost.add(bookie_id)
+        node = self.bookies[bookie_id]
+        node.disk = SimDisk(
+            bookie_id, self.seeds.child(f"disk/{bookie_id}/new"), self.trace, node.disk.faults
+        )
+        self.trace.event(f"bookie {bookie_id} lost for good (its disk is gone)")
+
+    def loss_allowed(self) -> bool:
+        """One bookie may be lost when every ledger keeps a copy of each acknowledged entry
+        elsewhere (Qa >= 2) and a spare bookie remains for every ensemble."""
+        if self.lost:
+            return False
+        live = sum(1 for b in self.bookies if b not in self.lost)
+        return all(qa >= 2 and e + 2 <= live for e, _, qa in self.swarm.quorums)
 
     def expire_bookie_session(self, bookie_id: str) -> None:
         """Session expiry of a live bookie: it re-registers, as BookieRegistration does."""
