@@ -1,10 +1,17 @@
-"""Failure output: the seed, the swarm, the violations, a minimal trace and the replay command."""
+"""Failure output: the seed, the swarm, the violations, a minimal trace and the replay command.
+
+The minimal trace comes from the shortest failing run (``run --shrink`` bisects the step count)
+and keeps what explains the violation: every fault, restart and metadata-level operation, the
+operations on the violated ledgers (runs of adds collapsed to one line), and the reads of the
+violated entries only.
+"""
 
 from __future__ import annotations
 
 from .runner import RunResult
+from .trace import HistoryOp
 
-TRACE_LINES = 80
+TRACE_LINES = 100
 
 
 def replay_command(result: RunResult) -> str:
@@ -12,18 +19,58 @@ def replay_command(result: RunResult) -> str:
     return f"PYTHONHASHSEED=0 python -m tests.sim run --seed {result.seed} --steps {result.steps}{broken}"
 
 
+def _relevant(op: HistoryOp, ledgers: set[int], entries: set[tuple[int, int]]) -> bool:
+    if op.ledger >= 0 and op.ledger not in ledgers:
+        return False
+    if op.f == "read-entry":
+        return (op.ledger, op.entry) in entries
+    return not (op.f == "lac" and op.kind == "ok" and not entries and ledgers)
+
+
 def minimal_trace(result: RunResult) -> list[str]:
-    """The events that concern the violated ledgers, plus every fault and restart (events that
-    name no ledger), the last ``TRACE_LINES`` of them."""
     ledgers = {v.ledger for v in result.violations if v.ledger >= 0}
-    marks = tuple(f" L{lid} " for lid in ledgers) + tuple(f" L{lid}\n" for lid in ledgers)
-    lines = []
+    entries = {(v.ledger, v.entry) for v in result.violations if v.entry >= 0}
+    ops = {str(op): op for op in result.trace.history}
+    lines: list[str] = []
+    run: list[HistoryOp] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            lines.append(str(run[0]))
+        elif run:
+            first, last = run[0], run[-1]
+            lines.append(f"{first} .. e{last.entry} ({len(run)} {first.kind} {first.f})")
+        run.clear()
+
     for line in result.trace.events:
-        padded = line + "\n"
-        names_ledger = " L" in line and any(ch.isdigit() for ch in line.split(" L", 1)[1][:1])
-        if not names_ledger or any(m in padded for m in marks):
+        op = ops.get(line)
+        if op is None:
+            flush()
+            if "channel closed" not in line:
+                lines.append(line)
+            continue
+        if not _relevant(op, ledgers, entries):
+            continue
+        if (
+            op.f == "add"
+            and run
+            and (run[0].process, run[0].kind, run[0].ledger) == (op.process, op.kind, op.ledger)
+        ):
+            run.append(op)
+            continue
+        flush()
+        if op.f == "add":
+            run.append(op)
+        else:
             lines.append(line)
-    return lines[-TRACE_LINES:]
+    flush()
+    if len(lines) > TRACE_LINES:
+        lines = [
+            *lines[:10],
+            f"... {len(lines) - TRACE_LINES} lines left out ...",
+            *lines[-(TRACE_LINES - 10) :],
+        ]
+    return lines
 
 
 def failure_report(result: RunResult) -> str:

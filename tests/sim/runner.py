@@ -340,7 +340,6 @@ def run_seed(seed: int, steps: int, broken: str = "") -> RunResult:
     if not os.environ.get("SIM_LOG"):
         logging.disable(logging.CRITICAL)
     gc_was_enabled = gc.isenabled()
-    gc.collect()
     gc.disable()  # finalizers at arbitrary points would make runs differ
     try:
         with _broken_client(sim.broken), asyncio.Runner(loop_factory=SimLoop) as runner:

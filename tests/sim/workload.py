@@ -109,12 +109,13 @@ class Writer(Process):
     def _add_done(self, ledger_id: int, entry_id: int, payload: bytes) -> Any:
         def done(future: asyncio.Future[int]) -> None:
             self._inflight.pop((ledger_id, entry_id), None)
+            error = None if future.cancelled() else future.exception()  # retrieved even after a crash
             if not self.alive:
                 return
             if future.cancelled():
                 self.op("info", "add", ledger_id, entry_id, payload)
-            elif future.exception() is not None:
-                self.op("fail", "add", ledger_id, entry_id, type(future.exception()).__name__)
+            elif error is not None:
+                self.op("fail", "add", ledger_id, entry_id, type(error).__name__)
             else:
                 self.op("ok", "add", ledger_id, future.result(), payload)
 
