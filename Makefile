@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint unit integration sim install proto clean
+.PHONY: run test test-compose lint unit integration sim install proto clean
 
 install: $(STAMP)
 
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required" if sys.version_info < (3, 11) else 0)'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[server,spark,dev]'
 	touch $(STAMP)
 
 # Starts a local cluster (real ZooKeeper + 3 bookies) in the foreground until Ctrl-C.
@@ -43,6 +43,10 @@ sim: $(STAMP)
 	$(PY) -m tests.sim campaign --seeds 1..300
 
 test: lint unit integration
+
+# deploy/docker-compose.yml for real, against a Docker engine the script starts or installs.
+test-compose: $(STAMP)
+	PY=$(PY) scripts/test_compose.sh
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py

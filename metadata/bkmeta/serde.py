@@ -4,9 +4,18 @@ Format v3 (what we write)::
 
     b"BookieMetadataFormatVersion\\t3\\n" + varint(len(msg)) + LedgerMetadataFormat   # writeDelimitedTo
 
-Format v2 (read only): the same header with ``2`` followed by the protobuf TextFormat of
-``LedgerMetadataFormat``. As in Java, ``lastEntryId`` is stored only for closed ledgers, the write
-quorum goes in field 1 (``quorumSize``) and custom metadata is a repeated key/value message.
+As in Java, ``lastEntryId`` is always written (-1 while the ledger is open), the write quorum goes
+in field 1 (``quorumSize``) and custom metadata is a repeated key/value message.
+
+Older formats are read, never written (a ledger's metadata changed by pybookkeeper is stored as
+v3, which BookKeeper reads since 4.9):
+
+- v2 (BookKeeper 4.2-4.8): the same header with ``2``, then the protobuf TextFormat of
+  ``LedgerMetadataFormat``.
+- v1 (BookKeeper 4.0-4.1): the header with ``1``, then lines: write quorum, ensemble size, length,
+  one ``firstEntryId<TAB>bookie<TAB>bookie...`` line per segment, and for a closed ledger a last
+  line ``lastEntryId<TAB>CLOSED`` (``-102<TAB>CLOSED`` meant IN_RECOVERY). Qa is Qw, there is no
+  password, and the digest is CRC32.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ from bkproto.v1 import metadata_pb2
 
 VERSION_KEY = b"BookieMetadataFormatVersion\t"
 CURRENT_VERSION = 3
+_V1_CLOSED_TAG = "CLOSED"
+_V1_IN_RECOVERY_ENTRY_ID = -102
 
 _Format = metadata_pb2.LedgerMetadataFormat
 
@@ -73,8 +84,7 @@ def to_proto(md: LedgerMetadata) -> metadata_pb2.LedgerMetadataFormat:
         ctime=md.ctime,
         cToken=md.c_token,
     )
-    if md.is_closed:
-        msg.lastEntryId = md.last_entry_id
+    msg.lastEntryId = md.last_entry_id  # Java always writes it; an open ledger's is -1
     for seg in md.segments:
         msg.segment.add(ensembleMember=list(seg.bookies), firstEntryId=seg.first_entry_id)
     for key in sorted(md.custom_metadata):
@@ -123,6 +133,8 @@ def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = No
             msg.ParseFromString(rest[pos : pos + size])
         elif version == 2:
             text_format.Parse(rest.decode("utf-8"), msg)
+        elif version == 1:
+            msg = _parse_v1(rest.decode("utf-8"))
         else:
             raise ValueError(f"unsupported metadata format version {version}")
         return from_proto(msg)
@@ -132,3 +144,34 @@ def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = No
         raise
     except Exception as e:  # validation errors from the model, unknown enum values, ...
         raise CorruptLedgerMetadataError(f"corrupt metadata for {where}: {type(e).__name__}: {e}") from e
+
+
+def _parse_v1(text: str) -> metadata_pb2.LedgerMetadataFormat:
+    """BookKeeper 4.0-4.1's line format, as Java's ``parseVersion1Config`` reads it."""
+    lines = text.split("\n")
+    if len(lines) < 3:
+        raise ValueError(f"v1 metadata has {len(lines)} lines, expected at least 3")
+    write_quorum, ensemble_size, length = int(lines[0]), int(lines[1]), int(lines[2])
+    msg = _Format(
+        quorumSize=write_quorum,
+        ensembleSize=ensemble_size,
+        length=0,
+        state="OPEN",
+        digestType="CRC32",
+        ackQuorumSize=write_quorum,
+    )
+    for line in lines[3:]:
+        parts = line.split("\t")
+        if len(parts) < 2:
+            raise ValueError(f"v1 metadata line {line!r} has no tab-separated fields")
+        if parts[1] == _V1_CLOSED_TAG:
+            last = int(parts[0])
+            if last == _V1_IN_RECOVERY_ENTRY_ID:
+                msg.state = _Format.IN_RECOVERY
+            else:
+                msg.state = _Format.CLOSED
+                msg.lastEntryId = last
+                msg.length = length
+            break
+        msg.segment.add(firstEntryId=int(parts[0]), ensembleMember=parts[1:])
+    return msg

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment
@@ -55,7 +57,7 @@ def test_open_ledger_bytes() -> None:
         field_varint(1, 2)  # quorumSize = Qw
         + field_varint(2, 3)  # ensembleSize
         + field_varint(3, 0)  # length
-        # no lastEntryId (4) for a ledger that is not closed
+        + field_varint(4, -1)  # lastEntryId: Java writes it always, -1 while open
         + field_varint(5, 1)  # state OPEN
         + segment(0, [b"a:1", b"b:2", b"c:3"])
         + field_varint(7, 3)  # digestType CRC32C
@@ -85,7 +87,7 @@ def test_closed_ledger_with_segments_bytes() -> None:
         field_varint(1, 2)
         + field_varint(2, 3)
         + field_varint(3, 4096)
-        + field_varint(4, 199)  # lastEntryId, closed only
+        + field_varint(4, 199)  # lastEntryId
         + field_varint(5, 3)  # CLOSED
         + segment(0, [b"a:1", b"b:2", b"c:3"])
         + segment(150, [b"a:1", b"d:4", b"c:3"])
@@ -128,6 +130,60 @@ def test_reads_v2_text_format() -> None:
     assert got.ensemble_for(3) == ("a:1", "b:2", "c:3")
 
 
+# BookKeeper's own samples, written by Java (apache/bookkeeper TestLedgerMetadataSerDe): ledger
+# metadata as 4.0-4.1 (v1), 4.2-4.3 (v2), 4.4-4.8 (v2 with ctime) and 4.9+ (v3) stored it.
+JAVA_V1 = (
+    "Qm9va2llTWV0YWRhdGFGb3JtYXRWZXJzaW9uCTEKMgozCjAKMAkxOTIuMC4yLjE6MTIzNAkxOTIu"
+    "MC4yLjI6MTIzNAkxOTIuMC4yLjM6MTIzNAotMTAyCUNMT1NFRA=="
+)
+JAVA_V2 = (
+    "Qm9va2llTWV0YWRhdGFGb3JtYXRWZXJzaW9uCTIKcXVvcnVtU2l6ZTogMgplbnNlbWJsZVNpemU6I"
+    "DMKbGVuZ3RoOiAwCmxhc3RFbnRyeUlkOiAtMQpzdGF0ZTogSU5fUkVDT1ZFUlkKc2VnbWVudCB7"
+    "CiAgZW5zZW1ibGVNZW1iZXI6ICIxOTIuMC4yLjE6MTIzNCIKICBlbnNlbWJsZU1lbWJlcjogIjE"
+    "5Mi4wLjIuMjoxMjM0IgogIGVuc2VtYmxlTWVtYmVyOiAiMTkyLjAuMi4zOjEyMzQiCiAgZmlyc3"
+    "RFbnRyeUlkOiAwCn0KZGlnZXN0VHlwZTogQ1JDMzIKcGFzc3dvcmQ6ICJwYXNzd2QiCmFja1F1b"
+    "3J1bVNpemU6IDIK"
+)
+JAVA_V2_CTIME = JAVA_V2 + "Y3RpbWU6IDE1NDQwMDIzODMwNzUK"
+JAVA_V3 = (
+    "Qm9va2llTWV0YWRhdGFGb3JtYXRWZXJzaW9uCTMKYAgCEAMYACD///////////8BKAEyMgoOMTkyL"
+    "jAuMi4xOjMxODEKDjE5Mi4wLjIuMjozMTgxCg4xOTIuMC4yLjM6MzE4MRAAOANCBmZvb2JhckgB"
+    "UP///////////wFgAA=="
+)
+_JAVA_OLD_ENSEMBLE = ("192.0.2.1:1234", "192.0.2.2:1234", "192.0.2.3:1234")
+
+
+def test_java_v1_metadata_decodes() -> None:
+    got = deserialize(base64.b64decode(JAVA_V1))
+    assert got.state == LedgerState.IN_RECOVERY  # "-102<TAB>CLOSED" is v1's in-recovery mark
+    assert (got.ensemble_size, got.write_quorum_size, got.ack_quorum_size) == (3, 2, 2)
+    assert got.segments == (Segment(0, _JAVA_OLD_ENSEMBLE),)
+    assert got.digest_type == DigestType.CRC32 and got.password == b""
+
+
+def test_java_v1_closed_ledger_decodes() -> None:
+    data = b"BookieMetadataFormatVersion\t1\n2\n3\n4096\n0\ta:1\tb:2\tc:3\n7\ta:1\td:4\tc:3\n9\tCLOSED"
+    got = deserialize(data)
+    assert got.is_closed and got.last_entry_id == 9 and got.length == 4096
+    assert got.ensemble_for(8) == ("a:1", "d:4", "c:3")
+
+
+@pytest.mark.parametrize("sample", [JAVA_V2, JAVA_V2_CTIME], ids=["v2", "v2-ctime"])
+def test_java_v2_metadata_decodes(sample: str) -> None:
+    got = deserialize(base64.b64decode(sample))
+    assert got.state == LedgerState.IN_RECOVERY and got.last_entry_id == -1
+    assert (got.ensemble_size, got.write_quorum_size, got.ack_quorum_size) == (3, 2, 2)
+    assert got.segments == (Segment(0, _JAVA_OLD_ENSEMBLE),)
+    assert got.digest_type == DigestType.CRC32 and got.password == b"passwd"
+    assert got.ctime == (1544002383075 if sample == JAVA_V2_CTIME else 0)
+
+
+def test_java_v3_metadata_reencodes_byte_for_byte() -> None:
+    got = deserialize(base64.b64decode(JAVA_V3))
+    assert got.state == LedgerState.OPEN and got.ack_quorum_size == 1 and got.password == b"foobar"
+    assert base64.b64encode(serialize(got)).decode() == JAVA_V3
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -137,6 +193,9 @@ def test_reads_v2_text_format() -> None:
         HEADER + b"\x05\x08",  # length larger than what follows
         HEADER + varint(2) + b"\xff\xff",  # not a protobuf
         b"BookieMetadataFormatVersion\t9\n\x00",  # unknown version
+        b"BookieMetadataFormatVersion\tfoobar\nblahblah",  # junk version (as Java's test)
+        b"BookieMetadataFormatVersion\t1\n2\n3",  # v1 cut short
+        b"BookieMetadataFormatVersion\t1\n2\n3\n0\nno-tab-here",  # v1 line without fields
         # valid protobuf, invalid metadata (Qa > Qw)
         HEADER + varint(10) + field_varint(1, 1) + field_varint(2, 1) + field_varint(3, 0)
         + field_varint(5, 1) + field_varint(9, 2),

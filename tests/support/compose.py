@@ -1,0 +1,85 @@
+"""Drive ``deploy/docker-compose.yml`` for the compose test: build, up, wait for health, down.
+
+The project is given its own name so a test run never touches a cluster a user started from the
+same file. Base images come from the environment (``PYTHON_IMAGE``, ``ZOOKEEPER_IMAGE``,
+``PROMETHEUS_IMAGE``), as ``deploy/local-images.env`` sets them where Docker Hub is out of reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+
+
+class ComposeError(RuntimeError):
+    """A docker or docker-compose command failed; the message has its output."""
+
+
+def _run(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
+                          env=dict(env) if env is not None else None)
+    if done.returncode != 0:
+        raise ComposeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+class ComposeProject:
+    def __init__(self, name: str, environ: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.env = {**os.environ, **(environ or {})}
+
+    def compose(self, *args: str, timeout_s: float = 600) -> str:
+        return _run(["docker-compose", "-p", self.name, "-f", str(COMPOSE_FILE), *args],
+                    timeout_s=timeout_s, env=self.env)
+
+    def container(self, service: str) -> str:
+        """The id of a service's container (``ps -q`` lists stopped ones too)."""
+        ids = self.compose("ps", "-q", service, timeout_s=60).split()
+        if not ids:
+            raise ComposeError(f"service {service} has no container")
+        return ids[0]
+
+    def state(self, service: str) -> dict[str, object]:
+        out = _run(["docker", "inspect", "-f", "{{json .State}}", self.container(service)], timeout_s=60)
+        state = json.loads(out)
+        assert isinstance(state, dict)
+        return state
+
+    def health(self, service: str) -> str:
+        state = self.state(service)
+        health = state.get("Health")
+        if isinstance(health, dict):
+            return str(health.get("Status"))
+        return "exited" if state.get("Status") == "exited" else "no-healthcheck"
+
+    def wait_healthy(self, services: Sequence[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(services)
+        while pending:
+            pending = [s for s in pending if self.health(s) != "healthy"]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                logs = self.compose("logs", "--tail", "40", *pending, timeout_s=60)
+                raise ComposeError(f"not healthy after {timeout_s:.0f} s: {pending}\n{logs}")
+            time.sleep(2)
+
+    def kill(self, service: str) -> None:
+        """``docker kill`` (SIGKILL): the container stays down, as a lost machine would."""
+        _run(["docker", "kill", "--signal", "KILL", self.container(service)], timeout_s=60)
+
+    def leftovers(self) -> list[str]:
+        """Containers, volumes and networks this project still has."""
+        label = f"label=com.docker.compose.project={self.name}"
+        found: list[str] = []
+        for kind in ("container ls -a", "volume ls", "network ls"):
+            out = _run(["docker", *kind.split(), "-q", "--filter", label], timeout_s=60)
+            found += [f"{kind.split()[0]} {item}" for item in out.split()]
+        return found
