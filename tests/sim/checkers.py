@@ -8,6 +8,7 @@
 * ``no_ack_after_fence``: an add invoked after a recovery of its ledger completed (the ledger was
   fenced by then) is never acknowledged.
 * ``lac_monotonic``: the LACs one tailing reader observes never go backwards.
+* ``tail_in_order``: ``ReadHandle.tail`` delivers consecutive entries from where it started.
 * ``lost_bookie_rereplicated``: after a bookie is lost for good, re-replication (run again once
   every other fault healed) succeeds and no ledger names the lost bookie any more.
 * ``liveness``: once faults healed, every operation ends within the bound (virtual time).
@@ -186,6 +187,19 @@ def lac_monotonic(history: Sequence[HistoryOp], final: Final) -> list[Violation]
     return out
 
 
+def tail_in_order(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
+    return [
+        Violation(
+            "tail_in_order",
+            f"{h.process} tail {h.value[0]} of L{h.ledger} got e{h.entry} when e{h.value[1]} was next",
+            h.ledger,
+            h.entry,
+        )
+        for h in history
+        if h.f == "follow-gap"
+    ]
+
+
 def lost_bookie_rereplicated(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
     if final.rereplicated is None:
         return []
@@ -210,6 +224,7 @@ CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
         single_value_per_entry,
         no_ack_after_fence,
         lac_monotonic,
+        tail_in_order,
         lost_bookie_rereplicated,
         liveness,
     )

@@ -125,8 +125,10 @@ class Simulation:
             ledger_id = pick(rng, self._ledgers())
             if choice == "recover":
                 reader.spawn(reader.recover(ledger_id), "recover")
-            elif choice == "tail":
+            elif choice == "tail" and rng.random() < 0.5:
                 reader.spawn(reader.tail(ledger_id, rng.randint(1, 20)), "tail")
+            elif choice == "tail":
+                reader.spawn(reader.follow(ledger_id, rng.randint(0, 5), rng.uniform(0.5, 20.0)), "follow")
             else:
                 reader.spawn(reader.delete(ledger_id), "delete")
         elif choice == "gc":

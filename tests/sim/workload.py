@@ -197,6 +197,29 @@ class Reader(Process):
             return
         self.op("ok", "tail", ledger_id)
 
+    async def follow(self, ledger_id: int, start: int, for_s: float) -> None:
+        """``ReadHandle.tail``: entries in order as they become committed, for ``for_s`` seconds
+        or until the ledger is closed and read to its end."""
+        self.tails += 1
+        tail_id = self.tails
+        self.op("invoke", "follow", ledger_id, value=(tail_id, start))
+        expected = start
+        try:
+            handle = await self.bk.open_ledger(ledger_id, password=PASSWORD, recovery=False)
+            async with asyncio.timeout(for_s):
+                async for entry in handle.tail(start):
+                    self.op("ok", "read-entry", ledger_id, entry.entry_id, entry.data)
+                    if entry.entry_id != expected:
+                        self.op("ok", "follow-gap", ledger_id, entry.entry_id, (tail_id, expected))
+                    expected = entry.entry_id + 1
+        except TimeoutError:
+            self.op("ok", "follow", ledger_id, value=(tail_id, expected - 1))
+            return
+        except BKError as exc:
+            self.op("fail", "follow", ledger_id, value=type(exc).__name__)
+            return
+        self.op("ok", "follow", ledger_id, value=(tail_id, expected - 1))
+
     async def delete(self, ledger_id: int) -> None:
         self.op("invoke", "delete", ledger_id)
         try:

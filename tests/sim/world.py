@@ -54,6 +54,7 @@ class Swarm:
     read_timeout_s: float
     batch_interval_s: float
     fault_weight: float  # share of steps that inject a fault
+    explicit_lac_interval_s: float  # writers' explicit LAC (0: off)
 
     @classmethod
     def draw(cls, rng: random.Random) -> Swarm:
@@ -73,6 +74,7 @@ class Swarm:
             read_timeout_s=rng.choice((1.0, 2.0, 5.0)),
             batch_interval_s=rng.choice((0.0, 0.003)),
             fault_weight=rng.choice((0.05, 0.15, 0.3)),
+            explicit_lac_interval_s=rng.choice((0.0, 0.0, 0.5)),
         )
 
     def describe(self) -> str:
@@ -189,6 +191,7 @@ class World:
             read_entry_timeout_s=swarm.read_timeout_s,
             speculative_read_timeout_s=swarm.read_timeout_s / 2,
             long_poll_timeout_s=2.0,
+            explicit_lac_interval_s=swarm.explicit_lac_interval_s,
             bookie_min_batch_interval_s=swarm.batch_interval_s,
             bookie_use_add_port=False,
         )
