@@ -5,7 +5,8 @@ the clock (whole microseconds, so the clock is an integer and never drifts) and 
 callbacks run FIFO, so given the same inputs every run schedules identically. Waiting with no timer
 at all is a deadlock and raises. Threads are forbidden: ``run_in_executor`` raises.
 
-Tasks and futures hash by their creation number instead of their address: client code iterates
+Timers due at the same time fire in the order they were set. Tasks and futures hash by their
+creation number instead of their address: client code iterates
 ``asyncio.wait``'s ``done`` sets, whose order otherwise follows memory addresses and changes from
 run to run.
 """
@@ -13,6 +14,7 @@ run to run.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import selectors
 from collections.abc import Callable, Coroutine, Generator
@@ -70,6 +72,27 @@ class SimFuture(asyncio.Future[T]):
         return self.sim_id
 
 
+class SimTimerHandle(asyncio.TimerHandle):
+    """A timer ordered by (time, creation number): asyncio orders timers by time alone, and
+    timers due at the same time then fire in an order that depends on the heap's history."""
+
+    __slots__ = ("sim_id",)
+
+    def __init__(
+        self, when: float, callback: Callable[..., object], args: Any, loop: SimLoop, context: Context | None
+    ) -> None:
+        super().__init__(when, callback, args, loop, context)
+        self.sim_id = loop.next_id()
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, SimTimerHandle):
+            return (self._when, self.sim_id) < (other._when, other.sim_id)  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return self.sim_id
+
+
 class SimLoop(asyncio.SelectorEventLoop):
     """Run with ``asyncio.Runner(loop_factory=SimLoop)``."""
 
@@ -93,6 +116,15 @@ class SimLoop(asyncio.SelectorEventLoop):
 
     def set_time_limit(self, seconds: float) -> None:
         self._sim_selector.limit_us = int(seconds * MICROS)
+
+    def call_at(  # type: ignore[override]
+        self, when: float, callback: Callable[..., object], *args: Any, context: Context | None = None
+    ) -> asyncio.TimerHandle:
+        self._check_closed()  # type: ignore[attr-defined]
+        timer = SimTimerHandle(when, callback, args, self, context)
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
 
     def create_future(self) -> asyncio.Future[Any]:
         return SimFuture(loop=self)

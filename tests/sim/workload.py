@@ -52,13 +52,18 @@ class Process:
         self.world.network.client_crashed(self.name)
         self.on_crash()
         with contextlib.suppress(BKError):
+            await self.close_handles()
             await self.bk.close()  # stops its timers; nothing it sends can matter any more
 
     def on_crash(self) -> None:
         return None
 
+    async def close_handles(self) -> None:
+        return None
+
     async def stop(self) -> None:
         if self.alive:
+            await self.close_handles()
             await self.bk.close()
             self.alive = False
 
@@ -69,6 +74,7 @@ class Writer(Process):
     def __init__(self, world: World, name: str) -> None:
         super().__init__(world, name)
         self.handle: WriteHandle | None = None
+        self.handles: list[WriteHandle] = []  # every handle this process opened, in order
         self.ledgers: list[int] = []
         self._inflight: dict[tuple[int, int], bytes] = {}
         self._written = 0
@@ -84,6 +90,7 @@ class Writer(Process):
         if self.world.broken.ack_qa_minus_1 and qa > 1:
             handle.distribution = RoundRobinDistribution(e, qw, qa - 1)
         self.handle = handle
+        self.handles.append(handle)
         self.ledgers.append(handle.ledger_id)
         self.op("ok", "create", handle.ledger_id, value=(e, qw, qa))
 
@@ -133,6 +140,12 @@ class Writer(Process):
             self.op("fail", "close", handle.ledger_id, value=type(exc).__name__)
             return
         self.op("ok", "close", handle.ledger_id, value=handle.metadata.last_entry_id)
+
+    async def close_handles(self) -> None:
+        # BookKeeper.close aborts its handles in WeakSet order (memory addresses): abort them
+        # here first, in creation order, so that runs do not depend on where objects live.
+        for handle in self.handles:
+            await handle.abort()
 
     def on_crash(self) -> None:
         for (ledger_id, entry_id), payload in sorted(self._inflight.items()):
