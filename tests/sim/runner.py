@@ -116,6 +116,11 @@ class Simulation:
                 writer.spawn(writer.create(), "create")
             else:
                 writer.append_burst(rng.randint(1, 8))
+                if self._armed_power_loss is not None:
+                    victims, restart_after = self._armed_power_loss
+                    self._armed_power_loss = None
+                    strike = rng.uniform(0.0, 3 * self.swarm.fsync_ms / 1000.0 + 0.005)
+                    world.loop.call_later(strike, self._power_loss, world, victims, restart_after)
         elif choice == "create" and writer is not None and writer.handle is None:
             writer.spawn(writer.create(), "create")
         elif choice == "close" and writer is not None and writer.handle is not None:
@@ -177,12 +182,11 @@ class Simulation:
             loop.call_later(rng.uniform(0.1, 8.0), self._restart, world, bookie_id)
         elif kind == "power-loss":
             victims = rng.sample(bookie_ids, rng.randint(2, len(bookie_ids)))
-            world.trace.event(f"nemesis: power loss of {victims}")
-            for bookie_id in victims:
-                world.crash_bookie(bookie_id, host_down=True)
-            delay = rng.uniform(0.5, 5.0)
-            for bookie_id in victims:
-                loop.call_later(delay, self._restart, world, bookie_id)
+            restart_after = rng.uniform(0.5, 5.0)
+            if rng.random() < 0.5:
+                self._power_loss(world, victims, restart_after)
+            else:  # BUGGIFY-style: strike just after the next append burst, while writes are unsynced
+                self._armed_power_loss = (victims, restart_after)
         elif kind in ("partition", "one-way"):
             isolated = set(rng.sample(sorted(nodes), rng.randint(1, max(1, len(nodes) // 2))))
             world.trace.event(f"nemesis: {kind} isolating {sorted(isolated)}")
@@ -215,6 +219,17 @@ class Simulation:
                 disk.faults.spike_probability = self.swarm.fsync_spike_probability
 
             loop.call_later(rng.uniform(1.0, 10.0), calm)
+
+    def _power_loss(self, world: World, victims: list[str], restart_after: float) -> None:
+        if self._healing:  # an armed strike due after the final phase began: faults are over
+            return
+        world.trace.event(f"nemesis: power loss of {victims}")
+        for bookie_id in victims:
+            world.crash_bookie(bookie_id, host_down=True)
+        for bookie_id in victims:
+            world.loop.call_later(restart_after, self._restart, world, bookie_id)
+
+    _armed_power_loss: tuple[list[str], float] | None = None
 
     def _restart(self, world: World, bookie_id: str) -> None:
         if not world.bookies[bookie_id].up and not self._healing:

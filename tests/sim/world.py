@@ -68,7 +68,7 @@ class Swarm:
         return cls(
             bookies=bookies,
             quorums=tuple(quorums),
-            fsync_ms=rng.choice((0.2, 1.0, 5.0)),
+            fsync_ms=rng.choice((0.2, 1.0, 5.0, 20.0)),
             fsync_spike_probability=rng.choice((0.0, 0.01, 0.1)),
             add_timeout_s=rng.choice((1.0, 2.0, 5.0)),
             read_timeout_s=rng.choice((1.0, 2.0, 5.0)),

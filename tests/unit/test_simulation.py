@@ -17,13 +17,14 @@ from tests.sim.runner import run_seed
 STEPS = 200
 CLEAN_SEEDS = int(os.environ.get("SIM_SEEDS", "40"))
 
-# Broken variant -> (checkers expected to catch it, seeds it may take). The bounds are the first
-# catching seed measured over seeds 1.., with margin; the report in docs/simulation.md has them.
+# Broken variant -> (checkers expected to catch it, seeds it may take: seeds 1..N). The first
+# catching seed and the catch rate over 100 seeds are in docs/simulation.md; the bounds leave
+# room for changes to the simulation that reshuffle what each seed does.
 BROKEN_VARIANTS = {
-    "ack_qa_minus_1": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 40),
-    "skip_fence_check": ({"acked_entry_readable", "closed_ledger_covers_acks", "no_ack_after_fence"}, 20),
-    "recover_without_coverage": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 20),
-    "ack_before_fsync": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 40),
+    "ack_qa_minus_1": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 30),
+    "skip_fence_check": ({"acked_entry_readable", "closed_ledger_covers_acks", "no_ack_after_fence"}, 15),
+    "recover_without_coverage": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 15),
+    "ack_before_fsync": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 30),
 }
 
 
