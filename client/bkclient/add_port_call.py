@@ -5,7 +5,9 @@ bookie ended the stream) and ``cancel``.
 The connection opens in the background; the stream's first write and read wait for it. If the add
 port cannot be reached (refused, filtered, timed out), this stream goes over gRPC instead, with a
 warning: a bookie whose gRPC port answers must stay writable when only its add port is blocked.
-The next stream tries the add port again, so a bookie that was briefly down gets it back.
+The next stream tries the add port again, so a bookie that was briefly down gets it back. A bookie
+that is down makes every add open a new stream, so the warning is given once per outage
+(:class:`AddPortOutage`, one per bookie client), and again only after the port answered meanwhile.
 """
 
 from __future__ import annotations
@@ -25,13 +27,26 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 3.0
 
 
+class AddPortOutage:
+    """Whether one bookie's add port was found unreachable and has not answered since: the
+    connection attempts of the streams that follow are then only logged at debug level."""
+
+    __slots__ = ("unreachable",)
+
+    def __init__(self) -> None:
+        self.unreachable = False
+
+
 class AddPortCall:
-    def __init__(self, bookie_id: str, target: str, grpc_call: Callable[[], Any]) -> None:
+    def __init__(
+        self, bookie_id: str, target: str, grpc_call: Callable[[], Any], outage: AddPortOutage | None = None
+    ) -> None:
         """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC AddEntries
-        call to use if it cannot be reached."""
+        call to use if it cannot be reached; ``outage`` is shared by the bookie's streams."""
         self._bookie_id = bookie_id
         self._target = target
         self._grpc_call = grpc_call
+        self._outage = outage or AddPortOutage()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.fallback: Any = None  # the gRPC call, once the add port proved unreachable
@@ -44,12 +59,17 @@ class AddPortCall:
                 asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_S
             )
         except (OSError, TimeoutError) as exc:
-            log.warning(
-                "bookie %s: add port %s unreachable (%s); this add stream goes over gRPC",
+            level = logging.DEBUG if self._outage.unreachable else logging.WARNING
+            self._outage.unreachable = True
+            log.log(
+                level, "bookie %s: add port %s unreachable (%s); this add stream goes over gRPC",
                 self._bookie_id, self._target, exc or type(exc).__name__,
             )
             self.fallback = self._grpc_call()
             return
+        if self._outage.unreachable:
+            self._outage.unreachable = False
+            log.info("bookie %s: add port %s reachable again", self._bookie_id, self._target)
         keep_alive(writer.get_extra_info("socket"))
         writer.write(PREFACE)
         self._reader, self._writer = reader, writer

@@ -16,7 +16,7 @@ import grpc.aio
 from bkproto.errors import BKError, ClientClosedError, error_for_status
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
-from .add_port_call import AddPortCall
+from .add_port_call import AddPortCall, AddPortOutage
 from .add_stream import AddCallback, AddListener, AddRequestEncoder, AddStream, CallbackListener
 from .read_stream import ReadStream
 from .rpc_errors import translate_rpc_error
@@ -109,6 +109,7 @@ class BookieClient:
             response_deserializer=bookie_pb2.ReadStreamResponse.FromString,
         )
         self._stream: AddStream | None = None
+        self._add_port_outage = AddPortOutage()  # shared by the add streams: one warning per outage
         self._read_stream: ReadStream | None = None
         self._closed = False
         self.streams_opened = 0
@@ -163,7 +164,7 @@ class BookieClient:
     def _open_stream(self) -> AddStream:
         call: Any
         if self.add_address is not None and self.options.use_add_port:
-            call = AddPortCall(self.bookie_id, self.add_address, self._add_entries)
+            call = AddPortCall(self.bookie_id, self.add_address, self._add_entries, self._add_port_outage)
         else:
             call = self._add_entries()
         self._stream = AddStream(self.bookie_id, self.options, call, self._stream_failed)

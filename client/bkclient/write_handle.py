@@ -406,11 +406,14 @@ class WriteHandle(ReadHandle):
 
     async def force(self) -> int:
         """Wait for every add appended so far, then make the bookies of the current ensemble
-        sync this ledger. Returns the LAC covered."""
+        sync this ledger. Returns the LAC covered: the one when the syncs were sent (entries up
+        to it are on those bookies even if one is replaced meanwhile: a new segment starts after
+        it), not one that adds completing during the syncs moved on."""
         await self._wait_pending()
         self._check_writable()
+        lac = self.last_add_confirmed
         await asyncio.gather(*(c.force_ledger(self.ledger_id) for c in self._clients))
-        return self.last_add_confirmed
+        return lac
 
     async def _wait_pending(self) -> None:
         """Until every add appended so far reached its ack quorum and no ensemble change is

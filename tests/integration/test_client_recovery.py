@@ -18,9 +18,12 @@ from tests.integration.test_client_read_cluster import (
     client_cluster,
     payload,
 )
+from tests.support.paused_writer import go, kill_writer, start_writer
+from tests.support.replicas import holders, short_of_ack_quorum
 
 from bkclient import DigestType, LedgerFencedError, LedgerState
 from bkclient.ops.read import write_set_bookies
+from bkmeta.model import LedgerMetadata, Versioned
 
 pytestmark = pytest.mark.integration
 __all__ = ["client_cluster"]
@@ -157,3 +160,60 @@ async def test_recovery_after_the_writer_process_is_killed(client_cluster: Clien
     # A second recovery open changes nothing.
     again = await (await client_cluster.client()).open_ledger(ledger_id, PASSWORD, recovery=True)
     assert again.metadata == rh.metadata
+
+
+async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluster: ClientCluster) -> None:
+    """Issue 25: a bookie of the ensemble is paused (SIGSTOP) while the writer appends, so the
+    entries of its write sets reach one bookie; the writer dies. Recovery times out on the paused
+    bookie and replaces it; the bookie resumes (SIGCONT) the moment the new segment is in
+    ZooKeeper and acknowledges the re-adds still waiting for it. Those acks must not count: every
+    entry must end up on Qa bookies of the write set the closed metadata names."""
+    await client_cluster.add_bookie()  # a fourth bookie to replace the paused one with
+    writer = await start_writer(client_cluster.zk_hosts, acked_first=40, appended_after=600)
+    # Both clients first: a bookie paused past its ZooKeeper session is no longer registered.
+    watcher = await client_cluster.client()
+    recoverer = await client_cluster.client(add_entry_timeout_s=2.0)
+    paused = client_cluster.by_id(writer.ensemble[0])
+    os.kill(paused.pid, signal.SIGSTOP)
+    resumed = False
+
+    def resume(versioned: Versioned[LedgerMetadata] | None) -> None:
+        nonlocal resumed
+        if not resumed and versioned is not None and len(versioned.value.segments) > 1:
+            resumed = True
+            os.kill(paused.pid, signal.SIGCONT)
+
+    try:
+        await go(writer)
+        # The writer dies once every entry reached the bookie of its write set that is not paused.
+        md = (await watcher.ctx.ledger_manager.read_ledger_metadata(writer.ledger_id)).value
+        last = 40 + 600 - 1
+
+        async def reached_live_bookies(entry_ids: range) -> bool:
+            for entry_id in entry_ids:
+                held = await holders(watcher, writer.ledger_id, md, entry_id, skip=paused.bookie_id)
+                if len(held) < len([b for b in write_set_bookies(md, entry_id) if b != paused.bookie_id]):
+                    return False
+            return True
+
+        for _ in range(600):
+            if await reached_live_bookies(range(last - 2, last + 1)) and await reached_live_bookies(
+                range(40, last + 1)
+            ):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the writer's entries never reached the bookies that are not paused")
+        last_acked = max(39, await kill_writer(writer))
+        assert last_acked < last  # the paused bookie held the acknowledgements back
+
+        watcher.ctx.ledger_manager.watch_ledger(writer.ledger_id, resume)
+        rh = await recoverer.open_ledger(writer.ledger_id, PASSWORD, recovery=True)
+    finally:
+        if not resumed:
+            os.kill(paused.pid, signal.SIGCONT)
+        await kill_writer(writer)
+    closed = rh.metadata
+    assert resumed and paused.bookie_id not in closed.last_ensemble  # the scenario happened
+    assert rh.is_closed and closed.last_entry_id >= last_acked
+    assert await short_of_ack_quorum(watcher, writer.ledger_id, closed) == []

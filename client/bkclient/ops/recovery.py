@@ -16,8 +16,14 @@ BookKeeper's algorithm (reference §1.6), step by step:
 4. CAS IN_RECOVERY -> CLOSED with the last recovered entry and its cumulative length.
 
 If a replica of the last ensemble is down, the re-adds of step 3 cannot reach Qa there; the bookie is
-replaced like a writer would: a new segment from the first entry being recovered (LAC+1) is written
-into the IN_RECOVERY metadata by CAS, and the re-adds go to the new ensemble.
+replaced like a writer would: a new segment from the first entry not yet recovered (the recovery's
+own LAC+1) is written into the IN_RECOVERY metadata by CAS, and the re-adds go to the new ensemble.
+Like the writer's acks, a re-add's acks count only for bookies the metadata names for the entry as it
+stands once no replacement is being written: a bookie replaced while its re-add was in flight may
+still answer (a paused process resuming), and its copy is not where readers will look. Entries are
+recovered strictly in order, so a later replacement never changes the write set of a recovered entry.
+Reads, on the other hand, always ask the ensemble the writer wrote to (the fenced metadata): a
+replacement holds only what recovery gave it, so its "no such entry" proves nothing.
 """
 
 from __future__ import annotations
@@ -160,8 +166,14 @@ class LedgerRecoveryOp:
         self._password = password
         self._digest = digest
         self._versioned: Versioned[LedgerMetadata] | None = None
+        self._written: LedgerMetadata | None = None  # as fenced: where the writer's entries are
+        # The first entry not yet on Qa bookies of its write set (every one before it is): a
+        # replacement's segment starts here, so a recovered entry's write set never changes.
         self._recovery_start = 0
         self._change_lock = asyncio.Lock()
+        # Re-adds that reached Qa and wait for their turn (the entry before them recovered) or a
+        # replacement (their write set may have moved), by entry id; changed under the lock.
+        self._turns: dict[int, asyncio.Future[None]] = {}
         self.recovered_entries = 0  # entries re-added (observability, tests)
         self.ensemble_changes = 0
 
@@ -170,7 +182,7 @@ class LedgerRecoveryOp:
         if versioned.value.is_closed:
             return versioned
         self._versioned = versioned
-        md = versioned.value
+        md = self._written = versioned.value
         lac = await ReadLastConfirmedOp(self._ctx, self._ledger_id, md, self._digest, fence=True).run()
         lac = max(lac, md.segments[-1].first_entry_id - 1)
         log.info("recovering ledger %d from LAC %d", self._ledger_id, lac)
@@ -200,6 +212,10 @@ class LedgerRecoveryOp:
         assert self._versioned is not None
         return self._versioned.value
 
+    def _writer_metadata(self) -> LedgerMetadata:
+        assert self._written is not None
+        return self._written
+
     async def _recover_from(self, lac: int) -> tuple[int, int]:
         """Re-add every entry after ``lac`` that exists; (last entry id, ledger length)."""
         reads: deque[asyncio.Task[FoundEntry | None]] = deque()
@@ -209,7 +225,9 @@ class LedgerRecoveryOp:
         try:
             while True:
                 while len(reads) < _RECOVERY_READS_IN_FLIGHT:
-                    op = RecoveryReadOp(self._ctx, self._ledger_id, self._metadata(), self._digest, next_read)
+                    op = RecoveryReadOp(
+                        self._ctx, self._ledger_id, self._writer_metadata(), self._digest, next_read
+                    )
                     reads.append(asyncio.ensure_future(op.run()))
                     next_read += 1
                 found = await reads.popleft()
@@ -233,7 +251,7 @@ class LedgerRecoveryOp:
         if entry_id == NO_ENTRY:
             return 0
         found = await RecoveryReadOp(
-            self._ctx, self._ledger_id, self._metadata(), self._digest, entry_id
+            self._ctx, self._ledger_id, self._writer_metadata(), self._digest, entry_id
         ).run()
         if found is None:
             raise LedgerRecoveryError(
@@ -242,19 +260,41 @@ class LedgerRecoveryOp:
         return found.length
 
     async def _re_add(self, found: FoundEntry) -> None:
-        """RECOVERY_ADD the entry to its write set until Qa bookies hold it, replacing bookies
-        that fail or do not answer in time."""
-        changes = 0
+        """RECOVERY_ADD the entry to its write set until Qa bookies of it hold it, replacing bookies
+        that fail or do not answer in time.
+
+        The acks are judged against the metadata as it stands, under the change lock (so never
+        while a replacement is being written): a bookie replaced while its re-add was in flight
+        may answer afterwards, and its copy does not count. The entry counts as recovered only
+        once every entry before it is (see ``_recovery_start``); until then a replacement can
+        still move it to a new write set, and it is re-added there."""
+        entry_id = found.entry_id
+        rounds = 0
         acked: set[str] = set()
         while True:
-            md = self._metadata()
-            replicas = write_set_bookies(md, found.entry_id)
-            acked &= set(replicas)  # a replaced bookie's copy no longer counts
-            if len(acked) >= md.ack_quorum_size:
-                return
+            async with self._change_lock:
+                md = self._metadata()
+                replicas = write_set_bookies(md, entry_id)
+                acked &= set(replicas)  # a replaced bookie's copy no longer counts
+                enough = len(acked) >= md.ack_quorum_size
+                if enough and self._recovery_start == entry_id:
+                    self._recovery_start = entry_id + 1
+                    self._wake(entry_id + 1)
+                    return
+                if enough:
+                    turn = self._turns[entry_id] = asyncio.get_running_loop().create_future()
+            if enough:
+                await turn
+                continue
+            rounds += 1
+            if rounds > _MAX_ENSEMBLE_CHANGES + 1:
+                raise LedgerRecoveryError(
+                    f"ledger {self._ledger_id}: entry {entry_id} reached {len(acked)} of "
+                    f"{md.ack_quorum_size} bookies of its write set after {rounds - 1} rounds of re-adds"
+                )
             targets = [b for b in replicas if b not in acked]
             results = await asyncio.gather(
-                *(recovery_add(self._ctx, b, self._ledger_id, found.entry_id, self._digest.master_key,
+                *(recovery_add(self._ctx, b, self._ledger_id, entry_id, self._digest.master_key,
                                found.body)
                   for b in targets),
                 return_exceptions=True,
@@ -269,22 +309,23 @@ class LedgerRecoveryOp:
                     log.warning(
                         "recovery add of %d:%d to %s failed: %r",
                         self._ledger_id,
-                        found.entry_id,
+                        entry_id,
                         bookie_id,
                         result,
                     )
                     failed.append(bookie_id)
                 else:
                     raise result
-            if len(acked) >= md.ack_quorum_size:
-                return
-            changes += 1
-            if changes > _MAX_ENSEMBLE_CHANGES:
-                raise LedgerRecoveryError(
-                    f"ledger {self._ledger_id}: entry {found.entry_id} reached {len(acked)} of "
-                    f"{md.ack_quorum_size} bookies after {changes - 1} ensemble changes"
-                )
-            await self._replace_bookies(failed)
+            if failed:
+                await self._replace_bookies(failed)
+                async with self._change_lock:  # the waiting entries' write sets may have moved
+                    for waiting in list(self._turns):
+                        self._wake(waiting)
+
+    def _wake(self, entry_id: int) -> None:
+        turn = self._turns.pop(entry_id, None)
+        if turn is not None and not turn.done():
+            turn.set_result(None)
 
     async def _replace_bookies(self, failed: Sequence[str]) -> None:
         """Swap the failed bookies out of the last ensemble, in a segment starting at the first
@@ -333,6 +374,13 @@ class LedgerRecoveryOp:
                 return versioned  # another recoverer closed it first; its result stands
             if md.state != LedgerState.IN_RECOVERY:
                 raise LedgerRecoveryError(f"ledger {self._ledger_id}: state {md.state.name} during recovery")
+            if md.segments != self._metadata().segments:
+                # Another recoverer replaced bookies: the entries re-added here are on the write
+                # sets of our segments, not necessarily of its.
+                raise LedgerRecoveryError(
+                    f"ledger {self._ledger_id}: another client changed its ensembles during recovery;"
+                    " open it again to retry"
+                )
             try:
                 return await store.write_ledger_metadata(
                     self._ledger_id, md.with_closed(last_entry_id, length), versioned.version

@@ -14,7 +14,7 @@ from tests.unit.server.test_service_handlers import body
 
 from bkclient.bookie_client import BookieClient, BookieClientOptions
 from bkmeta.zookeeper_server import free_port
-from bkproto.errors import BookieUnavailableError, UnauthorizedAccessError
+from bkproto.errors import BKError, BookieUnavailableError, UnauthorizedAccessError
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
@@ -89,3 +89,47 @@ async def test_a_stopped_bookie_fails_adds_instead_of_holding_them() -> None:
             await asyncio.wait_for(client.add(4, 1, KEY, body(4, 1)), 10)
     finally:
         await client.close()
+
+
+async def test_an_unreachable_add_port_is_reported_once_per_outage(caplog: pytest.LogCaptureFixture) -> None:
+    core = FakeBookieCore()
+    port, add_port = free_port(), free_port()
+
+    async def serve() -> BookieService:
+        service = BookieService(core, RequestStats(CollectorRegistry()), "127.0.0.1", port, add_port=add_port)
+        await service.start()
+        return service
+
+    def warnings() -> int:
+        return sum(1 for r in caplog.records
+                   if r.levelno == logging.WARNING and "unreachable" in r.getMessage())
+
+    async def fail_adds(first: int, count: int) -> None:
+        """Adds to the stopped bookie: each one opens a new stream, so tries the add port again."""
+        for entry_id in range(first, first + count):
+            with pytest.raises(BKError):
+                await asyncio.wait_for(client.add(5, entry_id, KEY, body(5, entry_id)), 10)
+
+    bookie = await serve()
+    client = BookieClient("b", f"127.0.0.1:{port}", add_address=f"127.0.0.1:{add_port}")
+    try:
+        await client.add(5, 0, KEY, body(5, 0))
+        await bookie.stop(0)
+        streams = client.streams_opened
+        await fail_adds(1, 4)
+        assert client.streams_opened - streams == 4  # four connection attempts...
+        assert warnings() == 1  # ...one warning
+        bookie = await serve()  # back: the next stream reaches the add port
+        for _ in range(100):  # gRPC's reconnect backoff may fail the first adds
+            try:
+                await client.add(5, 10, KEY, body(5, 10))
+                break
+            except BKError:
+                await asyncio.sleep(0.1)
+        assert bookie.add_port_connections == 1
+        await bookie.stop(0)  # a second outage is reported again
+        await fail_adds(11, 3)
+        assert warnings() == 2
+    finally:
+        await client.close()
+        await bookie.stop(0)

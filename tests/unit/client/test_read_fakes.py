@@ -2,7 +2,8 @@
 like the real ones (behind BookieClient's read/add interface), a CAS ledger store, a client context.
 
 Failure knobs per bookie: ``down`` (every call fails like an unreachable bookie), ``gate`` (calls
-wait until it is set: a slow bookie), ``corrupt`` (entries returned with a flipped payload byte).
+wait until it is set: a slow bookie), ``corrupt`` (entries returned with a flipped payload byte),
+``refused_adds`` (adds of these entries fail once their event is set, gate or not).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class MemoryBookie:
         self.gate = asyncio.Event()
         self.gate.set()
         self.corrupt: set[tuple[int, int]] = set()
+        self.refused_adds: dict[tuple[int, int], asyncio.Event] = {}
         self.reads: list[tuple[int, int]] = []
         self.batch_reads: list[tuple[int, int, int]] = []  # (ledger, first, max_count)
         self.batch_strides: list[int] = []  # the stride of each of batch_reads
@@ -195,6 +197,10 @@ class MemoryBookie:
 
         async def run() -> None:
             try:
+                refusal = self.refused_adds.get((ledger_id, entry_id))
+                if refusal is not None:
+                    await refusal.wait()
+                    raise BookieUnavailableError(f"bookie {self.bookie_id}: add of {entry_id} refused")
                 await self._enter()
                 known = self.master_keys.get(ledger_id)
                 if known is not None and known != master_key:

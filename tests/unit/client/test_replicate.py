@@ -165,6 +165,20 @@ async def test_the_swap_retries_on_a_concurrent_change_and_keeps_it() -> None:
     assert (await op.swap_in_metadata()).version == 3
 
 
+async def test_a_slot_another_run_filled_meanwhile_keeps_that_bookie() -> None:
+    ctx = make_cluster(5)
+    md = setup(ctx, (Segment(0, (B[0], B[1], B[2])),), [9])
+    ctx.bookies[B[0]].down = True
+    (fragment,) = fragments_with(md, LEDGER, frozenset({B[0]}), 8)
+    op = replicator(ctx, md, fragment, {0: B[3]})
+    await op.copy()
+    # meanwhile another run copied the fragment to B[4] and swapped that in: our copies on B[3]
+    # were acknowledged, but for a slot that no longer names the lost bookie
+    ctx.ledger_manager.ledgers[LEDGER] = Versioned(md.replace_bookie(0, B[0], B[4]), 2)
+    swapped = await op.swap_in_metadata()
+    assert swapped.version == 2 and swapped.value.segments[0].bookies == (B[4], B[1], B[2])
+
+
 async def test_an_empty_segment_copies_nothing_but_drops_the_lost_bookie() -> None:
     ctx = make_cluster(5)
     segments = (Segment(0, (B[1], B[2], B[3])), Segment(6, (B[0], B[2], B[3])))

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 
 import pytest
-from test_write_handle_fakes import WriteWorld, make_world, new_ledger
+from test_write_handle_fakes import WriteWorld, gate_metadata_writes, make_world, new_ledger
 
 from bkclient.write_handle import WriteAdvHandle, WriteHandle
 from bkmeta.model import LedgerState
@@ -99,14 +99,7 @@ async def test_failed_bookie_is_replaced_from_lac_plus_one_and_adds_resent() -> 
 async def test_no_entry_completes_while_the_ensemble_changes() -> None:
     world = make_world(bookies=4)
     wh = handle(world)
-    gate = asyncio.Event()
-    original_write = world.lm.write_ledger_metadata
-
-    async def slow_write(*args: object) -> object:
-        await gate.wait()
-        return await original_write(*args)  # type: ignore[arg-type]
-
-    world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
+    gate = gate_metadata_writes(world)
     world.bookie("b2").fail_with(BookieUnavailableError("down"))
     f0 = wh.append_async(b"0")  # b0, b1: fine
     f1 = wh.append_async(b"1")  # b1, b2: b2 fails -> ensemble change waits on the gate
@@ -127,14 +120,7 @@ async def test_close_or_force_during_an_ensemble_change_waits_for_it(finish: str
     # until the new ensemble is in the metadata. Closing then must not fail acknowledged adds.
     world = make_world(bookies=4)
     wh = handle(world, qw=3)
-    gate = asyncio.Event()
-    original_write = world.lm.write_ledger_metadata
-
-    async def slow_write(*args: object) -> object:
-        await gate.wait()
-        return await original_write(*args)  # type: ignore[arg-type]
-
-    world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
+    gate = gate_metadata_writes(world)
     world.bookie("b2").fail_with(BookieUnavailableError("down"))
     futures = [wh.append_async(b"%d" % i) for i in range(3)]
     finishing = asyncio.ensure_future(wh.close() if finish == "close" else wh.force())

@@ -84,10 +84,11 @@ class FakeBookie:
                 self.held.remove(add)
                 add.callback(None)
 
-    def fail(self, error: BKError) -> None:
-        held, self.held = self.held, []
-        for add in held:
-            add.callback(error)
+    def fail(self, error: BKError, entry_id: int | None = None) -> None:
+        for add in list(self.held):
+            if entry_id is None or add.entry_id == entry_id:
+                self.held.remove(add)
+                add.callback(error)
 
     def entry_ids(self) -> list[int]:
         return [a.entry_id for a in self.adds]
@@ -223,3 +224,16 @@ def new_ledger(
     versioned = Versioned(md, 0)
     world.lm.ledgers[ledger_id] = versioned
     return ledger_id, versioned, DigestManager(ledger_id, b"pw", DigestType.CRC32C)
+
+
+def gate_metadata_writes(world: WriteWorld) -> asyncio.Event:
+    """Metadata writes wait until the returned event is set (an ensemble change in progress)."""
+    gate = asyncio.Event()
+    original_write = world.lm.write_ledger_metadata
+
+    async def slow_write(*args: object) -> object:
+        await gate.wait()
+        return await original_write(*args)  # type: ignore[arg-type]
+
+    world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
+    return gate

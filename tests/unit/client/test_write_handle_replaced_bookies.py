@@ -1,0 +1,68 @@
+"""A writer's bookie replaced while its answers are still on the way: they must not count for an
+entry the new metadata places on another bookie (see test_write_handle_fakes)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_write_handle_fakes import WriteWorld, gate_metadata_writes, make_world, new_ledger
+
+from bkclient.write_handle import WriteHandle
+from bkproto.errors import BookieUnavailableError
+
+
+def handle(world: WriteWorld) -> WriteHandle:
+    return WriteHandle(world.ctx, *new_ledger(world))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("late", ["while its replacement is written", "once it was replaced"])
+async def test_ack_from_a_bookie_being_replaced_does_not_count(late: str) -> None:
+    world = make_world(bookies=4)
+    wh = handle(world)  # E3 Qw2 Qa2 on b0 b1 b2
+    assert await wh.append(b"0") == 0
+    gate = gate_metadata_writes(world)
+    b1, b3 = world.bookie("b1"), world.bookie("b3")
+    b1.mode = b3.mode = "hold"
+    f1 = wh.append_async(b"1")  # b1 b2
+    f2 = wh.append_async(b"2")  # b2 b0
+    f3 = wh.append_async(b"3")  # b0 b1
+    await asyncio.sleep(0)
+    b1.fail(BookieUnavailableError("b1 failed entry 3"), entry_id=3)  # b1 is being replaced...
+    await asyncio.sleep(0.01)
+    if late == "while its replacement is written":
+        b1.ack(1)  # ...and answers entry 1 meanwhile
+    gate.set()
+    await asyncio.sleep(0.01)
+    assert wh.ensemble == ["b0", "b3", "b2"]
+    if late == "once it was replaced":
+        b1.ack(1)
+        await asyncio.sleep(0)
+    # Entry 1 had b1's and b2's acks, but the metadata now names b3 for it: not complete yet.
+    assert world.lm.ledgers[wh.ledger_id].value.segments[-1].first_entry_id == 1
+    assert not f1.done() and not f2.done()
+    assert sorted(b3.entry_ids()) == [1, 3]
+    b3.ack()
+    assert [await f for f in (f1, f2, f3)] == [1, 2, 3]
+    await wh.close()
+
+
+async def test_force_returns_the_lac_it_synced_not_a_later_one() -> None:
+    world = make_world()
+    wh = handle(world)
+    await wh.append(b"x")
+    syncing = asyncio.Event()
+    released = asyncio.Event()
+    b0 = world.bookie("b0")
+
+    async def slow_force(ledger_id: int, **_: object) -> None:
+        syncing.set()
+        await released.wait()
+        b0.forced.append(ledger_id)
+
+    b0.force_ledger = slow_force  # type: ignore[method-assign]
+    forcing = asyncio.ensure_future(wh.force())
+    await syncing.wait()
+    assert await wh.append(b"y") == 1  # completes while the syncs are out
+    released.set()
+    assert await forcing == 0
