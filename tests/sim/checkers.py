@@ -100,6 +100,15 @@ def closed_ledger_covers_acks(history: Sequence[HistoryOp], final: Final) -> lis
     for ledger, last in final.closed_last.items():
         if ledger in final.deleted or ledger in final.unreadable:
             continue
+        if last < top.get(ledger, -1):
+            out.append(
+                Violation(
+                    "closed_ledger_covers_acks",
+                    f"L{ledger} closed at {last} (final recovery) but e{top[ledger]} was acknowledged",
+                    ledger,
+                    top[ledger],
+                )
+            )
         missing = [e for e in range(last + 1) if e not in final.final_reads.get(ledger, {})]
         if missing:
             out.append(

@@ -48,6 +48,7 @@ class SimZooKeeper:
     next_session: int = 1
     ledger_watches: dict[int, list[tuple[str, Callable[[], None]]]] = field(default_factory=dict)
     bookie_listeners: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
+    ledger_changed: asyncio.Event = field(default_factory=asyncio.Event)  # set on every ledger write
 
     # -- sessions and registration -------------------------------------------------------------
 
@@ -93,9 +94,16 @@ class SimZooKeeper:
             return
         net.loop.call_later(net.profile(ZK, client).delay_s(net.rng), callback)
 
+    async def wait_for_ledger(self, ledger_id: int, predicate: Callable[[LedgerMetadata], bool]) -> None:
+        """Until the ledger's metadata satisfies ``predicate`` (scenarios)."""
+        while not predicate(deserialize(self.ledgers[ledger_id].data, ledger_id)):
+            self.ledger_changed.clear()
+            await self.ledger_changed.wait()
+
     # -- ledger znodes -------------------------------------------------------------------------
 
     def changed(self, ledger_id: int) -> None:
+        self.ledger_changed.set()
         watches = self.ledger_watches.pop(ledger_id, [])
         for client, callback in watches:
             self._notify(client, callback)
