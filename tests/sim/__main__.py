@@ -62,19 +62,22 @@ def _campaign(seeds: range, steps: int, broken: str, stop_on_failure: bool) -> i
     cpu_started = time.process_time()
     failed: list[int] = []
     events = done = 0
+    simulated = 0.0
 
     def rates() -> str:
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
         return (
             f"{done / wall * 60:.0f} seeds/min and {events / wall:.0f} simulated events/s wall-clock; "
-            f"{done / cpu * 60:.0f} seeds/min and {events / cpu:.0f} events/s per CPU"
+            f"{done / cpu * 60:.0f} seeds/min and {events / cpu:.0f} events/s per CPU; "
+            f"{simulated / cpu:.0f} simulated seconds per CPU second"
         )
 
     for seed in seeds:
         result = run_seed(seed, steps, broken)
         done += 1
         events += result.events
+        simulated += result.sim_seconds
         if not result.ok:
             failed.append(seed)
             print(failure_report(result), flush=True)
