@@ -96,7 +96,11 @@ class BookKeeperAdmin:
                 f"replication_rate_bytes must be an int, got {replication_rate_bytes!r}"
             )
         self._bk = bk
-        self._throttle = ByteRateLimiter(replication_rate_bytes) if replication_rate_bytes > 0 else None
+        self._throttle = (
+            ByteRateLimiter(replication_rate_bytes, clock=bk.ctx.clock.monotonic)
+            if replication_rate_bytes > 0
+            else None
+        )
 
     async def recover_bookies(
         self,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
@@ -139,7 +138,7 @@ class BookKeeper:
             length=0,
             digest_type=digest_type,
             password=bytes(password),
-            ctime=int(time.time() * 1000),
+            ctime=self.ctx.clock.time_ms(),
             custom_metadata=dict(custom_metadata or {}),
             segments=(Segment(0, tuple(bookies)),),
         )

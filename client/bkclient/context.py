@@ -1,11 +1,13 @@
 """What every handle and operation of one client shares: metadata access, bookie connections,
-configuration, placement policy and the event loop they all run on."""
+configuration, placement policy, the event loop they all run on and the clock they read."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from bkmeta.clock import Clock, LoopClock
 
 from .bookie_client import BookieAddress, BookieClient, BookieClientOptions, BookieClientPool
 from .config import ClientConfig
@@ -43,16 +45,22 @@ class ClientContext:
     config: ClientConfig
     placement: PlacementPolicy
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    clock: Clock = field(default_factory=LoopClock)  # every time reading of the client
 
     @classmethod
-    def create(cls, metadata: MetadataClient, config: ClientConfig | None = None) -> ClientContext:
+    def create(
+        cls, metadata: MetadataClient, config: ClientConfig | None = None, clock: Clock | None = None
+    ) -> ClientContext:
         config = config or ClientConfig()
         placement = make_placement(
             config.placement_policy,
             config.min_racks_per_write_quorum,
             config.enforce_min_racks_per_write_quorum,
         )
-        return cls(metadata, pool_for(metadata.bookie_watcher, config), config, placement)
+        ctx = cls(metadata, pool_for(metadata.bookie_watcher, config), config, placement)
+        if clock is not None:
+            ctx.clock = clock
+        return ctx
 
     @property
     def ledger_manager(self) -> LedgerManager:

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
+from bkmeta.update_loop import MetadataUpdateLoop
 from bkproto.entry_format import HEADER_SIZE
 from bkproto.errors import (
     BadRequestError,
@@ -95,9 +96,9 @@ class WriteHandle(ReadHandle):
         self._room.set()
         self._append_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # set when an add completes or the handle fails
-        self._coarse_now = ctx.loop.time()  # send timestamps; advanced by the timeout monitor
+        self._coarse_now = ctx.clock.monotonic()  # send timestamps; advanced by the timeout monitor
         self._failed_bookies: dict[int, str] = {}  # index -> bookie id, awaiting replacement
-        self._recently_failed: dict[str, float] = {}  # bookie id -> loop time of its last failure
+        self._recently_failed: dict[str, float] = {}  # bookie id -> clock time of its last failure
         self._changing_ensemble = False
         self.ensemble_changes = 0
         self._error: BKError | None = None
@@ -249,7 +250,7 @@ class WriteHandle(ReadHandle):
             return
         log.info("ledger %d: bookie %s failed an add (%s), replacing it", self.ledger_id, bookie_id, error)
         self._failed_bookies[index] = bookie_id
-        self._recently_failed[bookie_id] = self._client_ctx.loop.time()
+        self._recently_failed[bookie_id] = self._client_ctx.clock.monotonic()
         if not self._changing_ensemble:
             self._changing_ensemble = True
             self._spawn(self._ensemble_change_loop(), "ensemble-change")
@@ -293,28 +294,32 @@ class WriteHandle(ReadHandle):
         self._progress.set()  # close() and force() wait for the change to end
 
     async def _replace_in_metadata(self, failed: dict[int, str]) -> Versioned[LedgerMetadata]:
-        """CAS a new last segment starting at LAC+1 with the failed bookies replaced."""
-        versioned = self.versioned_metadata
+        """CAS a new last segment starting at LAC+1 with the failed bookies replaced; after a
+        conflict, again over the metadata read (replacements picked anew)."""
         first_entry = self.last_add_confirmed + 1
-        while True:
-            md = versioned.value
+
+        def still_writable(md: LedgerMetadata) -> bool:
             if md.state == LedgerState.IN_RECOVERY:
                 raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
             if md.state == LedgerState.CLOSED:
                 raise LedgerClosedError(f"ledger {self.ledger_id} was closed by another client")
+            return True
+
+        def replaced(md: LedgerMetadata) -> LedgerMetadata:
             ensemble = list(md.last_ensemble)
             racks = self._client_ctx.writable_bookie_racks()
             for index, bookie_id in failed.items():
                 if ensemble[index] == bookie_id:
                     ensemble[index] = self._pick_replacement(ensemble, index, md.write_quorum_size, racks)
-            updated = md.with_ensemble_change(first_entry, tuple(ensemble))
-            try:
-                return await self._client_ctx.ledger_manager.write_ledger_metadata(
-                    self.ledger_id, updated, versioned.version
-                )
-            except MetadataVersionError:
-                versioned = await self._client_ctx.ledger_manager.read_ledger_metadata(self.ledger_id)
-                log.info("ledger %d: metadata changed during ensemble change, retrying", self.ledger_id)
+            return md.with_ensemble_change(first_entry, tuple(ensemble))
+
+        return await MetadataUpdateLoop(
+            self._client_ctx.ledger_manager,
+            self.ledger_id,
+            needs_transformation=still_writable,
+            transform=replaced,
+            current=self.versioned_metadata,
+        ).run()
 
     def _pick_replacement(
         self, ensemble: list[str], index: int, write_quorum: int, racks: BookieRacks
@@ -323,7 +328,7 @@ class WriteHandle(ReadHandle):
         while others exist: a crashed bookie stays registered until its ZooKeeper session expires
         (BookKeeper's bookie quarantine, simplified)."""
         placement = self._client_ctx.placement
-        now = self._client_ctx.loop.time()
+        now = self._client_ctx.clock.monotonic()
         recent = {b for b, at in self._recently_failed.items() if now - at < _QUARANTINE_S}
         try:
             return placement.replace_bookie(ensemble, index, write_quorum, racks, recent)
@@ -341,7 +346,7 @@ class WriteHandle(ReadHandle):
                 del self._failed_bookies[index]
         log.info("ledger %d: new ensemble %s from entry %d", self.ledger_id, self.ensemble,
                  self.last_add_confirmed + 1)
-        now = self._client_ctx.loop.time()
+        now = self._client_ctx.clock.monotonic()
         for op in list(self._pending.values()):
             for index in failed:
                 op.resend(index, self._clients[index], now)
@@ -361,10 +366,10 @@ class WriteHandle(ReadHandle):
         one extra period: an add times out between ``timeout`` and ``timeout + period``."""
         timeout = self._config.add_entry_timeout_s
         period = min(1.0, timeout / 2)
-        loop = self._client_ctx.loop
+        clock = self._client_ctx.clock
         while True:
             await asyncio.sleep(period)
-            self._coarse_now = loop.time()
+            self._coarse_now = clock.monotonic()
             if self._error is not None:
                 return
             deadline = self._coarse_now - timeout - period
@@ -464,28 +469,27 @@ class WriteHandle(ReadHandle):
 
     async def _close_metadata(self) -> None:
         lac, length = self.last_add_confirmed, self.length
-        versioned = self.versioned_metadata
-        while True:
-            md = versioned.value
+
+        def needs_closing(md: LedgerMetadata) -> bool:
             if md.state == LedgerState.CLOSED:
                 if md.last_entry_id == lac and md.length == length:
-                    self.update_metadata(versioned)
-                    return
+                    return False  # closed already, at this writer's point: success
                 raise MetadataVersionError(
                     f"ledger {self.ledger_id} was closed at entry {md.last_entry_id} "
                     f"(length {md.length}), this writer's LAC is {lac} (length {length})"
                 )
             if md.state == LedgerState.IN_RECOVERY:
                 raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
-            try:
-                closed = await self._client_ctx.ledger_manager.write_ledger_metadata(
-                    self.ledger_id, md.with_closed(lac, length), versioned.version
-                )
-            except MetadataVersionError:
-                versioned = await self._client_ctx.ledger_manager.read_ledger_metadata(self.ledger_id)
-                continue
-            self.update_metadata(closed)
-            return
+            return True
+
+        closed = await MetadataUpdateLoop(
+            self._client_ctx.ledger_manager,
+            self.ledger_id,
+            needs_transformation=needs_closing,
+            transform=lambda md: md.with_closed(lac, length),
+            current=self.versioned_metadata,
+        ).run()
+        self.update_metadata(closed)
 
     async def __aenter__(self) -> WriteHandle:
         return self

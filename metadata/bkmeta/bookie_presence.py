@@ -18,6 +18,7 @@ from typing import Protocol
 from bkmeta.cookie import Cookie, verify_or_create_cookie
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
+from bkmeta.store import MetadataStore
 from bkproto.errors import MetadataStoreError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,10 @@ class BookiePresence:
         ledgers_root: str = "/ledgers",
         session_timeout_s: float = 10.0,
         read_only: bool = False,
+        store: MetadataStore | None = None,
     ) -> None:
+        """``store``: a metadata session to use instead of connecting to ``zk_servers`` (the
+        simulation's in-memory ZooKeeper); ``start()`` takes it over."""
         self._zk_servers = zk_servers
         self._info = info
         self._journal_dirs = list(journal_dirs)
@@ -77,6 +81,7 @@ class BookiePresence:
         self._ledgers_root = ledgers_root
         self._session_timeout_s = session_timeout_s
         self._read_only = read_only
+        self._store = store
         self._meta: MetadataClient | None = None
         self._registration: BookieRegistration | None = None
         self.cookie: Cookie | None = None
@@ -114,12 +119,15 @@ class BookiePresence:
         """Connect and verify (or create) the cookie. Runs before the bookie opens its storage,
         so a replaced disk is refused before anything is replayed into it. On failure nothing
         stays open."""
-        meta = await MetadataClient.connect(
-            self._zk_servers,
-            self._ledgers_root,
-            watch_bookies=False,
-            session_timeout_s=self._session_timeout_s,
-        )
+        if self._store is not None:
+            meta = await MetadataClient.over(self._store, self._ledgers_root, watch_bookies=False)
+        else:
+            meta = await MetadataClient.connect(
+                self._zk_servers,
+                self._ledgers_root,
+                watch_bookies=False,
+                session_timeout_s=self._session_timeout_s,
+            )
         try:
             self.cookie = await verify_or_create_cookie(
                 meta.zk,

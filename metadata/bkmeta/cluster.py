@@ -12,7 +12,7 @@ import logging
 import uuid
 
 from bkmeta.layout import ZkLayout
-from bkmeta.zk import ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import MetadataStore, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import IncorrectParameterError, MetadataStoreError
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,13 @@ def parse_layout(data: bytes) -> tuple[int, str, int]:
         raise ClusterLayoutError(f"unreadable LAYOUT znode: {data!r}") from e
 
 
-async def _parent_paths(zk: ZkClient, root: str) -> None:
+async def _parent_paths(zk: MetadataStore, root: str) -> None:
     parent = root.rsplit("/", 1)[0]
     if parent:
         await zk.ensure_path(parent)
 
 
-async def init_new_cluster(zk: ZkClient, layout: ZkLayout | None = None) -> tuple[str, bool]:
+async def init_new_cluster(zk: MetadataStore, layout: ZkLayout | None = None) -> tuple[str, bool]:
     """Create the cluster znodes. Returns ``(instance_id, created)``; ``created`` is False when the
     same kind of cluster already exists (idempotent). A different layout raises ``ClusterLayoutError``."""
     layout = layout or ZkLayout()
@@ -100,7 +100,7 @@ async def init_new_cluster(zk: ZkClient, layout: ZkLayout | None = None) -> tupl
     return instance_id, True
 
 
-async def read_instance_id(zk: ZkClient, layout: ZkLayout | None = None) -> str:
+async def read_instance_id(zk: MetadataStore, layout: ZkLayout | None = None) -> str:
     layout = layout or ZkLayout()
     try:
         data, _ = await zk.get(layout.instance_id)
@@ -112,7 +112,7 @@ async def read_instance_id(zk: ZkClient, layout: ZkLayout | None = None) -> str:
 
 
 async def nuke_existing_cluster(
-    zk: ZkClient, layout: ZkLayout | None = None, *, force: bool = False, instance_id: str | None = None
+    zk: MetadataStore, layout: ZkLayout | None = None, *, force: bool = False, instance_id: str | None = None
 ) -> bool:
     """Delete the whole ledgers root. Needs ``force`` or the matching ``instance_id``; refuses while
     bookies are registered. Returns False if there was nothing to delete."""
@@ -133,7 +133,7 @@ async def nuke_existing_cluster(
     return True
 
 
-async def _registered_bookies(zk: ZkClient, layout: ZkLayout) -> list[str]:
+async def _registered_bookies(zk: MetadataStore, layout: ZkLayout) -> list[str]:
     out: list[str] = []
     for path in (layout.available, layout.readonly):
         with contextlib.suppress(ZkNoNodeError):

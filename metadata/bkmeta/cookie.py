@@ -20,7 +20,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from bkmeta.layout import ZkLayout
-from bkmeta.zk import ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import MetadataStore, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import BKError
 from bkproto.v1 import metadata_pb2
 
@@ -100,7 +100,7 @@ class CookieStore:
     """The cluster's cookies in ZooKeeper, one znode per bookie id (BookKeeper's ``cookie_get``,
     ``cookie_delete``). Whether deleting one is safe is the caller's call: see the shell."""
 
-    def __init__(self, zk: ZkClient, layout: ZkLayout) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout) -> None:
         self._zk = zk
         self._layout = layout
 
@@ -165,7 +165,7 @@ def _write_all_local(dirs: list[str], data: bytes) -> None:
 
 
 async def verify_or_create_cookie(
-    zk: ZkClient,
+    zk: MetadataStore,
     bookie_id: str,
     journal_dirs: Sequence[str | Path],
     ledger_dirs: Sequence[str | Path],

@@ -17,7 +17,7 @@ import contextlib
 import logging
 
 from bkmeta.layout import HOB_PREFIX, IDGEN_PREFIX, INT_MAX, ZkLayout
-from bkmeta.zk import ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import MetadataStore, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def _sequence_of(created_path: str, prefix: str) -> int:
 class LedgerIdGenerator:
     """Hands out unique ledger ids; safe to use from many clients and coroutines at once."""
 
-    def __init__(self, zk: ZkClient, layout: ZkLayout) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout) -> None:
         self._zk = zk
         self._layout = layout
         self._long_mode: bool | None = None  # decided on first use, then sticky

@@ -12,13 +12,11 @@ import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from kazoo.protocol.states import EventType, WatchedEvent
-
 from bkmeta.idgen import LedgerIdGenerator
 from bkmeta.layout import LEDGER_PREFIX, RESERVED_ZNODES, BadLedgerPathError, ZkLayout
 from bkmeta.model import LedgerMetadata, Versioned
 from bkmeta.serde import deserialize, serialize
-from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import LedgerExistsError, MetadataStoreError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -84,7 +82,7 @@ class LedgerManager(abc.ABC):
 
 
 class ZkLedgerManager(LedgerManager):
-    def __init__(self, zk: ZkClient, layout: ZkLayout | None = None) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout | None = None) -> None:
         self._zk = zk
         self._layout = layout or ZkLayout()
         self._idgen = LedgerIdGenerator(zk, self._layout)
@@ -178,7 +176,7 @@ class ZkLedgerManager(LedgerManager):
         path = self._layout.ledger(ledger_id)
         self._armed.add(ledger_id)
 
-        def on_event(event: WatchedEvent) -> None:
+        def on_event(event: WatchEvent) -> None:
             if event.type == EventType.NONE:
                 return  # connection-state notification, not a change
             self._armed.discard(ledger_id)

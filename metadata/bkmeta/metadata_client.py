@@ -1,7 +1,8 @@
 """`MetadataClient`: the one object the client library and the bookie daemon hold for ZooKeeper.
 
-It owns the :class:`ZkClient` session, the :class:`ZkLedgerManager` and the :class:`BookieWatcher`
-for one cluster (one ledgers root), and knows the cluster's instance id.
+It owns the metadata store session (a :class:`ZkClient`; any ``bkmeta.store.MetadataStore``
+when built directly, e.g. an in-memory one in the simulation), the :class:`ZkLedgerManager` and
+the :class:`BookieWatcher` for one cluster (one ledgers root), and knows the cluster's instance id.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from bkmeta.layout import ZkLayout
 from bkmeta.ledger_manager import ZkLedgerManager
 from bkmeta.registration import BookieRegistration, BookieServiceInfo, BookieWatcher
 from bkmeta.replication_control import ReplicationControl
+from bkmeta.store import MetadataStore
 from bkmeta.zk import ZkClient, ZkClientConfig
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ class MetadataClient:
             meta.bookie_watcher.writable_bookies()
     """
 
-    def __init__(self, zk: ZkClient, layout: ZkLayout) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout) -> None:
         self.zk = zk
         self.layout = layout
         self.ledger_manager = ZkLedgerManager(zk, layout)
@@ -51,10 +53,25 @@ class MetadataClient:
         ``ClusterNotInitializedError``; otherwise ``instance_id`` stays None until initialised."""
         zk = ZkClient(ZkClientConfig(hosts=zk_hosts, **zk_options))
         await zk.start()
-        client = cls(zk, ZkLayout(ledgers_root))
+        return await cls.over(
+            zk, ledgers_root, require_cluster=require_cluster, watch_bookies=watch_bookies
+        )
+
+    @classmethod
+    async def over(
+        cls,
+        store: MetadataStore,
+        ledgers_root: str = "/ledgers",
+        *,
+        require_cluster: bool = True,
+        watch_bookies: bool = True,
+    ) -> MetadataClient:
+        """Like :meth:`connect`, over a session already open (an in-memory one in the
+        simulation); the client owns it from now on and closes it, also when this fails."""
+        client = cls(store, ZkLayout(ledgers_root))
         try:
             if require_cluster:
-                client.instance_id = await read_instance_id(zk, client.layout)
+                client.instance_id = await read_instance_id(store, client.layout)
             if watch_bookies:
                 await client.bookie_watcher.start()
         except BaseException:

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bkmeta.zk import ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import MetadataStore, ZkNodeExistsError, ZkNoNodeError
 from bkproto.errors import IncorrectParameterError, MetadataStoreError, MetadataVersionError
 
 LOGS_ROOT = "/pybk/logs"
@@ -156,7 +156,7 @@ class PendingLedger:
 class LogStore:
     """The named logs under ``root`` (``/pybk/logs``)."""
 
-    def __init__(self, zk: ZkClient, root: str = LOGS_ROOT) -> None:
+    def __init__(self, zk: MetadataStore, root: str = LOGS_ROOT) -> None:
         if not root.startswith("/") or root.endswith("/"):
             raise IncorrectParameterError(f"logs root must be absolute without a trailing slash: {root!r}")
         self._zk = zk

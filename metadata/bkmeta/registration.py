@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
-from kazoo.protocol.states import EventType, WatchedEvent
 
+from bkmeta.clock import Clock, LoopClock
 from bkmeta.layout import READONLY_ZNODE, ZkLayout
-from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError, ZkNoNodeError
 from bkproto.add_port import ENDPOINT_ID as ADD_ENDPOINT_ID
 from bkproto.add_port import ENDPOINT_PROTOCOL as ADD_PROTOCOL
 from bkproto.errors import MetadataStoreError
@@ -109,14 +108,20 @@ class BookieRegistration:
     """The bookie's own ephemeral registration, kept alive across session expiries."""
 
     def __init__(
-        self, zk: ZkClient, info: BookieServiceInfo, layout: ZkLayout | None = None, stale_wait_s: float = 0.0
+        self,
+        zk: MetadataStore,
+        info: BookieServiceInfo,
+        layout: ZkLayout | None = None,
+        stale_wait_s: float = 0.0,
+        clock: Clock | None = None,
     ) -> None:
         self._zk = zk
+        self._clock = clock or LoopClock()
         self._info = info
         self._layout = layout or ZkLayout()
         # How long to wait for a stale registration of a previous incarnation to expire; 0 means
         # the session timeout (plus a margin).
-        self._stale_wait_s = stale_wait_s or zk.config.session_timeout_s * 1.5 + 1.0
+        self._stale_wait_s = stale_wait_s or zk.session_timeout_s * 1.5 + 1.0
         self._read_only = False
         self._registered = False
         self._lock = asyncio.Lock()
@@ -149,7 +154,7 @@ class BookieRegistration:
 
     async def _create_own_node(self, path: str) -> None:
         data = self._info.to_bytes()
-        deadline = time.monotonic() + self._stale_wait_s
+        deadline = self._clock.monotonic() + self._stale_wait_s
         while True:
             try:
                 await self._zk.create(path, data, ephemeral=True, makepath=True)
@@ -162,7 +167,7 @@ class BookieRegistration:
                 continue
             if stat.ephemeralOwner == self._zk.session_id:
                 return  # already ours (e.g. re-register raced with a reconnect)
-            if time.monotonic() > deadline:
+            if self._clock.monotonic() > deadline:
                 raise BookieIdInUseError(
                     f"{path} is held by another ZooKeeper session (0x{stat.ephemeralOwner:x}): is another "
                     f"bookie running as {self._info.bookie_id}?"
@@ -225,7 +230,7 @@ BookieSetListener = Callable[[dict[str, BookieServiceInfo], dict[str, BookieServ
 class BookieWatcher:
     """Client-side live view of writable and read-only bookies, kept current by child watches."""
 
-    def __init__(self, zk: ZkClient, layout: ZkLayout | None = None) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout | None = None) -> None:
         self._zk = zk
         self._layout = layout or ZkLayout()
         self._writable: dict[str, BookieServiceInfo] = {}
@@ -287,7 +292,7 @@ class BookieWatcher:
     async def _refresh(self, readonly: bool) -> None:
         path = self._layout.readonly if readonly else self._layout.available
 
-        def on_event(event: WatchedEvent) -> None:
+        def on_event(event: WatchEvent) -> None:
             if event.type != EventType.NONE:
                 self._spawn_refresh(readonly)
 

@@ -7,7 +7,7 @@
   The auditor writes its configured value there when the znode is absent; from then on the znode
   wins, so ``shell lostbookierecoverydelay --set`` changes it for the whole cluster at runtime.
 
-Watches are ZooKeeper's one-shot watches (see :meth:`ZkClient.wrap_watcher`). Pass the same
+Watches are ZooKeeper's one-shot watches (see :meth:`bkmeta.store.MetadataStore.wrap_watcher`). Pass the same
 watcher object on every read: kazoo keeps one entry per object and path, so re-reading never piles
 up watchers on a znode that does not change.
 """
@@ -15,7 +15,9 @@ up watchers on a znode that does not change.
 from __future__ import annotations
 
 from bkmeta.layout import ZkLayout
-from bkmeta.zk import Watcher, ZkBadVersionError, ZkClient, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.model import Versioned
+from bkmeta.store import MetadataStore, Watcher, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.update_loop import VersionedUpdateLoop
 from bkproto.errors import IncorrectParameterError, MetadataStoreError
 
 DISABLE_ZNODE = "disable"
@@ -38,7 +40,7 @@ def check_delay(seconds: int) -> None:
 
 
 class ReplicationControl:
-    def __init__(self, zk: ZkClient, layout: ZkLayout) -> None:
+    def __init__(self, zk: MetadataStore, layout: ZkLayout) -> None:
         self._zk = zk
         self.disable_path = f"{layout.underreplication}/{DISABLE_ZNODE}"
         self.delay_path = f"{layout.underreplication}/{LOST_BOOKIE_RECOVERY_DELAY_ZNODE}"
@@ -104,17 +106,21 @@ class ReplicationControl:
         "re-replicate every lost bookie now" (BookKeeper's ``triggerAudit``); returns that value,
         or None when the cluster has none yet. The write is versioned, so a concurrent ``--set``
         is never undone: on a conflict the new value is read and written back."""
-        while True:
-            try:
-                data, stat = await self._zk.get(self.delay_path)
-            except ZkNoNodeError:
-                return None
-            seconds = _parse_delay(self.delay_path, data)
-            try:
-                await self._zk.set(self.delay_path, str(seconds).encode(), version=stat.version)
-            except ZkBadVersionError:
-                continue
-            return seconds
+        path = self.delay_path
+
+        async def read() -> Versioned[int]:
+            data, stat = await self._zk.get(path)
+            return Versioned(_parse_delay(path, data), stat.version)
+
+        async def write(seconds: int, version: int) -> Versioned[int]:
+            stat = await self._zk.set(path, str(seconds).encode(), version=version)
+            return Versioned(seconds, stat.version)
+
+        loop = VersionedUpdateLoop(path, read, write, lambda _: True, lambda seconds: seconds)
+        try:
+            return (await loop.run()).value
+        except ZkNoNodeError:
+            return None
 
     async def initialize_lost_bookie_delay(self, seconds: int) -> bool:
         """Write ``seconds`` unless the cluster already has a delay; True if written now."""

@@ -14,13 +14,11 @@ the next version counts as our write; a delete retried after a loss that finds n
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -33,58 +31,44 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     SessionExpiredError,
 )
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import ZnodeStat
 
+from bkmeta.store import (
+    CompositeOperations,
+    SessionEvent,
+    SessionListener,
+    TransactionOp,
+    Watcher,
+    WatchEvent,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkNotEmptyError,
+)
 from bkmeta.zk_handler import PollingThreadingHandler
 from bkproto.errors import MetadataStoreError, MetadataVersionError
+
+# Re-exported: callers import these from here too.
+__all__ = [
+    "SessionEvent",
+    "SessionListener",
+    "Watcher",
+    "ZkBadVersionError",
+    "ZkClient",
+    "ZkClientConfig",
+    "ZkNoNodeError",
+    "ZkNodeExistsError",
+    "ZkNotEmptyError",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class ZkNoNodeError(MetadataStoreError):
-    """The znode does not exist (callers narrow this to e.g. ``NoSuchLedgerError``)."""
-
-    retriable: ClassVar[bool] = False
-    attempts: int = 1  # how many tries the call took: > 1 means an earlier try may have applied
-
-
-class ZkNodeExistsError(MetadataStoreError):
-    """The znode already exists (callers narrow this to e.g. ``LedgerExistsError``)."""
-
-    retriable: ClassVar[bool] = False
-    attempts: int = 1
-
-
-class ZkBadVersionError(MetadataVersionError):
-    """A versioned write found another version (``MetadataVersionError`` with the try count)."""
-
-    attempts: int = 1
-
-
-class ZkNotEmptyError(MetadataStoreError):
-    """The znode has children and cannot be deleted non-recursively."""
-
-    retriable: ClassVar[bool] = False
-
-
 # kazoo errors worth another attempt: the request may not have reached the server, or the session is
 # being re-established after an expiry.
 _RETRIABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, asyncio.TimeoutError)
-
-
-class SessionEvent(enum.Enum):
-    """What a session listener is told (always on the event loop's thread)."""
-
-    DISCONNECTED = "disconnected"  # SUSPENDED: the session may survive; ephemerals still exist
-    RECONNECTED = "reconnected"  # same session back
-    EXPIRED = "expired"  # LOST: ephemerals are gone
-    NEW_SESSION = "new_session"  # connected again after an expiry: re-create ephemerals now
-
-
-SessionListener = Callable[[SessionEvent], None]
-Watcher = Callable[[WatchedEvent], None]
 
 
 @dataclass(frozen=True)
@@ -98,7 +82,7 @@ class ZkClientConfig:
     max_retry_delay_s: float = 2.0
 
 
-class ZkClient:
+class ZkClient(CompositeOperations):
     """An asyncio face over one kazoo session. ``await start()`` / ``await close()`` or ``async with``."""
 
     def __init__(self, config: ZkClientConfig) -> None:
@@ -130,6 +114,10 @@ class ZkClient:
         if self._loop is None:
             raise MetadataStoreError("ZkClient not started")
         return self._loop
+
+    @property
+    def session_timeout_s(self) -> float:
+        return self.config.session_timeout_s
 
     @property
     def connected(self) -> bool:
@@ -226,11 +214,11 @@ class ZkClient:
             return SessionEvent.NEW_SESSION
         return SessionEvent.RECONNECTED
 
-    def wrap_watcher(self, watcher: Callable[[WatchedEvent], None]) -> Watcher:
+    def wrap_watcher(self, watcher: Watcher) -> Watcher:
         """A kazoo watch callback that runs ``watcher`` on the event loop instead of kazoo's thread."""
         loop = self.loop
 
-        def on_kazoo_thread(event: WatchedEvent) -> None:
+        def on_kazoo_thread(event: WatchEvent) -> None:
             try:
                 loop.call_soon_threadsafe(watcher, event)
             except RuntimeError:  # loop closed
@@ -382,38 +370,7 @@ class ZkClient:
                 return  # an earlier try deleted it before the connection dropped
             raise
 
-    async def delete_own_ephemeral(self, path: str) -> bool:
-        """Delete ``path`` if it is an ephemeral of this session (never another session's node,
-        say a successor's after this session expired); returns whether it was deleted."""
-        try:
-            _, stat = await self.get(path)
-            if stat.ephemeralOwner != self.session_id:
-                return False
-            await self.delete(path, stat.version)
-        except ZkNoNodeError:
-            return False
-        return True
-
-    async def delete_recursive(self, path: str) -> None:
-        """Delete ``path`` and everything under it (children first); a missing node is fine."""
-        try:
-            children = await self.get_children(path)
-        except ZkNoNodeError:
-            return
-        await asyncio.gather(*(self.delete_recursive(f"{path.rstrip('/')}/{c}") for c in children))
-        with contextlib.suppress(ZkNoNodeError):
-            await self.delete(path)
-
-    async def ensure_path(self, path: str) -> None:
-        parts = [p for p in path.split("/") if p]
-        current = ""
-        for part in parts:
-            current += "/" + part
-            if await self.exists(current) is None:
-                with contextlib.suppress(ZkNodeExistsError):
-                    await self.create(current)
-
-    async def multi(self, ops: list[tuple[str, str, bytes, int]]) -> None:
+    async def multi(self, ops: list[TransactionOp]) -> None:
         """Commit ``ops`` atomically. Each op is ``(kind, path, data, version)`` with kind in
         ``create`` / ``set`` / ``delete`` / ``check``; the first failed op is raised, translated."""
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from kazoo.protocol.states import EventType, WatchedEvent
-
-from bkmeta.zk import SessionEvent, ZkClient, ZkNodeExistsError
+from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError
 from bkproto.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
@@ -27,7 +25,7 @@ _RETRY_S = 1.0  # after a ZooKeeper error while campaigning
 
 
 class LeaderElection:
-    def __init__(self, zk: ZkClient, path: str, identity: str) -> None:
+    def __init__(self, zk: MetadataStore, path: str, identity: str) -> None:
         self._zk = zk
         self._path = path
         self._identity = identity.encode()
@@ -105,7 +103,7 @@ class LeaderElection:
     async def _watch(self) -> bool:
         """Watch the znode (deleted: campaign again, or step down if leading); False if it is
         already gone."""
-        def on_event(event: WatchedEvent) -> None:
+        def on_event(event: WatchEvent) -> None:
             if event.type == EventType.DELETED:
                 self._step_down("the leader znode was deleted")
                 self._changed.set()

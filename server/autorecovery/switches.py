@@ -19,9 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import NamedTuple
 
-from kazoo.protocol.states import EventType, WatchedEvent
-
-from bkmeta import CorruptReplicationSettingError, ReplicationControl, ZkClient
+from bkmeta import CorruptReplicationSettingError, ReplicationControl
+from bkmeta.store import EventType, MetadataStore, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,11 @@ class SwitchReader:
     """Reads the switches for the leader; ``wake`` runs (on the loop) when one is written."""
 
     def __init__(
-        self, zk: ZkClient, control: ReplicationControl, configured_delay_s: float, wake: Callable[[], None]
+        self,
+        zk: MetadataStore,
+        control: ReplicationControl,
+        configured_delay_s: float,
+        wake: Callable[[], None],
     ) -> None:
         self._control = control
         self._configured_delay_s = configured_delay_s
@@ -57,11 +60,11 @@ class SwitchReader:
         self._seeded = False
         self._said_disabled = False
 
-    def _disable_written(self, event: WatchedEvent) -> None:
+    def _disable_written(self, event: WatchEvent) -> None:
         if event.type in _WRITES:
             self._wake()
 
-    def _delay_written(self, event: WatchedEvent) -> None:
+    def _delay_written(self, event: WatchEvent) -> None:
         if event.type in _WRITES:
             self._delay_writes += 1
             self._wake()

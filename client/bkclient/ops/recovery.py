@@ -42,12 +42,12 @@ from bkclient.ops.read_lac import ReadLastConfirmedOp
 from bkclient.placement import BookieRacks, PlacementPolicy
 from bkmeta.ledger_manager import LedgerWatcher
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
+from bkmeta.update_loop import MetadataUpdateLoop
 from bkproto.entry_format import NO_ENTRY
 from bkproto.errors import (
     BKError,
     DigestMismatchError,
     LedgerRecoveryError,
-    MetadataVersionError,
     UnauthorizedAccessError,
 )
 
@@ -193,18 +193,14 @@ class LedgerRecoveryOp:
     # -- step 1 ----------------------------------------------------------------------------------
 
     async def _mark_in_recovery(self) -> Versioned[LedgerMetadata]:
-        store = self._ctx.ledger_manager
-        while True:
-            versioned = await store.read_ledger_metadata(self._ledger_id)
-            md = versioned.value
-            if md.state != LedgerState.OPEN:  # CLOSED: done; IN_RECOVERY: someone began, finish it
-                return versioned
-            try:
-                return await store.write_ledger_metadata(
-                    self._ledger_id, md.with_state(LedgerState.IN_RECOVERY), versioned.version
-                )
-            except MetadataVersionError:
-                continue  # the writer changed the ensemble or closed meanwhile: look again
+        # CLOSED: done; IN_RECOVERY: someone began, finish it. A conflict (the writer changed
+        # the ensemble or closed meanwhile) re-reads and looks again.
+        return await MetadataUpdateLoop(
+            self._ctx.ledger_manager,
+            self._ledger_id,
+            needs_transformation=lambda md: md.state == LedgerState.OPEN,
+            transform=lambda md: md.with_state(LedgerState.IN_RECOVERY),
+        ).run()
 
     # -- step 3 ----------------------------------------------------------------------------------
 
@@ -345,15 +341,26 @@ class LedgerRecoveryOp:
                 ensemble[index] = self._ctx.placement.replace_bookie(
                     ensemble, index, md.write_quorum_size, self._ctx.writable_bookie_racks(), exclude
                 )
-            updated = md.with_ensemble_change(self._recovery_start, tuple(ensemble))
-            try:
-                self._versioned = await self._ctx.ledger_manager.write_ledger_metadata(
-                    self._ledger_id, updated, self._versioned.version
-                )
-            except MetadataVersionError as exc:
-                raise LedgerRecoveryError(
-                    f"ledger {self._ledger_id}: metadata changed during recovery; open it again to retry"
-                ) from exc
+            held = self._versioned
+
+            def still_held(current: LedgerMetadata) -> bool:
+                # No retry here: after a CAS conflict the loop re-reads, and metadata another
+                # client changed is refused (this recovery's view of the ensemble is stale: it
+                # fails and starts over on the next open). Only a rewrite of the very same
+                # metadata goes on.
+                if current != held.value:
+                    raise LedgerRecoveryError(
+                        f"ledger {self._ledger_id}: metadata changed during recovery; open it again to retry"
+                    )
+                return True
+
+            self._versioned = await MetadataUpdateLoop(
+                self._ctx.ledger_manager,
+                self._ledger_id,
+                needs_transformation=still_held,
+                transform=lambda current: current.with_ensemble_change(self._recovery_start, tuple(ensemble)),
+                current=held,
+            ).run()
             self.ensemble_changes += 1
             log.info(
                 "recovery of ledger %d: ensemble from entry %d is now %s",
@@ -365,13 +372,11 @@ class LedgerRecoveryOp:
     # -- step 4 ----------------------------------------------------------------------------------
 
     async def _close(self, last_entry_id: int, length: int) -> Versioned[LedgerMetadata]:
-        store = self._ctx.ledger_manager
-        versioned = self._versioned
-        assert versioned is not None
-        while True:
-            md = versioned.value
+        assert self._versioned is not None
+
+        def needs_closing(md: LedgerMetadata) -> bool:
             if md.is_closed:
-                return versioned  # another recoverer closed it first; its result stands
+                return False  # another recoverer closed it first; its result stands
             if md.state != LedgerState.IN_RECOVERY:
                 raise LedgerRecoveryError(f"ledger {self._ledger_id}: state {md.state.name} during recovery")
             if md.segments != self._metadata().segments:
@@ -381,9 +386,12 @@ class LedgerRecoveryOp:
                     f"ledger {self._ledger_id}: another client changed its ensembles during recovery;"
                     " open it again to retry"
                 )
-            try:
-                return await store.write_ledger_metadata(
-                    self._ledger_id, md.with_closed(last_entry_id, length), versioned.version
-                )
-            except MetadataVersionError:
-                versioned = await store.read_ledger_metadata(self._ledger_id)
+            return True
+
+        return await MetadataUpdateLoop(
+            self._ctx.ledger_manager,
+            self._ledger_id,
+            needs_transformation=needs_closing,
+            transform=lambda md: md.with_closed(last_entry_id, length),
+            current=self._versioned,
+        ).run()

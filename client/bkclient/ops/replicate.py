@@ -26,7 +26,8 @@ from bkclient.ops.read import ReadEntryOp
 from bkclient.ops.recovery import RecoveryContext, recovery_add
 from bkclient.rate_limiter import ByteRateLimiter
 from bkmeta.model import LedgerMetadata, Versioned
-from bkproto.errors import BKError, DigestMismatchError, LedgerRecoveryError, MetadataVersionError
+from bkmeta.update_loop import MetadataUpdateLoop
+from bkproto.errors import BKError, DigestMismatchError, LedgerRecoveryError
 from bkproto.errors import TimeoutError as BKTimeoutError
 
 log = logging.getLogger(__name__)
@@ -216,28 +217,28 @@ class FragmentReplicator:
     async def swap_in_metadata(self) -> Versioned[LedgerMetadata]:
         """Name the new bookies in the fragment's segment, by CAS. A slot that no longer holds
         its lost bookie (another tool run replaced it meanwhile) is left as it is."""
+        return await MetadataUpdateLoop(
+            self._ctx.ledger_manager,
+            self._fragment.ledger_id,
+            needs_transformation=lambda md: self._swapped(md, warn=False) != md,
+            transform=lambda md: self._swapped(md, warn=True),
+        ).run()
+
+    def _swapped(self, md: LedgerMetadata, *, warn: bool) -> LedgerMetadata:
+        """``md`` with this fragment's lost bookies replaced by their targets where they still
+        are; ``warn`` logs the slots left alone."""
         fragment = self._fragment
-        while True:
-            versioned = await self._ctx.ledger_manager.read_ledger_metadata(fragment.ledger_id)
-            md = versioned.value
-            segment = next((s for s in md.segments if s.first_entry_id == fragment.first_entry_id), None)
-            if segment is None:
-                raise LedgerRecoveryError(
-                    f"ledger {fragment.ledger_id}: the segment at entry {fragment.first_entry_id} is gone"
-                )
-            updated = md
-            for slot, new in self._targets.items():
-                old = fragment.ensemble[slot]
-                if segment.bookies[slot] == old:
-                    updated = updated.replace_bookie(fragment.first_entry_id, old, new)
-                elif segment.bookies[slot] != new:
-                    log.warning("ledger %d: slot %d of the segment at entry %d is now %s, not %s; left as is",
-                                fragment.ledger_id, slot, fragment.first_entry_id, segment.bookies[slot], old)
-            if updated == md:
-                return versioned
-            try:
-                return await self._ctx.ledger_manager.write_ledger_metadata(
-                    fragment.ledger_id, updated, versioned.version
-                )
-            except MetadataVersionError:
-                log.info("ledger %d: metadata changed while re-replicating, retrying", fragment.ledger_id)
+        segment = next((s for s in md.segments if s.first_entry_id == fragment.first_entry_id), None)
+        if segment is None:
+            raise LedgerRecoveryError(
+                f"ledger {fragment.ledger_id}: the segment at entry {fragment.first_entry_id} is gone"
+            )
+        updated = md
+        for slot, new in self._targets.items():
+            old = fragment.ensemble[slot]
+            if segment.bookies[slot] == old:
+                updated = updated.replace_bookie(fragment.first_entry_id, old, new)
+            elif segment.bookies[slot] != new and warn:
+                log.warning("ledger %d: slot %d of the segment at entry %d is now %s, not %s; left as is",
+                            fragment.ledger_id, slot, fragment.first_entry_id, segment.bookies[slot], old)
+        return updated

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.unit.metadata.fake_zk import READONLY, WRITABLE, FakeZk
+from tests.support.memory_zk import READONLY, WRITABLE, bookie_znodes, zookeeper_with_faults
 from tests.unit.server.storage_helpers import add_all, add_op, make_bookie, make_config
 
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
@@ -330,20 +330,20 @@ async def test_the_registration_is_retried_until_zookeeper_takes_it(bookie: Book
 async def test_a_half_done_move_is_redone_even_if_the_state_flipped_back(bookie: Bookie) -> None:
     """Going writable, the old read-only znode could not be deleted; before the retry the bookie
     turned read-only again. It must not stay in available/ too."""
-    zk = FakeZk()
-    registration = BookieRegistration(zk, BookieServiceInfo.for_address("h", 1))  # type: ignore[arg-type]
+    server, faults = zookeeper_with_faults()
+    registration = BookieRegistration(server.session(), BookieServiceInfo.for_address("h", 1))
     await registration.register()
     h = Harness(bookie)
     await h.state.start()
     h.state.attach_registration(registration, False)
     try:
         h.state.set_manual(True)
-        await _until(lambda: set(zk.nodes) == {READONLY})
-        zk.fail_next["delete"] = 1
+        await _until(lambda: bookie_znodes(server) == {READONLY})
+        faults.fail_next["delete"] = 1
         h.state.set_manual(False)  # creates available/h:1, fails to delete the read-only one
-        await _until(lambda: WRITABLE in zk.nodes)
+        await _until(lambda: WRITABLE in bookie_znodes(server))
         h.state.set_manual(True)  # flips back before the retry
-        await _until(lambda: set(zk.nodes) == {READONLY})
+        await _until(lambda: bookie_znodes(server) == {READONLY})
         assert registration.read_only
     finally:
         await h.state.close()
@@ -352,7 +352,7 @@ async def test_a_half_done_move_is_redone_even_if_the_state_flipped_back(bookie:
 
 async def _until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(5):
-        while True:  # the fake ZooKeeper's nodes change inside the state manager's task
+        while True:  # the in-memory ZooKeeper's nodes change inside the state manager's task
             if condition():
                 return
             await asyncio.sleep(0.01)
