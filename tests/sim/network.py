@@ -119,6 +119,7 @@ class Network:
         self._next_cid = 0
         # node name -> (incarnation, up); nodes not listed are always up (clients, ZooKeeper)
         self.servers: dict[str, list[int]] = {}
+        self.listeners: list[Callable[[], None]] = []  # told after every partition change
 
     # -- topology ----------------------------------------------------------------------------
 
@@ -199,8 +200,12 @@ class Network:
         for conn in list(self.connections.values()):
             if not self.reachable(conn.client, conn.server):
                 self._watch_partitioned(conn)
+        for listener in self.listeners:
+            listener()
 
     def heal(self) -> None:
         self._blocked.clear()
         for conn in list(self.connections.values()):
             conn.release_held()
+        for listener in self.listeners:
+            listener()

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkclient.ops import recovery as recovery_module
-from bkmeta.serde import deserialize
 from bkproto.errors import BKError
 
 from .checkers import Final, Violation, check
@@ -76,6 +75,7 @@ class Simulation:
             f"seed {self.seed} steps {self.steps} broken={self.broken_name or '-'} {self.swarm.describe()}"
         )
         with world.wall_clock():
+            await world.setup()
             for bookie_id in world.bookies:
                 await world.start_bookie(bookie_id)
             await self._run_steps(world)
@@ -253,10 +253,15 @@ class Simulation:
         trace.event("final: healing every fault")
         world.network.heal()
         world.network.links.clear()
+        stuck: list[str] = []
         for bookie_id, node in sorted(world.bookies.items()):
             node.disk.faults.spike_probability = 0.0
             if not node.up:
                 await world.start_bookie(bookie_id)
+        try:
+            await world.all_registered(LIVENESS_BOUND_S)
+        except TimeoutError:
+            stuck.append("bookie registration")
         rng = self.seeds.child("final")
         for writer in self.writers:
             if writer.alive and writer.handle is not None:
@@ -264,7 +269,6 @@ class Simulation:
                     writer.spawn(writer.close(), "close")
                 else:
                     await writer.crash()
-        stuck: list[str] = []
         processes: list[Process] = [*self.writers, *self.readers, self.admin]
         tasks = sorted((t for p in processes for t in p.tasks), key=lambda t: getattr(t, "sim_id", 0))
         if tasks:
@@ -292,9 +296,8 @@ class Simulation:
         live bookies until no ledger names them."""
         lost = sorted(world.lost)
         for bookie_id in lost:
-            session = world.sessions.pop(bookie_id, None)
-            if session is not None:
-                world.zk.expire(session, f"{bookie_id} is lost")
+            world.trace.event(f"zk: sessions of {bookie_id} expire (it is lost)")
+            world.zk.expire_sessions_of(bookie_id)
         await asyncio.sleep(1.0)  # the watch events reach the clients
         admin = Admin(world, "admin-final")
         try:
@@ -303,18 +306,18 @@ class Simulation:
             final.stuck.append("final re-replication")
             return
         final.rereplicated = done
-        final.still_naming_lost = sorted(
-            lid
-            for lid, node in world.zk.ledgers.items()
-            if any(b in lost for seg in deserialize(node.data, lid).segments for b in seg.bookies)
-        )
+        manager = world.meta.ledger_manager
+        for ledger_id in sorted(await manager.list_ledgers()):
+            md = (await manager.read_ledger_metadata(ledger_id)).value
+            if any(b in lost for segment in md.segments for b in segment.bookies):
+                final.still_naming_lost.append(ledger_id)
         await admin.stop()
 
     async def _final_read(self, checker: Reader, ledger_id: int, final: Final) -> None:
         why = ""
         for _attempt in range(5):
             try:
-                handle = await checker.bk.open_ledger(ledger_id, password=b"sim")
+                handle = await (await checker.client()).open_ledger(ledger_id, password=b"sim")
                 last = handle.metadata.last_entry_id
                 entries = {}
                 if last >= 0:

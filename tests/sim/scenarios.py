@@ -15,6 +15,7 @@ from .network import LinkProfile
 from .trace import Trace
 from .workload import PASSWORD, Reader, Writer
 from .world import Broken, SeedTree, Swarm, World
+from .zk import wait_for_ledger
 
 FIXED_SWARM = Swarm(
     bookies=4,
@@ -35,6 +36,7 @@ def run_scenario(scenario: Callable[[World], Awaitable[None]], seed: int = 0) ->
         assert isinstance(loop, SimLoop)
         world = World(SeedTree(seed), loop, Trace(clock=lambda: loop.now_us), FIXED_SWARM, Broken())
         with world.wall_clock():
+            await world.setup()
             for bookie_id in world.bookies:
                 await world.start_bookie(bookie_id)
             await scenario(world)
@@ -66,7 +68,7 @@ async def recovery_dies_after_its_ensemble_change(world: World) -> tuple[int, in
     recoverer = Reader(world, "r0")
     world.network.partition({recoverer.name}, {recoverer.name, second_replica, spare})
     recoverer.spawn(recoverer.recover(ledger_id), "recover")
-    await world.zk.wait_for_ledger(ledger_id, lambda md: len(md.segments) > 1)
+    await wait_for_ledger(world.meta, ledger_id, lambda md: len(md.segments) > 1)
     await recoverer.crash()  # dies with the replacement named but not yet given the entries
     world.network.heal()
     # The entry's first replica, which has it, answers the next recoverer after the replacement.
@@ -75,5 +77,5 @@ async def recovery_dies_after_its_ensemble_change(world: World) -> tuple[int, in
     for link in (("checker", first_replica), (first_replica, "checker")):
         world.network.links[link] = LinkProfile(base.latency_ms, base.jitter_ms, slow_factor=100.0)
     checker = Reader(world, "checker")
-    reopened = await checker.bk.open_ledger(ledger_id, password=PASSWORD)
+    reopened = await (await checker.client()).open_ledger(ledger_id, password=PASSWORD)
     return last_acked, reopened.metadata.last_entry_id

@@ -28,9 +28,16 @@ class Process:
         self.world = world
         self.name = name
         self.rng = world.seeds.child(f"process/{name}")
-        self.bk: BookKeeper = world.client(name)
+        self._bk: BookKeeper | None = None
         self.alive = True
         self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def client(self) -> BookKeeper:
+        """This process's BookKeeper client, connected on first use (MetadataStoreError if
+        ZooKeeper cannot be reached; the next call tries again)."""
+        if self._bk is None:
+            self._bk = await self.world.client(self.name)
+        return self._bk
 
     def spawn(self, coro: Any, what: str) -> asyncio.Task[Any]:
         task = self.world.loop.create_task(coro, name=f"{self.name}-{what}")
@@ -50,10 +57,12 @@ class Process:
         for task in sorted(self.tasks, key=lambda t: getattr(t, "sim_id", 0)):
             task.cancel()
         self.world.network.client_crashed(self.name)
+        self.world.zk.process_died(self.name)
         self.on_crash()
         with contextlib.suppress(BKError):
             await self.close_handles()
-            await self.bk.close()  # stops its timers; nothing it sends can matter any more
+            if self._bk is not None:
+                await self._bk.close()  # stops its timers; nothing it sends can matter any more
 
     def on_crash(self) -> None:
         return None
@@ -64,7 +73,8 @@ class Process:
     async def stop(self) -> None:
         if self.alive:
             await self.close_handles()
-            await self.bk.close()
+            if self._bk is not None:
+                await self._bk.close()
             self.alive = False
 
 
@@ -83,7 +93,7 @@ class Writer(Process):
         e, qw, qa = self.rng.choice(self.world.swarm.quorums)
         self.op("invoke", "create", value=(e, qw, qa))
         try:
-            handle = await self.bk.create_ledger(e, qw, qa, password=PASSWORD)
+            handle = await (await self.client()).create_ledger(e, qw, qa, password=PASSWORD)
         except BKError as exc:
             self.op("fail", "create", value=type(exc).__name__)
             return
@@ -164,7 +174,7 @@ class Reader(Process):
     async def recover(self, ledger_id: int) -> None:
         self.op("invoke", "recover", ledger_id)
         try:
-            handle = await self.bk.open_ledger(ledger_id, password=PASSWORD)
+            handle = await (await self.client()).open_ledger(ledger_id, password=PASSWORD)
         except BKError as exc:
             self.op("fail", "recover", ledger_id, value=type(exc).__name__)
             return
@@ -192,7 +202,7 @@ class Reader(Process):
         tail_id = self.tails  # one process may tail a ledger several times at once
         self.op("invoke", "tail", ledger_id, value=tail_id)
         try:
-            handle = await self.bk.open_ledger(ledger_id, password=PASSWORD, recovery=False)
+            handle = await (await self.client()).open_ledger(ledger_id, password=PASSWORD, recovery=False)
             lac = -1
             for _ in range(polls):
                 result = await handle.read_lac_long_poll(lac, 1.0)
@@ -218,7 +228,7 @@ class Reader(Process):
         self.op("invoke", "follow", ledger_id, value=(tail_id, start))
         expected = start
         try:
-            handle = await self.bk.open_ledger(ledger_id, password=PASSWORD, recovery=False)
+            handle = await (await self.client()).open_ledger(ledger_id, password=PASSWORD, recovery=False)
             async with asyncio.timeout(for_s):
                 async for entry in handle.tail(start):
                     self.op("ok", "read-entry", ledger_id, entry.entry_id, entry.data)
@@ -236,7 +246,7 @@ class Reader(Process):
     async def delete(self, ledger_id: int) -> None:
         self.op("invoke", "delete", ledger_id)
         try:
-            await self.bk.delete_ledger(ledger_id)
+            await (await self.client()).delete_ledger(ledger_id)
         except BKError as exc:
             self.op("info", "delete", ledger_id, value=type(exc).__name__)
             return
@@ -249,7 +259,7 @@ class Admin(Process):
     async def rereplicate(self, lost: list[str]) -> bool:
         self.op("invoke", "rereplicate", value=lost)
         try:
-            reports = await BookKeeperAdmin(self.bk).recover_bookies(lost)
+            reports = await BookKeeperAdmin(await self.client()).recover_bookies(lost)
         except BKError as exc:
             self.op("fail", "rereplicate", value=type(exc).__name__)
             return False
@@ -263,14 +273,16 @@ class Admin(Process):
 
 async def garbage_collect(world: World) -> None:
     """Each running bookie forgets ledgers whose metadata is gone (the bookie GC's decision,
-    made here from ZooKeeper's state), racing writers that may still add to them."""
-    live = set(world.zk.ledgers)
-    for bookie_id, node in world.bookies.items():
-        core = node.core
+    made here from ZooKeeper's state), racing writers that may still add to them. As the
+    bookie's collector does, what is stored is listed before the metadata: a ledger created in
+    between is then in the metadata listing."""
+    stored = {b: await n.core.local_ledger_ids() for b, n in world.bookies.items() if n.core is not None}
+    live = set(await world.meta.ledger_manager.list_ledgers())
+    for bookie_id, ids in stored.items():
+        core = world.bookies[bookie_id].core
         if core is None:
             continue
-        stored = await core.local_ledger_ids()
-        doomed = sorted(stored - live)
+        doomed = sorted(ids - live)
         if doomed:
             world.trace.event(f"gc {bookie_id} deletes ledgers {doomed}")
             await core.delete_ledgers(doomed)

@@ -20,7 +20,9 @@ from bkclient.bookkeeper import BookKeeper
 from bkclient.config import ClientConfig
 from bkclient.context import ClientContext
 from bkclient.placement import RandomPlacement
+from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieServiceInfo
+from bkproto.errors import MetadataStoreError
 
 from .bookie_node import BookieNode
 from .client_conn import SimBookieClientPool
@@ -28,7 +30,7 @@ from .disk import DiskFaults, SimDisk
 from .loop import SimLoop
 from .network import Network
 from .trace import Trace
-from .zk import SimMetadata, SimZooKeeper
+from .zk import SimZooKeeper
 
 EPOCH_S = 1_767_225_600.0  # the simulated wall clock starts at 2026-01-01T00:00:00Z
 
@@ -109,13 +111,15 @@ class World:
     network: Network = field(init=False)
     zk: SimZooKeeper = field(init=False)
     bookies: dict[str, BookieNode] = field(default_factory=dict)
-    sessions: dict[str, int] = field(default_factory=dict)
+    registrations: dict[str, MetadataClient] = field(default_factory=dict)  # bookie -> its metadata client
     clock_offset_s: float = 0.0
     lost: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.network = Network(self.loop, self.seeds.child("network"), self.trace)
-        self.zk = SimZooKeeper(self.network, self.trace)
+        self.zk = SimZooKeeper(
+            self.network, self.trace, self.seeds.child("zk"), lambda: int(self.wall_time() * 1000)
+        )
         for i in range(self.swarm.bookies):
             bookie_id = f"b{i}:3181"  # host:port, as BookKeeper ids are
             faults = DiskFaults(
@@ -127,6 +131,20 @@ class World:
             node.skip_fence_check = self.broken.skip_fence_check
             self.bookies[bookie_id] = node
 
+    async def setup(self) -> None:
+        """The cluster's znodes, and a metadata client for the harness (checkers, GC)."""
+        self.meta = await MetadataClient.over(
+            self.zk.session_for("harness"), require_cluster=False, watch_bookies=False
+        )
+        await self.meta.init_new_cluster()
+        await self.meta.bookie_watcher.start()
+
+    async def all_registered(self, timeout_s: float) -> None:
+        """Until every bookie not lost is registered (a restarted one waits for its previous
+        session's registration to expire first)."""
+        wanted = {b for b in self.bookies if b not in self.lost}
+        await self.meta.bookie_watcher.wait_for(lambda w: wanted <= set(w.writable_bookies()), timeout_s)
+
     # -- bookies -------------------------------------------------------------------------------
 
     async def start_bookie(self, bookie_id: str) -> None:
@@ -134,18 +152,27 @@ class World:
         if bookie_id in self.lost or node.up:
             return
         await node.start()
-        session = self.zk.new_session()
-        self.sessions[bookie_id] = session
-        self.zk.register(session, BookieServiceInfo(bookie_id, bookie_id, 3181))
+        self.zk.process_started(bookie_id)
+        epoch = node.epoch
+        host, _, port = bookie_id.partition(":")
+        info = BookieServiceInfo(bookie_id, host, int(port))
+        # Like the daemon's ZooKeeper client, keep trying until registered (or crashed again).
+        while node.up and node.epoch == epoch:
+            try:
+                meta = await self.zk.client_for(bookie_id, watch_bookies=False)
+                self.registrations[bookie_id] = meta
+                await meta.bookie_registration(info).register()
+                return
+            except MetadataStoreError:
+                await asyncio.sleep(1.0)
 
     def crash_bookie(self, bookie_id: str, host_down: bool) -> None:
         node = self.bookies[bookie_id]
         if not node.up:
             return
         node.crash(host_down)
-        session = self.sessions.pop(bookie_id, None)
-        if session is not None:  # its ephemeral stays until the session times out
-            self.zk.expire_later(session, f"{bookie_id} stopped heartbeating")
+        self.registrations.pop(bookie_id, None)
+        self.zk.process_died(bookie_id)  # its registration stays until the session times out
 
     def lose_bookie(self, bookie_id: str) -> None:
         """Permanent loss (the disk is gone): the bookie crashes and never comes back; its data
@@ -167,24 +194,14 @@ class World:
         return all(qa >= 2 and e + 2 <= live for e, _, qa in self.swarm.quorums)
 
     def expire_bookie_session(self, bookie_id: str) -> None:
-        """Session expiry of a live bookie: it re-registers, as BookieRegistration does."""
-        session = self.sessions.get(bookie_id)
-        if session is None:
-            return
-        self.zk.expire(session, "nemesis")
-        node = self.bookies[bookie_id]
-
-        def reregister() -> None:
-            if node.up and self.sessions.get(bookie_id) == session:
-                fresh = self.zk.new_session()
-                self.sessions[bookie_id] = fresh
-                self.zk.register(fresh, BookieServiceInfo(bookie_id, bookie_id, 3181))
-
-        self.loop.call_later(0.5, reregister)
+        """Session expiry of a live bookie: BookieRegistration re-registers on the new session."""
+        if bookie_id in self.registrations:
+            self.trace.event(f"zk: session of {bookie_id} expires")
+            self.zk.expire_sessions_of(bookie_id)
 
     # -- clients -------------------------------------------------------------------------------
 
-    def client(self, name: str) -> BookKeeper:
+    async def client(self, name: str) -> BookKeeper:
         swarm = self.swarm
         config = ClientConfig(
             add_entry_timeout_s=swarm.add_timeout_s,
@@ -203,9 +220,9 @@ class World:
             use_add_port=False,
         )
         pool = SimBookieClientPool(self.network, name, self.bookies.get, options)
-        metadata = SimMetadata(self.zk, name)
+        metadata = await self.zk.client_for(name)
         placement = RandomPlacement(self.seeds.child(f"placement/{name}"))
-        ctx = ClientContext(metadata, pool, config, placement, self.loop)  # type: ignore[arg-type]
+        ctx = ClientContext(metadata, pool, config, placement, self.loop, SimClock(self))  # type: ignore[arg-type]
         return BookKeeper(ctx)
 
     # -- wall clock ----------------------------------------------------------------------------
@@ -225,8 +242,14 @@ class World:
             time.time = real
 
 
-def new_loop() -> SimLoop:
-    return SimLoop()
+class SimClock:
+    """The client's ``bkmeta.clock.Clock``: the virtual loop time, and the simulated wall clock."""
 
+    def __init__(self, world: World) -> None:
+        self._world = world
 
-_ = asyncio
+    def monotonic(self) -> float:
+        return self._world.loop.time()
+
+    def time_ms(self) -> int:
+        return int(self._world.wall_time() * 1000)
