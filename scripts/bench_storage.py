@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from bkproto.entry_format import HEADER  # noqa: E402
 from bookie.api import AddOp  # noqa: E402
-from bookie.bookie import Bookie  # noqa: E402
+from bookie.on_disk import bookie_on_disk  # noqa: E402
 from bookie.storage.config import StorageConfig  # noqa: E402
 
 
@@ -42,7 +42,7 @@ async def run(args: argparse.Namespace) -> None:
                 for e in range(start, min(args.entries, start + args.batch))
             ]
             batches.append(ops)
-        async with Bookie(config, CollectorRegistry()) as bookie:
+        async with bookie_on_disk(config, CollectorRegistry()) as bookie:
             latencies: list[float] = []
             queue = iter(batches)
 

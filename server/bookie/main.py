@@ -23,12 +23,12 @@ from prometheus_client import CollectorRegistry
 
 from bkproto.errors import BKError
 from bookie.api import BookieCore
-from bookie.bookie import Bookie
 from bookie.config import BookieConfig, ConfigError
 from bookie.disk_monitor import DiskMonitor, DiskStatus
 from bookie.gc import GarbageCollector, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
 from bookie.http import BookieHttpServer
+from bookie.on_disk import bookie_on_disk
 from bookie.service import BookieService
 from bookie.state_manager import BookieStateManager, ReadOnlyRegistration, WritableCore
 from bookie.stats import RequestStats
@@ -68,7 +68,7 @@ registration_factory: RegistrationFactory | None = None
 
 def storage_core(config: BookieConfig, registry: CollectorRegistry) -> ManagedCore:
     """The DbLedgerStorage-backed core (``bookie.bookie.Bookie``)."""
-    return Bookie(config.storage_config(), registry)
+    return bookie_on_disk(config.storage_config(), registry)
 
 
 class BookieDaemon:

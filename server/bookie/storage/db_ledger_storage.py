@@ -16,23 +16,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection, Coroutine, Sequence
 from pathlib import Path
 
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2
-from bookie.api import LogMark
+from bookie.api import AddOp, DiskInfo, JournalMark, LogMark
 from bookie.errors import BookieError
 
+from .api import LedgerRecord, LedgerUpdate, apply_update
 from .compaction import ByteThrottle, Compacted
 from .config import StorageConfig
 from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, HURRY_AT_ACTIVE_SHARE, FlushPacer
 from .health import StorageHealth
-from .indexes import LedgerRecord
 from .journal import Journal, JournalSettings
-from .journal_format import LEDGER_ID, LEDGER_LAC, RecordType
+from .journal_format import RECORD_HEADER_SIZE, RecordType, entry_record_header, record_update, update_record
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv
 from .log_garbage import LogUsage
@@ -160,24 +161,22 @@ class DbLedgerStorage:
             ledger_id, entry_id = HEADER.unpack_from(body)[:2]
             self.write_cache.put(ledger_id, entry_id, body)
             return
-        ledger_id = LEDGER_ID.unpack_from(payload)[0]
-        index = self.dir_for(ledger_id).ledgers
-        record = index.get(ledger_id)
-        if rtype is RecordType.MASTER_KEY:
-            if record is None:
-                index.put(ledger_id, LedgerRecord(bytes(payload[8:])))
-            elif not record.master_key:  # rebuilt without one; the bookie took this key since
-                record.master_key = bytes(payload[8:])
-                index.put(ledger_id, record)
-            return
+        update = record_update(rtype, payload)
+        if not self._update_index(update):
+            log.warning(
+                "journal %s record of ledger %d has no master key; skipped", rtype.name, update.ledger_id
+            )
+
+    def _update_index(self, update: LedgerUpdate) -> bool:
+        """Apply ``update`` to the ledger index; False if the ledger has no record to change."""
+        index = self.dir_for(update.ledger_id).ledgers
+        old = index.get(update.ledger_id)
+        record = apply_update(old, update)
         if record is None:
-            log.warning("journal %s record of ledger %d has no master key; skipped", rtype.name, ledger_id)
-            return
-        if rtype is RecordType.FENCE:
-            record.fenced = True
-        else:
-            record.explicit_lac = bytes(payload[LEDGER_LAC.size :])
-        index.put(ledger_id, record)
+            return False
+        if record is not old:  # e.g. a replayed key record of a ledger already indexed
+            index.put(update.ledger_id, record)
+        return True
 
     async def close(self) -> None:
         """Journal drained, write cache flushed, mark checkpointed at the journal's end."""
@@ -230,6 +229,54 @@ class DbLedgerStorage:
 
     def journal_for(self, ledger_id: int) -> Journal:
         return self.journals[self.journal_index(ledger_id)]
+
+    def write(self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]) -> Awaitable[None]:
+        """Ledger-index changes and write-cache puts now, BEFORE their journal records are
+        enqueued (the LastLogMark rule, see the module docstring); the journal submission (one
+        per journal the write touches) happens when the result is awaited. A failed journal fails
+        the whole write, even the part another journal synced: a client may be told of a failure
+        for an entry that is durable, never the reverse (and the failure turns the bookie
+        read-only anyway)."""
+        journals = self.journals
+        if len(journals) == 1:
+            return self._submit(journals[0], *self._stage(updates, entries))
+        # Several journals: each journal gets the records of its ledgers, side by side.
+        update_groups: dict[int, list[LedgerUpdate]] = {}
+        entry_groups: dict[int, list[AddOp]] = {}
+        for update in updates:
+            update_groups.setdefault(self.journal_index(update.ledger_id), []).append(update)
+        for op in entries:
+            entry_groups.setdefault(self.journal_index(op.ledger_id), []).append(op)
+        staged = [
+            (journals[j], *self._stage(update_groups.get(j, ()), entry_groups.get(j, ())))
+            for j in sorted(update_groups.keys() | entry_groups.keys())
+        ]
+        return _submit_all([self._submit(*submission) for submission in staged])
+
+    def _stage(
+        self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]
+    ) -> tuple[list[bytes], int, int]:
+        """Apply and encode: (journal parts, their bytes, their records)."""
+        parts = [update_record(update) for update in updates if self._update_index(update)]
+        records = len(parts) + len(entries)
+        nbytes = sum(map(len, parts))
+        self.write_cache.active.put_all(entries)
+        record_header = entry_record_header
+        append = parts.append
+        for _, _, _, body, _, _ in entries:
+            append(record_header(body))
+            append(body)
+            nbytes += len(body)
+        self.after_put()
+        return parts, nbytes + RECORD_HEADER_SIZE * len(entries), records
+
+    async def _submit(self, journal: Journal, parts: list[bytes], nbytes: int, records: int) -> None:
+        if parts:
+            await journal.submit(parts, nbytes, records)
+
+    async def force(self, ledger_id: int) -> None:
+        # a barrier: completes after everything queued before it in the ledger's journal is synced
+        await self.journal_for(ledger_id).submit([], 0, 0)
 
     async def make_room(self, nbytes: int) -> None:
         """Backpressure: wait (bounded by dbStorage_maxThrottleTimeMs) for write-cache room."""
@@ -372,6 +419,24 @@ class DbLedgerStorage:
                 with contextlib.suppress(Exception):
                     await self._wait_flush()
 
+    # ---- admin ------------------------------------------------------------------------------
+
+    def disk_usage(self) -> DiskInfo:
+        total = free = 0
+        seen: set[int] = set()
+        for directory in self.config.ledger_dirs:
+            st = os.statvfs(directory)
+            if st.f_fsid in seen:
+                continue  # several dirs on one filesystem count once
+            seen.add(st.f_fsid)
+            total += st.f_blocks * st.f_frsize
+            free += st.f_bavail * st.f_frsize
+        return DiskInfo(total_bytes=total, free_bytes=free)
+
+    def journal_marks(self) -> list[JournalMark]:
+        dirs = self.config.journal_dirs
+        return [JournalMark(Path(d), mark) for d, mark in zip(dirs, self.marks, strict=True)]
+
     # ---- garbage collection ------------------------------------------------------------------
 
     async def local_ledger_ids(self) -> set[int]:
@@ -457,6 +522,21 @@ class DbLedgerStorage:
         stored = self.dir_for(ledger_id).locations.last_entry(ledger_id)
         return max(self.write_cache.last_entry(ledger_id), stored)
 
+    def last_entry_body(self, ledger_id: int) -> bytes | None:
+        """Usually from the write cache; otherwise one cold read on the loop (once per ledger
+        after a restart, see ``LedgerStorage``)."""
+        last = self.last_entry(ledger_id)
+        if last < 0:
+            return None
+        body = self.write_cache.get(ledger_id, last)
+        if body is None:
+            run = self.dir_for(ledger_id).read_run(ledger_id, last, 1, 1)
+            body = run[0][1] if run else None
+        return body
+
+    def ledger_record(self, ledger_id: int) -> LedgerRecord | None:
+        return self.dir_for(ledger_id).ledgers.get(ledger_id)
+
     async def entry_ids(self, ledger_id: int) -> list[int]:
         stored = await asyncio.to_thread(self.dir_for(ledger_id).locations.entry_ids, ledger_id)
         return sorted(set(stored).union(self.write_cache.entry_ids(ledger_id)))
@@ -467,6 +547,10 @@ def _failure_seen(task: asyncio.Task[None]) -> None:
     add started: without this, asyncio would log it once more as 'never retrieved'."""
     if not task.cancelled():
         task.exception()
+
+
+async def _submit_all(submissions: list[Coroutine[None, None, None]]) -> None:
+    await asyncio.gather(*submissions)
 
 
 def _merge(old: WriteCacheHalf, new: WriteCacheHalf) -> WriteCacheHalf:

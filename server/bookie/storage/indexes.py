@@ -13,10 +13,10 @@ import logging
 import struct
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from bkproto.v1 import storage_pb2
 
+from .api import LedgerRecord
 from .entry_logger import LOCATION
 from .kv import KeyValueStorage
 
@@ -32,13 +32,6 @@ def _ledger_span(ledger_id: int) -> tuple[bytes, bytes]:
     """[start, end) of the ledger's keys in the entry-location index."""
     end = LEDGER_KEY.pack(ledger_id + 1) if ledger_id < _MAX_ID else _END_OF_LEDGERS
     return LEDGER_KEY.pack(ledger_id), end
-
-
-@dataclass
-class LedgerRecord:
-    master_key: bytes
-    fenced: bool = False
-    explicit_lac: bytes | None = None
 
 
 class LedgerIndex:

@@ -19,6 +19,10 @@ from pathlib import Path
 
 import crc32c
 
+from bkproto.entry_format import LAC_HEADER
+
+from .api import LedgerUpdate, UpdateKind
+
 FILE_MAGIC = b"PBKJ"
 FILE_VERSION = 1
 FILE_HEADER = struct.Struct(">4sIQ")
@@ -87,6 +91,26 @@ def fence_record(ledger_id: int) -> bytes:
 
 def explicit_lac_record(ledger_id: int, lac: int, body: bytes) -> bytes:
     return record(RecordType.EXPLICIT_LAC, LEDGER_LAC.pack(ledger_id, lac) + body)
+
+
+def update_record(update: LedgerUpdate) -> bytes:
+    """The journal record of a ledger-record change."""
+    if update.kind is UpdateKind.MASTER_KEY:
+        return master_key_record(update.ledger_id, update.value)
+    if update.kind is UpdateKind.FENCE:
+        return fence_record(update.ledger_id)
+    lac = LAC_HEADER.unpack_from(update.value)[1]
+    return explicit_lac_record(update.ledger_id, lac, update.value)
+
+
+def record_update(rtype: RecordType, payload: memoryview) -> LedgerUpdate:
+    """The ledger-record change a MASTER_KEY, FENCE or EXPLICIT_LAC record holds."""
+    ledger_id = LEDGER_ID.unpack_from(payload)[0]
+    if rtype is RecordType.MASTER_KEY:
+        return LedgerUpdate(ledger_id, UpdateKind.MASTER_KEY, bytes(payload[LEDGER_ID.size :]))
+    if rtype is RecordType.FENCE:
+        return LedgerUpdate(ledger_id, UpdateKind.FENCE)
+    return LedgerUpdate(ledger_id, UpdateKind.EXPLICIT_LAC, bytes(payload[LEDGER_LAC.size :]))
 
 
 def check_file_header(data: bytes, journal_id: int) -> bool:

@@ -25,8 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .api import LedgerRecord
 from .entry_logger import EntryLogger
-from .indexes import LedgerIndex, LedgerRecord
+from .indexes import LedgerIndex
 from .journal_format import (
     FILE_HEADER_SIZE,
     LEDGER_ID,

@@ -1,4 +1,6 @@
-"""Bookie core over real files and real fsync: replay after a crash, checkpoints, damaged journals."""
+"""Bookie core over real files and real fsync: replay after a crash, checkpoints, damaged journals.
+
+The tests taking ``host`` run over both storages (see ``conftest.host``): what a restart keeps."""
 
 from __future__ import annotations
 
@@ -6,7 +8,16 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tests.unit.server.storage_helpers import KEY, add_all, add_op, body, lac_body, make_bookie, make_config
+from tests.unit.server.storage_helpers import (
+    KEY,
+    BookieHost,
+    add_all,
+    add_op,
+    body,
+    lac_body,
+    make_bookie,
+    make_config,
+)
 
 from bkproto.v1 import bookie_pb2
 from bookie.errors import BookieError
@@ -17,16 +28,15 @@ def _journal_files(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "journal" / "current").glob("*.txn"))
 
 
-async def test_crash_then_replay_returns_every_acknowledged_entry(tmp_path: Path) -> None:
-    config = make_config(tmp_path)
-    bookie = make_bookie(config)
+async def test_crash_then_replay_returns_every_acknowledged_entry(host: BookieHost) -> None:
+    bookie = host.bookie()
     await bookie.start()
     for start in range(0, 300, 50):
         await add_all(bookie, [add_op(1, e, e - 1) for e in range(start, start + 50)])
     await add_all(bookie, [add_op(2, 0)])
     bookie.abandon()  # no flush, no checkpoint: everything must come back from the journal
 
-    reopened = make_bookie(config)
+    reopened = host.bookie()
     async with reopened:
         assert reopened.storage.replayed_records >= 301
         for e in range(300):
@@ -36,21 +46,19 @@ async def test_crash_then_replay_returns_every_acknowledged_entry(tmp_path: Path
         assert await reopened.read_entry(1, -1) == body(1, 299, 298)
 
 
-async def test_clean_close_then_reopen_replays_nothing(tmp_path: Path) -> None:
-    config = make_config(tmp_path)
-    async with make_bookie(config) as bookie:
+async def test_clean_close_then_reopen_replays_nothing(host: BookieHost) -> None:
+    async with host.bookie() as bookie:
         await add_all(bookie, [add_op(5, e) for e in range(100)])
         await bookie.fence(5, KEY)
-    async with make_bookie(config) as reopened:
+    async with host.bookie() as reopened:
         assert reopened.storage.replayed_records == 0
         assert [await reopened.read_entry(5, e) for e in range(100)] == [body(5, e) for e in range(100)]
         assert await reopened.list_entries(5) == [(0, 99)]
 
 
 @pytest.mark.parametrize("crash", [False, True])
-async def test_fence_master_key_and_explicit_lac_persist(tmp_path: Path, crash: bool) -> None:
-    config = make_config(tmp_path)
-    bookie = make_bookie(config)
+async def test_fence_master_key_and_explicit_lac_persist(host: BookieHost, crash: bool) -> None:
+    bookie = host.bookie()
     await bookie.start()
     await add_all(bookie, [add_op(9, 0), add_op(9, 1, 0)])
     await bookie.write_lac(9, 1, KEY, lac_body(9, 1))
@@ -61,7 +69,7 @@ async def test_fence_master_key_and_explicit_lac_persist(tmp_path: Path, crash: 
     else:
         await bookie.close()
 
-    async with make_bookie(config) as reopened:
+    async with host.bookie() as reopened:
         assert reopened.last_add_confirmed(9) == 1
         info = await reopened.read_lac(9)
         assert info.explicit_lac_body == lac_body(9, 1)

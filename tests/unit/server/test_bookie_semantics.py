@@ -1,4 +1,6 @@
-"""BookKeeper's rules in the bookie core: statuses for bad input, master key, fencing, LAC, reads."""
+"""BookKeeper's rules in the bookie core: statuses for bad input, master key, fencing, LAC, reads.
+
+Every test taking ``bookie`` runs over both storages (see ``conftest.host``)."""
 
 from __future__ import annotations
 
@@ -10,32 +12,25 @@ import pytest
 from tests.unit.server.storage_helpers import (
     KEY,
     OTHER_KEY,
+    BookieHost,
     add_all,
     add_op,
     body,
     lac_body,
     make_bookie,
     make_config,
+    status_of,
 )
 
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp
 from bookie.bookie import Bookie
-from bookie.errors import BookieError
 
 
 @pytest.fixture
-async def bookie(tmp_path: Path) -> AsyncIterator[Bookie]:
-    async with make_bookie(make_config(tmp_path)) as b:
+async def bookie(host: BookieHost) -> AsyncIterator[Bookie]:
+    async with host.bookie() as b:
         yield b
-
-
-async def _status(coro: object) -> int:
-    try:
-        await coro  # type: ignore[misc]
-    except BookieError as exc:
-        return exc.status
-    return bookie_pb2.EOK
 
 
 async def test_bad_adds_get_their_own_status_and_others_succeed(bookie: Bookie) -> None:
@@ -55,7 +50,7 @@ async def test_bad_adds_get_their_own_status_and_others_succeed(bookie: Bookie) 
     results = await bookie.add_entries(ops[1:2])
     assert "header" in results[0].message
     assert await bookie.read_entry(1, 0) == good.body
-    assert await _status(bookie.read_entry(1, 1)) == bookie_pb2.ENOENTRY
+    assert await status_of(bookie.read_entry(1, 1)) == bookie_pb2.ENOENTRY
     assert await bookie.list_entries(1) == [(0, 0), (5, 5)]
 
 
@@ -63,9 +58,9 @@ async def test_master_key_is_recorded_by_first_add_and_checked(bookie: Bookie) -
     await add_all(bookie, [add_op(2, 0)])
     results = await bookie.add_entries([add_op(2, 1, key=OTHER_KEY)])
     assert results[0].status == bookie_pb2.EUA
-    assert await _status(bookie.fence(2, OTHER_KEY)) == bookie_pb2.EUA
-    assert await _status(bookie.write_lac(2, 0, OTHER_KEY, lac_body(2, 0))) == bookie_pb2.EUA
-    assert await _status(bookie.read_entry(2, 1)) == bookie_pb2.ENOENTRY
+    assert await status_of(bookie.fence(2, OTHER_KEY)) == bookie_pb2.EUA
+    assert await status_of(bookie.write_lac(2, 0, OTHER_KEY, lac_body(2, 0))) == bookie_pb2.EUA
+    assert await status_of(bookie.read_entry(2, 1)) == bookie_pb2.ENOENTRY
 
 
 async def test_fenced_ledger_refuses_adds_but_takes_recovery_adds(bookie: Bookie) -> None:
@@ -84,13 +79,13 @@ async def test_fence_of_unknown_ledger_locks_out_a_writer_with_another_key(booki
 
 
 async def test_reads_of_unknown_ledgers_and_past_the_end(bookie: Bookie) -> None:
-    assert await _status(bookie.read_entry(99, 0)) == bookie_pb2.ENOLEDGER
-    assert await _status(bookie.read_entry(99, -1)) == bookie_pb2.ENOLEDGER
-    assert await _status(bookie.read_lac(99)) == bookie_pb2.ENOLEDGER
-    assert await _status(bookie.force_ledger(99)) == bookie_pb2.ENOLEDGER
-    assert await _status(bookie.read_entry(-3, 0)) == bookie_pb2.EBADREQ
+    assert await status_of(bookie.read_entry(99, 0)) == bookie_pb2.ENOLEDGER
+    assert await status_of(bookie.read_entry(99, -1)) == bookie_pb2.ENOLEDGER
+    assert await status_of(bookie.read_lac(99)) == bookie_pb2.ENOLEDGER
+    assert await status_of(bookie.force_ledger(99)) == bookie_pb2.ENOLEDGER
+    assert await status_of(bookie.read_entry(-3, 0)) == bookie_pb2.EBADREQ
     await add_all(bookie, [add_op(5, e, e - 1) for e in range(3)])
-    assert await _status(bookie.read_entry(5, 3)) == bookie_pb2.ENOENTRY
+    assert await status_of(bookie.read_entry(5, 3)) == bookie_pb2.ENOENTRY
     assert await bookie.read_entry(5, -1) == body(5, 2, 1)
     assert bookie.last_add_confirmed(99) == -1
 
@@ -102,7 +97,7 @@ async def test_read_entries_stops_at_gap_count_and_bytes(bookie: Bookie) -> None
     one = len(body(6, 0))
     assert await bookie.read_entries(6, 0, 10, one * 2 + 1) == [body(6, 0), body(6, 1)]
     assert await bookie.read_entries(6, 0, 10, 1) == [body(6, 0)]  # always at least one
-    assert await _status(bookie.read_entries(6, 4, 10, 1 << 20)) == bookie_pb2.ENOENTRY
+    assert await status_of(bookie.read_entries(6, 4, 10, 1 << 20)) == bookie_pb2.ENOENTRY
 
 
 async def test_lac_is_max_of_piggybacked_and_explicit(bookie: Bookie) -> None:
@@ -117,8 +112,8 @@ async def test_lac_is_max_of_piggybacked_and_explicit(bookie: Bookie) -> None:
     info = await bookie.read_lac(7)
     assert info.explicit_lac_body == lac_body(7, 0)
     assert info.last_entry_body == body(7, 2, 1)
-    assert await _status(bookie.write_lac(7, 5, KEY, lac_body(7, 4))) == bookie_pb2.EBADREQ
-    assert await _status(bookie.write_lac(7, 5, KEY, b"tiny")) == bookie_pb2.EBADREQ
+    assert await status_of(bookie.write_lac(7, 5, KEY, lac_body(7, 4))) == bookie_pb2.EBADREQ
+    assert await status_of(bookie.write_lac(7, 5, KEY, b"tiny")) == bookie_pb2.EBADREQ
 
 
 async def test_long_poll_wakes_on_a_later_add(bookie: Bookie) -> None:
@@ -146,12 +141,12 @@ async def test_long_poll_returns_current_lac_at_timeout(bookie: Bookie) -> None:
     assert await bookie.wait_for_lac(10, -1, 30.0) == 0  # already past: no wait
 
 
-async def test_long_poll_waiters_are_bounded(tmp_path: Path) -> None:
-    async with make_bookie(make_config(tmp_path, max_lac_waiters=2)) as b:
+async def test_long_poll_waiters_are_bounded(host: BookieHost) -> None:
+    async with host.bookie(max_lac_waiters=2) as b:
         await add_all(b, [add_op(11, 0)])
         parked = [asyncio.create_task(b.wait_for_lac(11, -1, 30.0)) for _ in range(2)]
         await asyncio.sleep(0)
-        assert await _status(b.wait_for_lac(11, -1, 30.0)) == bookie_pb2.ETOOMANYREQUESTS
+        assert await status_of(b.wait_for_lac(11, -1, 30.0)) == bookie_pb2.ETOOMANYREQUESTS
         await add_all(b, [add_op(11, 1, 0)])
         assert await asyncio.gather(*parked) == [0, 0]
 
@@ -176,12 +171,13 @@ async def test_force_ledger_and_disk_info(bookie: Bookie) -> None:
     assert info.total_bytes > 0 and 0 < info.free_bytes <= info.total_bytes
 
 
-async def test_storage_failure_is_eio_not_a_crash(bookie: Bookie) -> None:
-    await add_all(bookie, [add_op(14, 0)])
+async def test_storage_failure_is_eio_not_a_crash(tmp_path: Path) -> None:
+    async with make_bookie(make_config(tmp_path)) as bookie:
+        await add_all(bookie, [add_op(14, 0)])
 
-    def broken(*args: object) -> object:
-        raise OSError("disk on fire")
+        def broken(*args: object) -> object:
+            raise OSError("disk on fire")
 
-    bookie.storage.dirs[0].read_run = broken  # type: ignore[method-assign]
-    await bookie.storage.checkpoint()  # entry 0 now only on "disk"
-    assert await _status(bookie.read_entry(14, 0)) == bookie_pb2.EIO
+        bookie.storage.dirs[0].read_run = broken  # type: ignore[attr-defined]
+        await bookie.storage.checkpoint()  # entry 0 now only on "disk"
+        assert await status_of(bookie.read_entry(14, 0)) == bookie_pb2.EIO

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from tests.unit.server.storage_helpers import add_all, add_op, make_config
 
-from bookie.bookie import Bookie
+from bookie.on_disk import bookie_on_disk
 from bookie.storage.flush_pacer import FlushPacer
 from bookie.storage.indexes import LedgerRecord
 from bookie.storage.kv import MemoryKeyValueStorage
@@ -70,7 +70,7 @@ async def test_a_half_filling_up_swaps_without_counting_a_throttled_add(tmp_path
     registry = CollectorRegistry()
     config = make_config(tmp_path, write_cache_max_size_mb=1)
     memory_kv = lambda path, create=True: MemoryKeyValueStorage()  # noqa: E731
-    async with Bookie(config, registry, kv_factory=memory_kv) as bookie:
+    async with bookie_on_disk(config, registry, kv_factory=memory_kv) as bookie:
         payload = b"p" * (100 * 1024)
         for entry_id in range(12):  # 1.2 MB into 0.5 MB halves: two swaps, adds never wait
             await add_all(bookie, [add_op(1, entry_id, payload=payload)])

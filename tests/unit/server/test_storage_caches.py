@@ -16,7 +16,7 @@ from bookie.storage.entry_logger import LOCATION
 from bookie.storage.indexes import ENTRY_KEY, EntryLocationIndex
 from bookie.storage.kv import KeyValueStorage, MemoryKeyValueStorage
 from bookie.storage.read_cache import ReadCache
-from bookie.storage.write_cache import WriteCache
+from bookie.storage.write_cache import WriteCache, WriteCacheHalf
 
 
 class GatedKeyValueStorage(MemoryKeyValueStorage):
@@ -109,7 +109,7 @@ async def test_cold_read_reads_ahead_into_the_bounded_read_cache(tmp_path: Path)
         payload = b"r" * 1000
         await add_all(bookie, [add_op(2, e, payload=payload) for e in range(2000)])
         await bookie.storage.checkpoint()
-        stats = bookie.stats
+        stats = bookie.storage.stats
         assert await bookie.read_entry(2, 100) == body(2, 100, payload=payload)
         assert stats.read_cache_misses._value.get() == 1
         for e in range(101, 111):  # the 10 read ahead: hits, no new miss
@@ -131,7 +131,7 @@ async def test_read_ahead_skips_the_entries_a_striped_ledger_keeps_elsewhere(tmp
     async with make_bookie(config) as bookie:
         await add_all(bookie, [add_op(4, e) for e in held])
         await bookie.storage.checkpoint()
-        stats = bookie.stats
+        stats = bookie.storage.stats
         for e in range(0, 30, 3):  # 0, 3, ..., 27: entry 0 plus the next 20 held reach id 31
             assert await bookie.read_entry(4, e) == body(4, e)
         assert stats.read_cache_misses._value.get() == 1
@@ -148,3 +148,16 @@ def test_read_ahead_lookup_works_for_the_largest_ledger_id() -> None:
     last = (1 << 63) - 1
     index.add_batch([ENTRY_KEY.pack(last, e) for e in (0, 2)], [LOCATION.pack(1, 8 * e, 8) for e in (0, 2)])
     assert [e for e, *_ in index.following(last, 0, 10)] == [0, 2]
+
+
+def test_a_batch_put_in_the_write_cache_equals_its_puts_one_by_one() -> None:
+    batch = [add_op(1, 0), add_op(2, 5), add_op(1, 1), add_op(1, 0, payload=b"again"), add_op(2, 3)]
+    one_by_one, at_once = WriteCacheHalf(), WriteCacheHalf()
+    for op in batch:
+        one_by_one.put(op.ledger_id, op.entry_id, op.body)
+    at_once.put(1, 7, body(1, 7))
+    one_by_one.put(1, 7, body(1, 7))
+    at_once.put_all(batch)
+    assert at_once == one_by_one
+    assert at_once.size == sum(len(b) for entries in at_once.ledgers.values() for b in entries.values())
+    assert at_once.last_entries == {1: 7, 2: 5}
