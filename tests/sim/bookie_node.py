@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -23,12 +22,10 @@ from bookie.bookie import Bookie
 from bookie.handlers.add_entries import parse_add_entries
 from bookie.handlers.common import HandlerLimits
 from bookie.handlers.servicer import BookieServicer
-from bookie.lac_waiters import LacWaiters
 from bookie.stats import RequestStats
-from bookie.storage.config import StorageConfig
-from bookie.storage.stats import StorageStats
+from bookie.storage.memory import MemoryLedgerStorage
 
-from .disk import SimDisk, SimLedgerStorage
+from .disk import SimDisk
 from .network import Connection, Network
 from .trace import Trace
 
@@ -45,21 +42,13 @@ _UNARY_REQUESTS: dict[str, Any] = {
 
 
 class SimBookie(Bookie):
-    """``Bookie`` over :class:`SimLedgerStorage` (its constructor would open a DbLedgerStorage).
-    ``skip_fence_check`` is the test-only broken variant: adds to a fenced ledger are accepted."""
+    """The real ``Bookie``; ``skip_fence_check`` is the test-only broken variant: adds to a fenced
+    ledger are accepted."""
 
-    def __init__(self, storage: SimLedgerStorage, skip_fence_check: bool = False) -> None:
-        self.config = StorageConfig(
-            journal_dirs=[Path("/nonexistent/sim-journal")], ledger_dirs=[Path("/nonexistent/sim-ledgers")]
-        )
-        self.stats = StorageStats(CollectorRegistry())
-        self.storage = storage  # type: ignore[assignment]
-        self.waiters = LacWaiters(self.config.max_lac_waiters)
-        self._ledgers = {}
-        self._deleting = set()
-        self._read_only = False
-        self._high_priority_writes = True
-        self._started = False
+    def __init__(
+        self, storage: MemoryLedgerStorage, wall_clock_ms: Callable[[], int], skip_fence_check: bool = False
+    ) -> None:
+        super().__init__(storage, wall_clock_ms=wall_clock_ms)
         self._skip_fence_check = skip_fence_check
 
     async def add_entries(self, ops: Sequence[AddOp]) -> list[AddResult]:
@@ -121,6 +110,7 @@ class BookieNode:
         self.up = False
         self.epoch = 0
         self.skip_fence_check = False
+        self.wall_clock_ms: Callable[[], int] = lambda: 0
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def serves(self, conn: Connection) -> bool:
@@ -135,8 +125,8 @@ class BookieNode:
     async def start(self) -> None:
         self.network.server_started(self.bookie_id)
         self.epoch = self.network.epoch(self.bookie_id)
-        storage = SimLedgerStorage(self.disk)
-        self.core = SimBookie(storage, self.skip_fence_check)
+        storage = self.disk.open()
+        self.core = SimBookie(storage, self.wall_clock_ms, self.skip_fence_check)
         await self.core.start()
         self.servicer = BookieServicer(self.core, RequestStats(CollectorRegistry()), HandlerLimits())
         self.up = True
@@ -153,9 +143,8 @@ class BookieNode:
         for task in sorted(self._tasks, key=lambda t: getattr(t, "sim_id", 0)):
             task.cancel()
         if self.core is not None:
-            self.core.abandon()
             self.core.waiters.cancel_all()
-        self.disk.crash()
+        self.disk.crash()  # the storage stops; the disk keeps what was synced, maybe a little more
         self.network.server_crashed(self.bookie_id, host_down)
         self.core = None
         self.servicer = None

@@ -129,6 +129,7 @@ class World:
             disk.ack_before_fsync = self.broken.ack_before_fsync
             node = BookieNode(bookie_id, self.network, disk, self.trace)
             node.skip_fence_check = self.broken.skip_fence_check
+            node.wall_clock_ms = self.wall_time_ms
             self.bookies[bookie_id] = node
 
     async def setup(self) -> None:
@@ -229,6 +230,9 @@ class World:
 
     def wall_time(self) -> float:
         return EPOCH_S + self.loop.time() + self.clock_offset_s
+
+    def wall_time_ms(self) -> int:
+        return int(self.wall_time() * 1000)
 
     @contextmanager
     def wall_clock(self) -> Iterator[None]:

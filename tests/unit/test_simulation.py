@@ -9,6 +9,8 @@ the CI campaign of a few hundred is ``make sim``.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from tests.sim.report import failure_report
@@ -38,6 +40,20 @@ def test_a_seed_replays_identically() -> None:
         assert result.events > 500  # the run did something
         assert result.trace_hash == again[seed].trace_hash
         assert [str(h) for h in result.trace.history] == [str(h) for h in again[seed].trace.history]
+
+
+def test_a_seed_replays_identically_under_any_hash_seed() -> None:
+    """String hashing (set order) varies per process unless PYTHONHASHSEED is fixed; the run
+    must not depend on it."""
+    program = "from tests.sim.runner import run_seed; print(run_seed(5, 100).trace_hash)"
+    hashes = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run(
+            [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True, timeout=120
+        )
+        hashes.add(done.stdout.strip())
+    assert len(hashes) == 1, hashes
 
 
 def test_different_seeds_differ() -> None:
