@@ -18,12 +18,12 @@ from tests.integration.test_client_read_cluster import (
     client_cluster,
     payload,
 )
-from tests.support.paused_writer import go, kill_writer, start_writer
+from tests.support.paused_writer import go, kill_writer, start_writer, wait_acked
+from tests.support.recovery_hooks import on_replacement_picked
 from tests.support.replicas import holders, short_of_ack_quorum
 
 from bkclient import DigestType, LedgerFencedError, LedgerState
 from bkclient.ops.read import write_set_bookies
-from bkmeta.model import LedgerMetadata, Versioned
 
 pytestmark = pytest.mark.integration
 __all__ = ["client_cluster"]
@@ -165,8 +165,8 @@ async def test_recovery_after_the_writer_process_is_killed(client_cluster: Clien
 async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluster: ClientCluster) -> None:
     """Issue 25: a bookie of the ensemble is paused (SIGSTOP) while the writer appends, so the
     entries of its write sets reach one bookie; the writer dies. Recovery times out on the paused
-    bookie and replaces it; the bookie resumes (SIGCONT) the moment the new segment is in
-    ZooKeeper and acknowledges the re-adds still waiting for it. Those acks must not count: every
+    bookie and replaces it; the bookie resumes (SIGCONT) the moment the replacement is picked
+    and acknowledges the re-adds still waiting for it. Those acks must not count: every
     entry must end up on Qa bookies of the write set the closed metadata names."""
     await client_cluster.add_bookie()  # a fourth bookie to replace the paused one with
     writer = await start_writer(client_cluster.zk_hosts, acked_first=40, appended_after=600)
@@ -177,9 +177,9 @@ async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluste
     os.kill(paused.pid, signal.SIGSTOP)
     resumed = False
 
-    def resume(versioned: Versioned[LedgerMetadata] | None) -> None:
+    def resume(_: str) -> None:
         nonlocal resumed
-        if not resumed and versioned is not None and len(versioned.value.segments) > 1:
+        if not resumed:
             resumed = True
             os.kill(paused.pid, signal.SIGCONT)
 
@@ -207,7 +207,7 @@ async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluste
         last_acked = max(39, await kill_writer(writer))
         assert last_acked < last  # the paused bookie held the acknowledgements back
 
-        watcher.ctx.ledger_manager.watch_ledger(writer.ledger_id, resume)
+        on_replacement_picked(recoverer.ctx.placement, resume)
         rh = await recoverer.open_ledger(writer.ledger_id, PASSWORD, recovery=True)
     finally:
         if not resumed:
@@ -217,3 +217,61 @@ async def test_recovery_does_not_count_a_paused_bookie_it_replaced(client_cluste
     assert resumed and paused.bookie_id not in closed.last_ensemble  # the scenario happened
     assert rh.is_closed and closed.last_entry_id >= last_acked
     assert await short_of_ack_quorum(watcher, writer.ledger_id, closed) == []
+
+
+async def test_a_recoverer_killed_after_replacing_a_bookie_leaves_every_acknowledged_entry(
+    client_cluster: ClientCluster,
+) -> None:
+    """Follow-up of issue 25: a first recoverer replaces a paused bookie of the writer's ensemble
+    and dies before it closes the ledger. A second recoverer must still find every acknowledged
+    entry where the writer put it. Had the first one written its replacement (which holds nothing)
+    into the metadata, the second would read from it, and with Qw = Qa = 2 one "no such entry"
+    from it, for an entry whose other replica is paused here, would end the ledger early."""
+    # The writer sends its last 600 entries without waiting: they all carry LAC 39, so both
+    # recoverers must read and re-add 40..639.
+    writer = await start_writer(client_cluster.zk_hosts, acked_first=40, appended_after=600)
+    last = 639
+    spare = await client_cluster.add_bookie()  # not in the writer's ensemble: the replacement
+    # Every client first: a bookie paused past its ZooKeeper session is no longer registered.
+    watcher = await client_cluster.client()
+    first = await client_cluster.client(add_entry_timeout_s=2.0)
+    second = await client_cluster.client(add_entry_timeout_s=2.0)
+    written = (await watcher.ctx.ledger_manager.read_ledger_metadata(writer.ledger_id)).value
+    try:
+        await go(writer)
+        await wait_acked(writer, last)
+    finally:
+        await kill_writer(writer)
+    replaced, other = client_cluster.by_id(writer.ensemble[0]), client_cluster.by_id(writer.ensemble[1])
+
+    # The first recoverer: its re-adds to the paused bookie time out, it picks the spare, and
+    # dies right then.
+    recovering = asyncio.ensure_future(first.open_ledger(writer.ledger_id, PASSWORD, recovery=True))
+    picked: list[str] = []
+
+    def die(chosen: str) -> None:
+        picked.append(chosen)
+        recovering.cancel()
+
+    on_replacement_picked(first.ctx.placement, die)
+    os.kill(replaced.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await recovering
+    finally:
+        os.kill(replaced.pid, signal.SIGCONT)
+    assert [client_cluster.by_id(b) for b in picked] == [spare]
+    left = (await watcher.ctx.ledger_manager.read_ledger_metadata(writer.ledger_id)).value
+    assert left.state == LedgerState.IN_RECOVERY and left.segments == written.segments
+
+    # The second recoverer, with the other bookie paused: for the entries on it and the replaced
+    # one (every third), only the replaced one (back now) can say that they exist; the spare, had
+    # it been named in its place, would say they do not.
+    os.kill(other.pid, signal.SIGSTOP)
+    try:
+        rh = await second.open_ledger(writer.ledger_id, PASSWORD, recovery=True)
+    finally:
+        os.kill(other.pid, signal.SIGCONT)
+    assert rh.is_closed and rh.metadata.last_entry_id == last
+    assert await short_of_ack_quorum(watcher, writer.ledger_id, rh.metadata) == []
+    await assert_ledger_content(client_cluster, writer.ledger_id, last)

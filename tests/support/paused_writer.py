@@ -83,6 +83,19 @@ async def go(writer: WriterProcess) -> None:
             raise RuntimeError("writer process exited before appending")
 
 
+async def wait_acked(writer: WriterProcess, entry_id: int) -> int:
+    """Wait until the writer printed that ``entry_id`` is acknowledged; returns it. (Acks come in
+    entry order; :func:`kill_writer` then reports only the acks printed after this one.)"""
+    proc = writer.proc
+    assert proc.stdout is not None
+    while True:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        if not line:
+            raise RuntimeError(f"writer process exited before entry {entry_id} was acknowledged")
+        if line.startswith("acked ") and int(line.split()[1]) >= entry_id:
+            return int(line.split()[1])
+
+
 async def kill_writer(writer: WriterProcess) -> int:
     """SIGKILL (a crash: no shutdown code runs); returns the highest entry id it saw acknowledged."""
     proc = writer.proc

@@ -17,13 +17,30 @@ BookKeeper's algorithm (reference §1.6), step by step:
 
 If a replica of the last ensemble is down, the re-adds of step 3 cannot reach Qa there; the bookie is
 replaced like a writer would: a new segment from the first entry not yet recovered (the recovery's
-own LAC+1) is written into the IN_RECOVERY metadata by CAS, and the re-adds go to the new ensemble.
-Like the writer's acks, a re-add's acks count only for bookies the metadata names for the entry as it
-stands once no replacement is being written: a bookie replaced while its re-add was in flight may
-still answer (a paused process resuming), and its copy is not where readers will look. Entries are
-recovered strictly in order, so a later replacement never changes the write set of a recovered entry.
-Reads, on the other hand, always ask the ensemble the writer wrote to (the fenced metadata): a
-replacement holds only what recovery gave it, so its "no such entry" proves nothing.
+own LAC+1), and the re-adds go to the new ensemble. Unlike a writer's, recovery's segments are kept
+in memory and written only by the CAS of step 4, together with CLOSED (BookKeeper's
+``newEnsemblesFromRecovery``; reference simulation.md §5): a recoverer that dies before closing
+leaves the IN_RECOVERY metadata naming exactly the bookies the writer wrote to. Had it written its
+replacement there, the next recoverer would fence and read the replacement as if the writer had
+written to it, and its "no such entry" (it holds only what the dead recoverer gave it) could prove
+an acknowledged entry absent. The close's CAS refuses metadata whose ensembles another client
+changed meanwhile: the entries re-added here are on the write sets of our segments only.
+Like the writer's acks, a re-add's acks count only for bookies our segments name for the entry as
+they stand now: a bookie replaced while its re-add was in flight may still answer (a paused process
+resuming), and its copy is not where readers will look. Entries are recovered strictly in order, so
+a later replacement never changes the write set of a recovered entry.
+Reads, fencing and the decision that an entry is absent always use the ensembles the writer wrote to
+(the metadata as marked IN_RECOVERY): a replacement holds only what recovery gave it, so its "no
+such entry" proves nothing.
+
+Metadata left IN_RECOVERY by a recoverer of an earlier version of this module (which wrote its
+replacements at once) names a segment after the writer's that nothing tells apart from one the
+writer added. It is taken as the writer's (as BookKeeper's recovery takes whatever metadata it
+finds): the starting point is at least that segment's first entry - 1 (apache/bookkeeper#2654),
+which holds (that recoverer started the segment at its first entry not yet on Qa bookies); but
+entries from there on are read from the segment's bookies, where its replacement's "no such
+entry" counts even for an entry it never got. Such a ledger can still close before acknowledged
+entries; new metadata never has such a segment.
 """
 
 from __future__ import annotations
@@ -165,8 +182,12 @@ class LedgerRecoveryOp:
         self._ledger_id = ledger_id
         self._password = password
         self._digest = digest
-        self._versioned: Versioned[LedgerMetadata] | None = None
+        self._versioned: Versioned[LedgerMetadata] | None = None  # as marked IN_RECOVERY: the close's token
         self._written: LedgerMetadata | None = None  # as fenced: where the writer's entries are
+        # The writer's segments and this recovery's replacements: where re-adds go. Only the close
+        # writes the replacements (``_replacements``, replayed over the metadata it closes).
+        self._local: LedgerMetadata | None = None
+        self._replacements: list[tuple[int, tuple[str, ...]]] = []  # (first entry, ensemble)
         # The first entry not yet on Qa bookies of its write set (every one before it is): a
         # replacement's segment starts here, so a recovered entry's write set never changes.
         self._recovery_start = 0
@@ -182,7 +203,7 @@ class LedgerRecoveryOp:
         if versioned.value.is_closed:
             return versioned
         self._versioned = versioned
-        md = self._written = versioned.value
+        md = self._written = self._local = versioned.value
         lac = await ReadLastConfirmedOp(self._ctx, self._ledger_id, md, self._digest, fence=True).run()
         lac = max(lac, md.segments[-1].first_entry_id - 1)
         log.info("recovering ledger %d from LAC %d", self._ledger_id, lac)
@@ -205,8 +226,9 @@ class LedgerRecoveryOp:
     # -- step 3 ----------------------------------------------------------------------------------
 
     def _metadata(self) -> LedgerMetadata:
-        assert self._versioned is not None
-        return self._versioned.value
+        """The writer's segments and this recovery's own replacements: where re-adds go."""
+        assert self._local is not None
+        return self._local
 
     def _writer_metadata(self) -> LedgerMetadata:
         assert self._written is not None
@@ -259,9 +281,9 @@ class LedgerRecoveryOp:
         """RECOVERY_ADD the entry to its write set until Qa bookies of it hold it, replacing bookies
         that fail or do not answer in time.
 
-        The acks are judged against the metadata as it stands, under the change lock (so never
-        while a replacement is being written): a bookie replaced while its re-add was in flight
-        may answer afterwards, and its copy does not count. The entry counts as recovered only
+        The acks are judged against our segments as they stand, under the change lock (which
+        replacements take too): a bookie replaced while its re-add was in flight may answer
+        afterwards, and its copy does not count. The entry counts as recovered only
         once every entry before it is (see ``_recovery_start``); until then a replacement can
         still move it to a new write set, and it is re-added there."""
         entry_id = found.entry_id
@@ -324,13 +346,11 @@ class LedgerRecoveryOp:
             turn.set_result(None)
 
     async def _replace_bookies(self, failed: Sequence[str]) -> None:
-        """Swap the failed bookies out of the last ensemble, in a segment starting at the first
-        entry being recovered (BookKeeper's LAC+1 rule: every entry before it is acknowledged on
-        its old bookies). A CAS conflict means another client changed the IN_RECOVERY metadata:
-        recovery fails and starts over on the next open."""
+        """Swap the failed bookies out of our last ensemble, in a segment starting at the first
+        entry not yet recovered (BookKeeper's LAC+1 rule: every entry before it is on Qa bookies
+        of its write set). The segment is kept here; the close writes it (module docstring)."""
         async with self._change_lock:  # concurrent re-adds of other entries may see the same failure
-            assert self._versioned is not None
-            md = self._versioned.value
+            md = self._metadata()
             ensemble = list(md.last_ensemble)
             todo = [b for b in failed if b in ensemble]  # another re-add may have replaced it already
             if not todo:
@@ -341,29 +361,12 @@ class LedgerRecoveryOp:
                 ensemble[index] = self._ctx.placement.replace_bookie(
                     ensemble, index, md.write_quorum_size, self._ctx.writable_bookie_racks(), exclude
                 )
-            held = self._versioned
-
-            def still_held(current: LedgerMetadata) -> bool:
-                # No retry here: after a CAS conflict the loop re-reads, and metadata another
-                # client changed is refused (this recovery's view of the ensemble is stale: it
-                # fails and starts over on the next open). Only a rewrite of the very same
-                # metadata goes on.
-                if current != held.value:
-                    raise LedgerRecoveryError(
-                        f"ledger {self._ledger_id}: metadata changed during recovery; open it again to retry"
-                    )
-                return True
-
-            self._versioned = await MetadataUpdateLoop(
-                self._ctx.ledger_manager,
-                self._ledger_id,
-                needs_transformation=still_held,
-                transform=lambda current: current.with_ensemble_change(self._recovery_start, tuple(ensemble)),
-                current=held,
-            ).run()
+            change = (self._recovery_start, tuple(ensemble))
+            self._local = md.with_ensemble_change(*change)
+            self._replacements.append(change)
             self.ensemble_changes += 1
             log.info(
-                "recovery of ledger %d: ensemble from entry %d is now %s",
+                "recovery of ledger %d: ensemble from entry %d is now %s (written when it closes)",
                 self._ledger_id,
                 self._recovery_start,
                 ensemble,
@@ -379,19 +382,25 @@ class LedgerRecoveryOp:
                 return False  # another recoverer closed it first; its result stands
             if md.state != LedgerState.IN_RECOVERY:
                 raise LedgerRecoveryError(f"ledger {self._ledger_id}: state {md.state.name} during recovery")
-            if md.segments != self._metadata().segments:
-                # Another recoverer replaced bookies: the entries re-added here are on the write
-                # sets of our segments, not necessarily of its.
+            if md.segments != self._writer_metadata().segments:
+                # Another client changed them (re-replication, or a recoverer of an earlier version
+                # that wrote its replacements at once): the entries re-added here are on the write
+                # sets of our segments only, and theirs may name other bookies for them.
                 raise LedgerRecoveryError(
                     f"ledger {self._ledger_id}: another client changed its ensembles during recovery;"
                     " open it again to retry"
                 )
             return True
 
+        def with_replacements_closed(md: LedgerMetadata) -> LedgerMetadata:
+            for first_entry_id, ensemble in self._replacements:
+                md = md.with_ensemble_change(first_entry_id, ensemble)
+            return md.with_closed(last_entry_id, length)
+
         return await MetadataUpdateLoop(
             self._ctx.ledger_manager,
             self._ledger_id,
             needs_transformation=needs_closing,
-            transform=lambda md: md.with_closed(last_entry_id, length),
+            transform=with_replacements_closed,
             current=self._versioned,
         ).run()

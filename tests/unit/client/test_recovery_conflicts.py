@@ -1,22 +1,21 @@
-"""Recovery's ensemble change on a metadata conflict (it goes through ``MetadataUpdateLoop``):
-metadata another client changed fails the recovery instead of being retried over, as before the
-loop; only a rewrite of the very same metadata is gone on from."""
+"""Recovery's replacements reach the metadata only through the close (``MetadataUpdateLoop``): one
+CAS writes them together with CLOSED. On a conflict the close re-reads and goes on over metadata
+whose ensembles are still the writer's; one whose ensembles another client changed is refused
+(``test_recovery_replacement``)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import pytest
 from tests.unit.client.test_read_fakes import LEDGER, PASSWORD, Writer, make_cluster, make_metadata
 
 from bkclient.ops.recovery import LedgerRecoveryOp
-from bkmeta.model import LedgerMetadata, LedgerState, Versioned
-from bkproto.errors import LedgerRecoveryError
+from bkmeta.model import LedgerMetadata, LedgerState, Segment, Versioned
 
 
-def recovery_racing_another_client(change: str) -> tuple[LedgerRecoveryOp, list[LedgerMetadata]]:
-    """A recovery that must replace a dead bookie; just before its ensemble change is written,
-    another client writes the metadata (``change``: "other" content, or the "same")."""
+def recovery_racing_another_client(change: str) -> tuple[LedgerRecoveryOp, Writer, list[LedgerMetadata]]:
+    """A recovery that must replace a dead bookie; just before its close is written, another client
+    writes the metadata (``change``: "other" content with the same ensembles, or the "same")."""
     ctx = make_cluster(4)
     ids = list(ctx.bookies)
     writer = Writer(ctx, make_metadata(ids[:3], 2, 2))
@@ -32,7 +31,7 @@ def recovery_racing_another_client(change: str) -> tuple[LedgerRecoveryOp, list[
     ) -> Versioned[LedgerMetadata]:
         nonlocal raced
         current = store.ledgers[ledger_id]
-        if len(md.segments) == 2 and not raced:
+        if md.state == LedgerState.CLOSED and not raced:
             raced = True
             value = current.value
             if change == "other":
@@ -41,20 +40,34 @@ def recovery_racing_another_client(change: str) -> tuple[LedgerRecoveryOp, list[
         return await real_write(ledger_id, md, expected_version)
 
     store.write_ledger_metadata = another_client_writes_first  # type: ignore[method-assign]
-    return LedgerRecoveryOp(ctx, LEDGER, PASSWORD, writer.digest), store.writes
+    return LedgerRecoveryOp(ctx, LEDGER, PASSWORD, writer.digest), writer, store.writes
 
 
-async def test_an_ensemble_change_conflicting_with_other_metadata_fails_the_recovery() -> None:
-    op, writes = recovery_racing_another_client("other")
-    with pytest.raises(LedgerRecoveryError, match="metadata changed during recovery"):
-        await op.run()
-    assert [md.state for md in writes] == [LedgerState.IN_RECOVERY]  # nothing written after
-    assert op.ensemble_changes == 0
+def newcomer(md: LedgerMetadata) -> str:
+    """The one bookie the closed ledger names that the writer's ensemble did not."""
+    (chosen,) = set(md.last_ensemble) - set(md.segments[0].bookies)
+    return chosen
 
 
-async def test_an_ensemble_change_over_a_rewrite_of_the_same_metadata_goes_on() -> None:
-    op, writes = recovery_racing_another_client("same")
+async def test_a_replacement_is_written_only_with_the_close() -> None:
+    op, writer, writes = recovery_racing_another_client("same")
     md = (await op.run()).value
     assert md.state == LedgerState.CLOSED and md.last_entry_id == 5
     assert op.ensemble_changes == 1
-    assert len(writes) == 3  # IN_RECOVERY, the ensemble change (second try), CLOSED
+    # IN_RECOVERY, then the close (twice: the first try met the other client's write). No write in
+    # between named the replacement while the ledger was still in recovery.
+    assert [m.state for m in writes] == [LedgerState.IN_RECOVERY, LedgerState.CLOSED]
+    assert writes[0].segments == writer.metadata.segments
+    _, b, c = writer.metadata.last_ensemble
+    assert md.segments[0] == writer.metadata.segments[0]
+    assert md.segments[1:] == (Segment(5, (newcomer(md), b, c)),)
+
+
+async def test_a_close_over_other_changes_that_keep_the_ensembles_goes_on_and_keeps_them() -> None:
+    op, writer, _ = recovery_racing_another_client("other")
+    md = (await op.run()).value
+    assert md.state == LedgerState.CLOSED and md.last_entry_id == 5
+    assert md.custom_metadata == {"by": b"another client"}
+    _, b, c = writer.metadata.last_ensemble
+    assert md.segments[0] == writer.metadata.segments[0]
+    assert md.segments[1:] == (Segment(5, (newcomer(md), b, c)),)

@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from tests.support.recovery_hooks import on_replacement_picked
 from tests.unit.client.test_read_fakes import LEDGER, FakeContext, Writer, make_cluster, make_metadata
 from tests.unit.client.test_recovery import recovery
 
@@ -25,19 +26,9 @@ def copies_in_write_set(ctx: FakeContext, md: LedgerMetadata, entry_id: int) -> 
 
 
 def on_ensemble_change(ctx: FakeContext, action: asyncio.Event) -> None:
-    """Set ``action`` the moment a metadata write with a second segment is stored."""
-    store = ctx.ledger_manager
-    real_write = store.write_ledger_metadata
-
-    async def write_then_act(
-        ledger_id: int, md: LedgerMetadata, expected_version: int
-    ) -> Versioned[LedgerMetadata]:
-        written = await real_write(ledger_id, md, expected_version)
-        if len(md.segments) > 1:
-            action.set()
-        return written
-
-    store.write_ledger_metadata = write_then_act  # type: ignore[method-assign]
+    """Set ``action`` the moment recovery picks a replacement bookie (its new segment is in use
+    from then on; the metadata gets it only when the ledger closes)."""
+    on_replacement_picked(ctx.placement, lambda _: action.set())
 
 
 async def test_ack_from_a_paused_bookie_replaced_meanwhile_does_not_count() -> None:
@@ -51,7 +42,7 @@ async def test_ack_from_a_paused_bookie_replaced_meanwhile_does_not_count() -> N
     refused = asyncio.Event()
     refused.set()
     paused.refused_adds[(LEDGER, 9)] = refused  # one re-add fails at once: `a` is replaced
-    on_ensemble_change(ctx, paused.gate)  # SIGCONT as soon as the new segment is stored
+    on_ensemble_change(ctx, paused.gate)  # SIGCONT as soon as the new segment is in use
     op = recovery(ctx, writer)
     md = (await op.run()).value
     assert (md.state, md.last_entry_id) == (LedgerState.CLOSED, 14)
