@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 from bkmeta.memory_store import MemorySession, MemoryZooKeeper
 from bkmeta.metadata_client import MetadataClient
-from bkmeta.model import LedgerMetadata
 from bkmeta.store import WatchEvent
 from bkproto.errors import MetadataStoreError
 
@@ -101,25 +100,3 @@ class SimZooKeeper(MemoryZooKeeper):
         for session_id, holder in sorted(self.owner_of.items()):
             if holder == owner:
                 self.expire_session(session_id)
-
-
-async def wait_for_ledger(
-    meta: MetadataClient, ledger_id: int, predicate: Callable[[LedgerMetadata], bool]
-) -> None:
-    """Until the ledger's metadata satisfies ``predicate`` (scenarios), through a watch."""
-    changed = asyncio.Event()
-    seen: list[LedgerMetadata] = []
-
-    def on_change(versioned: object) -> None:
-        value = getattr(versioned, "value", None)
-        if isinstance(value, LedgerMetadata):
-            seen.append(value)
-        changed.set()
-
-    meta.ledger_manager.watch_ledger(ledger_id, on_change)
-    try:
-        while not (seen and predicate(seen[-1])):
-            changed.clear()
-            await changed.wait()
-    finally:
-        meta.ledger_manager.unwatch_ledger(ledger_id, on_change)
