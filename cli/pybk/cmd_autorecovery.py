@@ -6,6 +6,11 @@ like a bookie's (``--conf`` bk_server.conf keys, then ``BK_<key>`` environment v
 flags): ``zkServers``, ``lostBookieRecoveryDelay``, ``auditorPeriodicBookieCheckInterval``,
 ``openLedgerRereplicationGracePeriod``, ``replicationRateByBytes``. A configuration error exits
 with code 2; ZooKeeper unreachable at start with code 1.
+
+Security, as BookKeeper's AutoRecoveryMain, from the same keys as a bookie's: its TLS files
+(``tlsTrustStore``, ``tlsCertificatePath``, ``tlsKeyStore``) are the client's towards the
+bookies, and ``zkEnableSecurity`` / ``zkDigestAuthFile`` its ZooKeeper identity. Without them,
+the client settings of the environment apply (``PYBK_CLIENT_CONF``, ``bkclient.tls``).
 """
 
 from __future__ import annotations
@@ -24,8 +29,12 @@ from prometheus_client import CollectorRegistry
 
 from autorecovery import AutoRecovery
 from bkclient import BKError, BookKeeper
+from bkclient.config import ClientConfig
+from bkclient.tls import ClientSecurity
+from bkmeta.bookie_presence import zk_security_of
 from bookie.config import BookieConfig, ConfigError, load_config
 from bookie.http import BookieHttpServer
+from bookie.security import BookieSecurity
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,15 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, config.zk_servers, args.http_port))
 
 
+def client_config(config: BookieConfig) -> ClientConfig:
+    """The recovery client's security from the bookie-style configuration (None: environment)."""
+    tls = config.security.tls
+    security = None
+    if tls is not None and tls.trust_path is not None:
+        security = ClientSecurity(tls.trust_path, tls.cert_path, tls.key_path)
+    return ClientConfig(security=security, zk_security=zk_security_of(config))
+
+
 async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -71,10 +89,12 @@ async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -
     registry = CollectorRegistry()
     http: BookieHttpServer | None = None
     if http_port is not None:
-        http = BookieHttpServer(registry, config.bind_address, http_port)
+        # TLS and who may look, as on the bookies' admin ports
+        http = BookieHttpServer(registry, config.bind_address, http_port,
+                                security=BookieSecurity(config.security, registry))
         log.info("autorecovery metrics on http port %d", await asyncio.to_thread(http.start))
     try:
-        async with await BookKeeper.connect(zk_servers) as bk:
+        async with await BookKeeper.connect(zk_servers, client_config(config)) as bk:
             service = AutoRecovery(bk, config.autorecovery, identity, registry)
             await service.start()
             settings = config.autorecovery

@@ -97,7 +97,7 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
     """Cap glibc's per-thread malloc arenas before the journal, flush and gRPC threads start.
 
     Those threads each allocate entry-sized buffers; with one arena per thread, freed memory is
-    scattered and RSS grew ~50 MiB higher under a large add window (measured: 320 vs 269 MiB).
+    scattered and RSS grew higher under a large add window (docs/performance.md).
     Same effect as MALLOC_ARENA_MAX=2; a no-op where glibc is not the allocator.
     """
     if sys.platform != "linux" or "MALLOC_ARENA_MAX" in os.environ:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pybk.localcluster.banner import render_banner
+from pybk.localcluster.certs import make_cluster_tls
 from pybk.localcluster.cluster import LocalCluster, run_until_signalled
 from pybk.localcluster.layout import ClusterLayout, LayoutError
 
@@ -33,6 +36,9 @@ Files under --data-dir D: D/zookeeper, D/bookie-<i>/{journal,ledgers}, D/logs/<p
 Bookie i listens on BASE_PORT+i (gRPC) and BASE_PORT+100+i (HTTP: /heartbeat, /metrics).
 With --autorecovery, a `pybk autorecovery` process re-replicates the data of a bookie that stays
 down (lostBookieRecoveryDelay 0); its metrics are on BASE_PORT+99, its log in D/logs.
+With --tls, a throw-away CA and certificates go to D/tls: every listener speaks TLS and takes
+the caller's identity from its client certificate; clients and tools find theirs through
+PYBK_CLIENT_CONF=D/tls/client.conf (the banner says so).
 Running again with the same --data-dir brings the same cluster and its ledgers back.
 Without --data-dir a temporary directory is used and removed on exit.
 
@@ -57,6 +63,8 @@ def register(subparsers: Any) -> None:
                         help="where data and logs live; kept across runs (default: a temporary directory)")
     parser.add_argument("--autorecovery", action="store_true",
                         help="also run pybk autorecovery (metrics on BASE_PORT+99)")
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS with client certificates on every bookie listener (certificates in D/tls)")
     parser.add_argument("--grace", type=float, default=10.0, metavar="S",
                         help="seconds each process gets to stop after SIGTERM before SIGKILL (default 10)")
     parser.set_defaults(func=run, parser=parser)
@@ -77,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
                 data_dir=data_dir.resolve(), bookies=args.bookies,
                 zk_port=args.zk_port, base_port=args.base_port, autorecovery=args.autorecovery,
             )
+            if args.tls:
+                layout = _with_tls(layout)
         except LayoutError as exc:
             print(f"pybk localcluster: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -98,6 +108,15 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _with_tls(layout: ClusterLayout) -> ClusterLayout:
+    """The layout with fresh TLS files; this process's own clients (the self-check) use them too."""
+    tls = make_cluster_tls(layout.tls_dir, layout.host)
+    os.environ["PYBK_CLIENT_CONF"] = str(tls.client_conf)
+    return dataclasses.replace(
+        layout, bookie_env=tuple(tls.bookie_settings.items()), client_conf=tls.client_conf
+    )
 
 
 @contextlib.contextmanager

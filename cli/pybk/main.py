@@ -18,13 +18,16 @@ COMMAND_MODULES: dict[str, str] = {
     "pybk.bench": "bench",
     "pybk.cmd_autorecovery": "autorecovery",
     "pybk.cmd_bookie": "bookie",
+    "pybk.cmd_certs": "certs",
     "pybk.cmd_localcluster": "localcluster",
     "pybk.cmd_zookeeper": "zookeeper",
     "pybk.shell": "shell",
 }
 
 # Packages of the ``server`` extra: a client-only install lacks them.
-SERVER_EXTRA_MODULES = frozenset({"rocksdict", "prometheus_client", "grpc_health", "grpc_reflection"})
+SERVER_EXTRA_MODULES = frozenset(
+    {"rocksdict", "prometheus_client", "grpc_health", "grpc_reflection", "cryptography"}
+)
 
 
 def version() -> str:

@@ -19,8 +19,11 @@ from typing import Any
 
 import grpc.aio
 
+from bkproto import security as wire
 from bkproto.add_port import PREFACE, frame, keep_alive, read_frame
 from bkproto.v1 import bookie_pb2
+
+from .tls import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +42,18 @@ class AddPortOutage:
 
 class AddPortCall:
     def __init__(
-        self, bookie_id: str, target: str, grpc_call: Callable[[], Any], outage: AddPortOutage | None = None
+        self,
+        bookie_id: str,
+        target: str,
+        grpc_call: Callable[[], Any],
+        outage: AddPortOutage | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC AddEntries
-        call to use if it cannot be reached; ``outage`` is shared by the bookie's streams."""
+        call to use if it cannot be reached; ``outage`` is shared by the bookie's streams;
+        ``security`` TLS and the token, as on gRPC."""
         self._bookie_id = bookie_id
+        self._security = security
         self._target = target
         self._grpc_call = grpc_call
         self._outage = outage or AddPortOutage()
@@ -55,8 +65,11 @@ class AddPortCall:
     async def _connect(self) -> None:
         host, _, port = self._target.rpartition(":")
         try:
+            security = self._security
+            ssl = security.ssl_context if security is not None and security.tls else None
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT_S
+                asyncio.open_connection(host.strip("[]"), int(port), ssl=ssl),
+                CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
             level = logging.DEBUG if self._outage.unreachable else logging.WARNING
@@ -71,7 +84,11 @@ class AddPortCall:
             self._outage.unreachable = False
             log.info("bookie %s: add port %s reachable again", self._bookie_id, self._target)
         keep_alive(writer.get_extra_info("socket"))
-        writer.write(PREFACE)
+        token = self._security.token if self._security is not None else None
+        if token is None:
+            writer.write(PREFACE)
+        else:
+            writer.write(wire.AUTH_PREFACE + frame(token.encode()))
         self._reader, self._writer = reader, writer
 
     async def write(self, message: bytes) -> None:

@@ -20,6 +20,7 @@ from .add_port_call import AddPortCall, AddPortOutage
 from .add_stream import AddCallback, AddListener, AddRequestEncoder, AddStream, CallbackListener
 from .read_stream import ReadStream
 from .rpc_errors import translate_rpc_error
+from .tls import ClientSecurity
 
 __all__ = [
     "AddCallback",
@@ -63,6 +64,7 @@ class BookieClientOptions:
     max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
     use_add_port: bool = True  # adds over the bookie's add port when it has one (else gRPC)
+    security: ClientSecurity | None = None  # TLS and credentials for every connection (None: plaintext)
 
 
 class BookieClient:
@@ -80,9 +82,11 @@ class BookieClient:
         self.address = address
         self.add_address = add_address
         self.options = options or BookieClientOptions()
-        self._channel = grpc.aio.insecure_channel(
+        security = self.options.security
+        self._channel = _channel(
             address,
-            options=[
+            security,
+            [
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 # Reconnect quickly after a bookie restarts; gRPC's default backoff reaches 120 s.
@@ -164,7 +168,10 @@ class BookieClient:
     def _open_stream(self) -> AddStream:
         call: Any
         if self.add_address is not None and self.options.use_add_port:
-            call = AddPortCall(self.bookie_id, self.add_address, self._add_entries, self._add_port_outage)
+            call = AddPortCall(
+                self.bookie_id, self.add_address, self._add_entries, self._add_port_outage,
+                self.options.security,
+            )
         else:
             call = self._add_entries()
         self._stream = AddStream(self.bookie_id, self.options, call, self._stream_failed)
@@ -333,6 +340,14 @@ class BookieClient:
             read_stream.fail(ClientClosedError(f"bookie client {self.bookie_id} is closed"))
             await read_stream.wait_closed()
         await self._channel.close(None)
+
+
+def _channel(
+    address: str, security: ClientSecurity | None, options: list[tuple[str, Any]]
+) -> grpc.aio.Channel:
+    if security is None or not security.tls:
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, security.grpc_credentials(), options=options)
 
 
 class BookieAddress(NamedTuple):

@@ -14,6 +14,7 @@ import logging
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 from bkmeta import MetadataClient
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
@@ -45,9 +46,14 @@ class BookKeeper:
 
     @classmethod
     async def connect(cls, zk_hosts: str, config: ClientConfig | None = None) -> BookKeeper:
-        """Connect to the cluster whose metadata lives in ZooKeeper at ``zk_hosts``."""
+        """Connect to the cluster whose metadata lives in ZooKeeper at ``zk_hosts``. Without
+        ``config.security``, TLS settings and credentials come from the environment
+        (``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
-        metadata = await MetadataClient.connect(zk_hosts, session_timeout_s=config.metadata_timeout_s)
+        zk_options: dict[str, Any] = {"session_timeout_s": config.metadata_timeout_s}
+        if config.zk_security is not None:
+            zk_options["security"] = config.zk_security
+        metadata = await MetadataClient.connect(zk_hosts, **zk_options)
         return cls(ClientContext.create(metadata, config))
 
     async def close(self) -> None:

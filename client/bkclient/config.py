@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import IncorrectParameterError
+
+from .tls import ClientSecurity
 
 MiB = 1024 * 1024
 
@@ -62,6 +65,11 @@ class ClientConfig:
     # advertises one; False keeps every call on gRPC (e.g. behind a gRPC-only proxy).
     bookie_use_add_port: bool = True
     metadata_timeout_s: float = 10.0  # zkTimeout: the ZooKeeper session timeout
+    # TLS and credentials towards the bookies (``bkclient.tls``); None: BookKeeper.connect reads
+    # them from the environment (BK_<key>, PYBK_CLIENT_CONF), plaintext if nothing is set there.
+    security: ClientSecurity | None = None
+    # The cluster's ZooKeeper identity (``bkmeta.zk_security``); None: from the environment too.
+    zk_security: ZkSecurity | None = None
 
     def __post_init__(self) -> None:
         positive = {

@@ -4,6 +4,7 @@ configuration, placement policy, the event loop they all run on and the clock th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from bkmeta.clock import Clock, LoopClock
 from .bookie_client import BookieAddress, BookieClient, BookieClientOptions, BookieClientPool
 from .config import ClientConfig
 from .placement import BookieRacks, PlacementPolicy, make_placement
+from .tls import security_from_environ
 
 if TYPE_CHECKING:
     from bkmeta import MetadataClient
@@ -34,6 +36,7 @@ def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClien
         max_batch_bytes=config.bookie_max_batch_bytes,
         default_timeout_s=config.read_entry_timeout_s,
         use_add_port=config.bookie_use_add_port,
+        security=config.security,
     )
     return BookieClientPool(resolve, options)
 
@@ -51,7 +54,11 @@ class ClientContext:
     def create(
         cls, metadata: MetadataClient, config: ClientConfig | None = None, clock: Clock | None = None
     ) -> ClientContext:
+        """Without ``config.security``, TLS settings and credentials come from the environment
+        (``BK_<key>``, ``PYBK_CLIENT_CONF``: ``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
+        if config.security is None:
+            config = dataclasses.replace(config, security=security_from_environ())
         placement = make_placement(
             config.placement_policy,
             config.min_racks_per_write_quorum,

@@ -8,15 +8,18 @@ from collections.abc import Awaitable, Callable
 import grpc
 import grpc.aio
 
-from bkproto.errors import BKError, BookieUnavailableError, TimeoutError
+from bkproto.errors import BKError, BookieUnavailableError, TimeoutError, UnauthorizedAccessError
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError) -> BKError:
-    """A gRPC failure as a BookKeeper error: deadline → TimeoutError, anything else means the
-    bookie could not be used → BookieUnavailableError."""
+    """A gRPC failure as a BookKeeper error: deadline → TimeoutError, a refused identity or right
+    → UnauthorizedAccessError (EUA), anything else means the bookie could not be used →
+    BookieUnavailableError."""
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return TimeoutError(f"bookie {bookie_id}: request timed out")
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return UnauthorizedAccessError(f"bookie {bookie_id}: {exc.details() or code.name}")
     return BookieUnavailableError(f"bookie {bookie_id}: {code.name} {exc.details() or ''}".rstrip())
 
 

@@ -24,18 +24,28 @@ from dataclasses import dataclass, field
 
 from bkmeta.model import DigestType
 from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, check_log_name
+from bkmeta.zk_security import zk_security_from_settings
 from bkproto.errors import IncorrectParameterError
 
 from .config import ClientConfig
 from .named_log import SegmentOptions
 from .sync import BookKeeper
+from .tls import security_from_settings
 
 log = logging.getLogger(__name__)
 
+# TLS, the bookies' token and the ZooKeeper identity: files only, so no secret sits in a query's
+# options (``bkclient.tls``, ``bkmeta.zk_security``). Unset: the executors' environment decides.
+SECURITY_OPTIONS = (
+    "clientTrustStore", "clientCertificatePath", "clientKeyStore", "clientAuthTokenFile",
+    "tlsHostnameVerificationEnabled", "zkEnableSecurity", "zkDigestAuthFile", "zkTlsTrustStore",
+    "zkTlsCertificatePath", "zkTlsKeyStore",
+)
 # Spark hands options over case-insensitively (lower-cased); documented spellings are these.
 _KNOWN = (
     "zkServers", "log", "path", "ensembleSize", "writeQuorumSize", "ackQuorumSize", "digestType",
     "password", "logsRootPath", "maxOutstandingAdds", "txnAppId", "txnVersion", "checkpointLocation",
+    *SECURITY_OPTIONS,
 )
 _BY_LOWER = {k.lower(): k for k in _KNOWN}
 
@@ -50,6 +60,8 @@ class SinkOptions:
     txn_app_id: str | None = None
     txn_version: int | None = None
     checkpoint_location: str | None = None
+    # SECURITY_OPTIONS given (kept as text: the options travel pickled to executors)
+    security: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -90,10 +102,21 @@ class SinkOptions:
             txn_app_id=raw.get("txnAppId"),
             txn_version=txn_version,
             checkpoint_location=raw.get("checkpointLocation") or None,
+            security=tuple((k, raw[k]) for k in SECURITY_OPTIONS if k in raw),
+        )
+
+    def client_config(self) -> ClientConfig:
+        """The client's configuration, TLS and ZooKeeper identity included (read from the files
+        the options name, on whichever executor or driver runs this)."""
+        settings = dict(self.security)
+        return ClientConfig(
+            max_outstanding_adds=self.max_outstanding_adds,
+            security=security_from_settings(settings) if settings else None,
+            zk_security=zk_security_from_settings(settings) if settings else None,
         )
 
     def client(self) -> BookKeeper:
-        return BookKeeper(self.zk_servers, ClientConfig(max_outstanding_adds=self.max_outstanding_adds))
+        return BookKeeper(self.zk_servers, self.client_config())
 
     def check_batch(self) -> None:
         """A batch write versions itself only with both options (a stream uses its batch ids)."""

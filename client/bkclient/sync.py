@@ -349,8 +349,8 @@ class BookKeeper:
 
 class SegmentWriter:
     """A log segment being written from a plain thread (a Spark task). ``append`` collects
-    values and hands them to the loop a batch at a time: one thread round trip per entry cost
-    more than the entry (6,000 entries/s). ``close`` sends the rest, waits for every ack and
+    values and hands them to the loop a batch at a time: one thread round trip per entry costs
+    more than the entry itself. ``close`` sends the rest, waits for every ack and
     returns the segment; a failed add is raised by the next ``append`` or by ``close``."""
 
     BATCH_ENTRIES = 512

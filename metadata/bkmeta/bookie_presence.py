@@ -19,6 +19,7 @@ from bkmeta.cookie import Cookie, verify_or_create_cookie
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
 from bkmeta.store import MetadataStore
+from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import MetadataStoreError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,21 @@ class BookieConfigLike(Protocol):
     @property
     def ledger_dirs(self) -> tuple[Path, ...]: ...
 
+    @property
+    def zk_enable_security(self) -> bool: ...
+
+    @property
+    def zk_digest_file(self) -> Path | None: ...
+
+    @property
+    def zk_tls_trust(self) -> Path | None: ...
+
+    @property
+    def zk_tls_cert(self) -> Path | None: ...
+
+    @property
+    def zk_tls_key(self) -> Path | None: ...
+
 
 class BookiePresence:
     def __init__(
@@ -71,10 +87,12 @@ class BookiePresence:
         session_timeout_s: float = 10.0,
         read_only: bool = False,
         store: MetadataStore | None = None,
+        zk_security: ZkSecurity | None = None,
     ) -> None:
         """``store``: a metadata session to use instead of connecting to ``zk_servers`` (the
         simulation's in-memory ZooKeeper); ``start()`` takes it over."""
         self._zk_servers = zk_servers
+        self._zk_security = zk_security
         self._info = info
         self._journal_dirs = list(journal_dirs)
         self._ledger_dirs = list(ledger_dirs)
@@ -107,6 +125,7 @@ class BookiePresence:
             config.journal_dirs,
             config.ledger_dirs,
             session_timeout_s=config.zk_timeout_ms / 1000.0,
+            zk_security=zk_security_of(config),
         )
 
     @property
@@ -127,6 +146,7 @@ class BookiePresence:
                 self._ledgers_root,
                 watch_bookies=False,
                 session_timeout_s=self._session_timeout_s,
+                security=self._zk_security,
             )
         try:
             self.cookie = await verify_or_create_cookie(
@@ -189,3 +209,14 @@ class BookiePresence:
             await registration.close()
         if meta is not None:
             await meta.close()
+
+
+def zk_security_of(config: BookieConfigLike) -> ZkSecurity | None:
+    """The bookie's ZooKeeper identity from its own configuration (never the environment's
+    client settings: a bookie is configured in one place)."""
+    tls = {"tls_trust": config.zk_tls_trust, "tls_cert": config.zk_tls_cert, "tls_key": config.zk_tls_key}
+    if config.zk_digest_file is not None:
+        return ZkSecurity.from_file(config.zk_digest_file, config.zk_enable_security, **tls)
+    if config.zk_tls_trust is not None:
+        return ZkSecurity(None, None, False, config.zk_tls_trust, config.zk_tls_cert, config.zk_tls_key)
+    return None

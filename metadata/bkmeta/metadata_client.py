@@ -18,6 +18,7 @@ from bkmeta.registration import BookieRegistration, BookieServiceInfo, BookieWat
 from bkmeta.replication_control import ReplicationControl
 from bkmeta.store import MetadataStore
 from bkmeta.zk import ZkClient, ZkClientConfig
+from bkmeta.zk_security import zk_security_from_environ
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,11 @@ class MetadataClient:
         **zk_options: Any,
     ) -> MetadataClient:
         """Connect to ZooKeeper. With ``require_cluster`` (default) a missing cluster raises
-        ``ClusterNotInitializedError``; otherwise ``instance_id`` stays None until initialised."""
+        ``ClusterNotInitializedError``; otherwise ``instance_id`` stays None until initialised.
+        Without a ``security`` option the cluster's ZooKeeper identity comes from the environment
+        (``bkmeta.zk_security.zk_security_from_environ``)."""
+        if "security" not in zk_options:
+            zk_options["security"] = zk_security_from_environ()
         zk = ZkClient(ZkClientConfig(hosts=zk_hosts, **zk_options))
         await zk.start()
         return await cls.over(

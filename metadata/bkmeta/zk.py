@@ -25,6 +25,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -46,6 +47,7 @@ from bkmeta.store import (
     ZkNotEmptyError,
 )
 from bkmeta.zk_handler import PollingThreadingHandler
+from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import MetadataStoreError, MetadataVersionError
 
 # Re-exported: callers import these from here too.
@@ -80,6 +82,7 @@ class ZkClientConfig:
     max_attempts: int = 4
     retry_delay_s: float = 0.1
     max_retry_delay_s: float = 2.0
+    security: ZkSecurity | None = None  # the cluster's digest identity and ACLs (zkEnableSecurity)
 
 
 class ZkClient(CompositeOperations):
@@ -87,8 +90,10 @@ class ZkClient(CompositeOperations):
 
     def __init__(self, config: ZkClientConfig) -> None:
         self.config = config
+        security = config.security.kazoo_options() if config.security is not None else {}
         self._kazoo = KazooClient(
-            hosts=config.hosts, timeout=config.session_timeout_s, handler=PollingThreadingHandler()
+            hosts=config.hosts, timeout=config.session_timeout_s, handler=PollingThreadingHandler(),
+            **security,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._bridge: _LoopBridge | None = None
@@ -283,6 +288,11 @@ class ZkClient(CompositeOperations):
                 raise bad_version from e
             except NotEmptyError as e:
                 raise ZkNotEmptyError(f"{what} {path}: znode has children") from e
+            except NoAuthError as e:
+                raise MetadataStoreError(
+                    f"{what} {path}: refused by the znode's ACL (the cluster's ZooKeeper identity is"
+                    " zkDigestAuthFile's)"
+                ) from e
             except Exception as e:
                 raise MetadataStoreError(f"{what} {path}: {type(e).__name__}: {e}") from e
             if attempt < self.config.max_attempts:
@@ -314,6 +324,10 @@ class ZkClient(CompositeOperations):
             "get_children", path, lambda: self._kazoo.get_children_async(path, watch=watch)
         )
         return list(children)
+
+    async def set_acls(self, path: str, acls: list[Any]) -> None:
+        """Replace the znode's ACL (any version: ACLs are set whole, so a retry is harmless)."""
+        await self._call("set_acls", path, lambda: self._kazoo.set_acls_async(path, acls))
 
     async def create(
         self,

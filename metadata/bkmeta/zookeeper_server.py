@@ -36,6 +36,12 @@ _REQUIRED_PREFIXES = (
     "snappy-java-",  # snapshot streams
 )
 _OPTIONAL_PREFIXES = ("audience-annotations-", "log4j-api-", "log4j-core-", "log4j-slf4j2-impl-")
+# A secure client port needs ZooKeeper's Netty connection factory (pyspark bundles Netty too).
+_NETTY_PREFIXES = (
+    "netty-buffer-", "netty-codec-", "netty-common-", "netty-handler-", "netty-resolver-",
+    "netty-transport-", "netty-transport-native-unix-common-",
+)
+_NETTY_OPTIONAL_PREFIXES = ("netty-codec-base-", "netty-transport-classes-epoll-")  # Netty 4.2's split
 
 
 # WARN and above to stderr: quiet when healthy, but a failing server says why.
@@ -77,8 +83,9 @@ def _pick(jars: list[str], prefix: str) -> str | None:
     return matches[-1] if matches else None
 
 
-def find_classpath() -> list[str]:
-    """The jars to run ``ZooKeeperServerMain``: the first directory holding a zookeeper jar wins."""
+def find_classpath(netty: bool = False) -> list[str]:
+    """The jars to run ``ZooKeeperServerMain`` (with ``netty``, those of its Netty connection
+    factory too)."""
     all_jars: list[str] = []
     for d in _candidate_jar_dirs():
         all_jars += glob.glob(str(d / "*.jar"))
@@ -88,12 +95,13 @@ def find_classpath() -> list[str]:
             "or pip install pyspark (it bundles the ZooKeeper jars)"
         )
     classpath: list[str] = []
-    for prefix in _REQUIRED_PREFIXES:
+    required = _REQUIRED_PREFIXES + (_NETTY_PREFIXES if netty else ())
+    for prefix in required:
         jar = _pick(all_jars, prefix)
         if jar is None:
             raise ZooKeeperNotFoundError(f"ZooKeeper needs a {prefix}*.jar next to zookeeper-*.jar")
         classpath.append(jar)
-    for prefix in _OPTIONAL_PREFIXES:
+    for prefix in _OPTIONAL_PREFIXES + (_NETTY_OPTIONAL_PREFIXES if netty else ()):
         jar = _pick(all_jars, prefix)
         if jar is not None:
             classpath.append(jar)
@@ -127,10 +135,17 @@ class ZooKeeperConfig:
     host: str = "127.0.0.1"
     tick_time_ms: int = 2000
     heap_mb: int = 128
+    # TLS on a second, secure client port (ZooKeeper's secureClientPort, Netty), PEM files:
+    # the keystore holds the server's PKCS#8 key and certificate in one file, as ZooKeeper reads it
+    secure_port: int | None = None
+    tls_keystore: Path | None = None
+    tls_truststore: Path | None = None  # CA of client certificates (with tls_client_auth "need")
+    tls_client_auth: str = "none"  # ssl.clientAuth: none, want or need
 
     def zoo_cfg(self) -> str:
         return "\n".join(
             [
+                *self._tls_lines(),
                 f"tickTime={self.tick_time_ms}",
                 f"dataDir={self.data_dir / 'data'}",
                 f"clientPort={self.port}",
@@ -145,6 +160,23 @@ class ZooKeeperConfig:
                 "",
             ]
         )
+
+
+    def _tls_lines(self) -> list[str]:
+        if self.secure_port is None:
+            return []
+        if self.tls_keystore is None:
+            raise ValueError("a secure client port needs tls_keystore (PEM key and certificate)")
+        lines = [
+            f"secureClientPort={self.secure_port}",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={self.tls_keystore}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.clientAuth={self.tls_client_auth}",
+        ]
+        if self.tls_truststore is not None:
+            lines += [f"ssl.trustStore.location={self.tls_truststore}", "ssl.trustStore.type=PEM"]
+        return lines
 
 
 class ZooKeeperServer:
@@ -179,7 +211,7 @@ class ZooKeeperServer:
             "-Dzookeeper.admin.enableServer=false",
             f"-Dlog4j2.configurationFile={self.config.data_dir / 'log4j2.properties'}",
             "-cp",
-            os.pathsep.join(find_classpath()),
+            os.pathsep.join(find_classpath(netty=self.config.secure_port is not None)),
             MAIN_CLASS,
             str(cfg_path),
         ]

@@ -3,10 +3,8 @@
 Why a second way to carry adds: gRPC is every other call's transport, but a grpc.aio stream
 message costs tens of microseconds of CPU on each side and two thread hand-offs (gRPC's event
 engine to the asyncio loop and back), per message and per direction. On a busy host that is what
-an add waits for. The same messages over a plain asyncio socket, measured with three local
-bookies (E3 Qw2 Qa2, 1 KiB, fsync on), a max run then half of it, 9 alternating pairs of fresh
-clusters: client add p99 at half the max rate 10-27 ms (median 15) against 11-31 ms (median 22)
-over gRPC, p50 4.5-5.7 ms against 4.9-8.0, and 4-10 points less client CPU.
+an add waits for. The same messages over a plain asyncio socket cut the client's add latency and
+CPU (measured: docs/performance.md).
 
 The format: the client opens a connection and sends :data:`PREFACE` (magic and version); then both
 sides exchange frames, a 4-byte big-endian length and that many bytes of message. The client's
@@ -57,14 +55,16 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
     return await reader.readexactly(length)
 
 
-async def read_preface(reader: asyncio.StreamReader) -> None:
-    """Check the client's preface; :class:`FrameError` naming what arrived instead."""
+async def read_preface(reader: asyncio.StreamReader, accepted: tuple[bytes, ...] = (PREFACE,)) -> bytes:
+    """The client's preface, one of ``accepted`` (all as long as :data:`PREFACE`);
+    :class:`FrameError` naming what arrived instead."""
     try:
         got = await reader.readexactly(len(PREFACE))
     except asyncio.IncompleteReadError as exc:
         raise FrameError(f"connection closed after {len(exc.partial)} bytes of the preface") from exc
-    if got != PREFACE:
+    if got not in accepted:
         raise FrameError(f"expected the add-port preface {PREFACE!r}, got {got!r}")
+    return got
 
 
 def keep_alive(sock: socket.socket | None) -> None:

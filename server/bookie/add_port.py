@@ -5,6 +5,10 @@ method, so pipelining, the stream window, the in-progress byte budget and shutdo
 shared, not duplicated. Backpressure is TCP's own: a stream at its window stops reading its
 socket, and answers are written only as fast as the client takes them (``drain``).
 
+With TLS (``bookie.security``) the socket is wrapped from the first byte; with authentication on,
+the caller's identity comes from its certificate or from the token frame after the authenticating
+preface (``bkproto.security``), and a caller without the write right gets EUA for every add.
+
 A connection that breaks the format (wrong preface, oversized frame, a message that does not
 parse) is closed with a warning naming the peer and the fault; other connections carry on.
 """
@@ -18,8 +22,11 @@ from collections.abc import AsyncIterator
 
 from google.protobuf.message import DecodeError
 
-from bkproto.add_port import FrameError, frame, keep_alive, read_frame, read_preface
+from bkproto import security as wire
+from bkproto.add_port import PREFACE, FrameError, frame, keep_alive, read_frame, read_preface
+from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest, parse_add_entries
+from bookie.security import BookieSecurity, Right, refused_add_response
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -32,8 +39,12 @@ class AddPortServer:
     """Listens on the add port. ``start()`` binds and serves; ``stop_accepting()`` then
     ``close()`` end it (the handler's own drain answers the started batches in between)."""
 
-    def __init__(self, handler: AddEntriesHandler, stats: RequestStats, bind_address: str, port: int) -> None:
+    def __init__(
+        self, handler: AddEntriesHandler, stats: RequestStats, bind_address: str, port: int,
+        security: BookieSecurity | None = None,
+    ) -> None:
         self._handler = handler
+        self._security = security
         self._bind_address = bind_address
         self._requested_port = port
         self._server: asyncio.Server | None = None
@@ -45,7 +56,12 @@ class AddPortServer:
         """Bind and serve; returns the bound port (useful with port 0)."""
         target = f"{self._bind_address}:{self._requested_port}"
         try:
-            self._server = await asyncio.start_server(self._serve, self._bind_address, self._requested_port)
+            ssl = self._security.ssl_context if self._security is not None else None
+            self._server = await asyncio.start_server(
+                self._serve, self._bind_address, self._requested_port, ssl=ssl,
+                # a peer that never completes the handshake is dropped as one that never says hello
+                ssl_handshake_timeout=PREFACE_TIMEOUT_S if ssl is not None else None,
+            )
         except OSError as exc:
             raise OSError(f"cannot listen on {target} (add port): {exc}") from exc
         self.port = self._server.sockets[0].getsockname()[1]
@@ -77,9 +93,12 @@ class AddPortServer:
         keep_alive(writer.get_extra_info("socket"))
         try:
             try:
-                await asyncio.wait_for(read_preface(reader), PREFACE_TIMEOUT_S)
+                refusal = await asyncio.wait_for(self._authenticate(reader, writer), PREFACE_TIMEOUT_S)
             except TimeoutError:
                 raise FrameError(f"no preface within {PREFACE_TIMEOUT_S:g} s") from None
+            if refusal is not None:
+                await _refuse(reader, writer, peer, refusal)
+                return
             responses = self._handler.serve(_requests(reader, peer))
             async with contextlib.aclosing(responses):
                 async for response in responses:
@@ -92,6 +111,32 @@ class AddPortServer:
         finally:
             self._connections.discard(task)
             writer.close()
+
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
+        """Read the preface (and token); why the caller may not add, or None when it may."""
+        preface = await read_preface(reader, (PREFACE, wire.AUTH_PREFACE))
+        token = None
+        if preface == wire.AUTH_PREFACE:
+            raw = await read_frame(reader, wire.MAX_TOKEN_BYTES)
+            token = raw.decode("utf-8", "replace") if raw is not None else None
+        if self._security is None or not self._security.guard.required:
+            return None
+        guard = self._security.guard
+        identity = guard.identify(wire.common_name(writer.get_extra_info("peercert")), token)
+        return guard.refusal("add", identity, Right.WRITE)
+
+
+async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object, why: str) -> None:
+    """Answer every add of the connection with EUA (as BookKeeper does before authentication)."""
+    log.info("add port: refusing the adds of %s: %s", peer, why)
+    while (message := await read_frame(reader)) is not None:
+        try:
+            request = bookie_pb2.AddEntriesRequest.FromString(message)
+        except DecodeError as exc:
+            raise FrameError(f"a message that does not parse: {exc}") from None
+        writer.write(frame(refused_add_response(request, why).SerializeToString()))
+        await writer.drain()
 
 
 async def _requests(reader: asyncio.StreamReader, peer: object) -> AsyncIterator[SizedAddEntriesRequest]:

@@ -17,8 +17,8 @@ from typing import NamedTuple, Protocol
 class AddOp(NamedTuple):
     """One add as the core sees it. A NamedTuple rather than a frozen dataclass: one is built per
     entry on the bookie's hottest path, and a frozen dataclass's ``__init__`` (``object.__setattr__``
-    per field) cost ~2 us against ~0.7 us, 5-10 % of the bookie's GIL time at 14,000 adds/s
-    (py-spy)."""
+    per field) costs about three times a NamedTuple's, a visible share of the bookie's GIL time
+    (figures in docs/performance.md)."""
 
     ledger_id: int
     entry_id: int

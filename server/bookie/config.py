@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bookie.gc.collector import GcSettings
+from bookie.security import SecuritySettings, settings_from
 from bookie.state_manager import ReadOnlySettings
 from bookie.storage.config import StorageConfig
 
@@ -90,6 +91,16 @@ def _text(text: str) -> str:
     return text
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _pem_type(text: str) -> str:
+    if text.upper() != "PEM":
+        raise ConfigError("only PEM is supported (JKS and PKCS12 are Java keystores)")
+    return text.upper()
+
+
 def _dirs(text: str) -> tuple[str, ...]:
     dirs = tuple(part.strip() for part in text.split(",") if part.strip())
     if not dirs:
@@ -125,6 +136,44 @@ KEYS: dict[str, Key] = {
     ),
     "httpServerEnabled": Key(_bool, help="serve /heartbeat and /metrics"),
     "httpServerPort": Key(_int(0, 65535), help="HTTP admin port (0 = pick a free one)"),
+    "httpServerHost": Key(
+        _text, help="address the HTTP admin port listens on (127.0.0.1; BookKeeper's default is 0.0.0.0)"
+    ),
+    # transport security (bookie.security): one TLS setup for gRPC, the add port and HTTP
+    "tlsCertificatePath": Key(
+        _text, help="PEM certificate chain of the bookie; with tlsKeyStore it turns TLS on"
+    ),
+    "tlsKeyStore": Key(_text, help="PEM private key of the bookie (tlsKeyStoreType=PEM)"),
+    "tlsKeyStoreType": Key(_pem_type, help="PEM (the only type supported)"),
+    "tlsTrustStore": Key(_text, help="PEM CA bundle client certificates must chain to"),
+    "tlsTrustStoreType": Key(_pem_type, help="PEM (the only type supported)"),
+    "tlsClientAuthentication": Key(_bool, help="require a client certificate (mutual TLS; false)"),
+    "tlsCertFilesRefreshDurationSeconds": Key(
+        _int(0), help="seconds between checks for renewed TLS files, reloaded without a restart (0: off)"
+    ),
+    "bookieAuthProviderFactoryClass": Key(
+        _names, help="authentication providers, comma-separated: mtls (client certificate common name),"
+        " token (bearer token); set, every request needs an identity (needs TLS)",
+    ),
+    "bookieAuthTokenFile": Key(
+        _text, help="file of identity=token (or identity=sha256:<hex>) lines for the token provider"
+    ),
+    "bookieAuthorizationFile": Key(
+        _text, help="file of identity=read,write,fence,admin lines; * for any identity (default:"
+        " read, write and fence for every authenticated identity, admin for none)",
+    ),
+    # ZooKeeper ACLs (bkmeta.zk_security)
+    "zkEnableSecurity": Key(_bool, help="create znodes readable and writable by the cluster identity only"),
+    "zkTlsTrustStore": Key(
+        _text, help="PEM CA of ZooKeeper's certificate: connect to its secure client port over TLS"
+        " (pybookkeeper extension)",
+    ),
+    "zkTlsCertificatePath": Key(_text, help="PEM client certificate for ZooKeeper, if it asks for one"),
+    "zkTlsKeyStore": Key(_text, help="PEM key of zkTlsCertificatePath"),
+    "zkDigestAuthFile": Key(
+        _text, help="file holding user:password, the cluster's ZooKeeper digest identity"
+        " (pybookkeeper extension)",
+    ),
     "metadataServiceUri": Key(_text, help="zk+hierarchical://host:port[;host:port]/ledgers"),
     "zkServers": Key(_text, help="ZooKeeper connect string, or 'none' to run unregistered"),
     "zkTimeout": Key(_int(1), help="ZooKeeper session timeout (ms)"),
@@ -270,6 +319,7 @@ class BookieConfig:
     rack: str = "/default-rack"
     http_enabled: bool = False
     http_port: int = 8080
+    http_address: str = "127.0.0.1"  # httpServerHost: admin calls stay on this host unless opened
     zk_servers: str | None = DEFAULT_ZK_SERVERS  # None: run unregistered
     zk_timeout_ms: int = 10_000
     max_entry_bytes: int = 5 * 1024 * 1024
@@ -281,6 +331,12 @@ class BookieConfig:
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
     storage_overrides: Mapping[str, Any] = field(default_factory=dict)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    zk_enable_security: bool = False  # zkEnableSecurity
+    zk_digest_file: Path | None = None  # zkDigestAuthFile
+    zk_tls_trust: Path | None = None  # zkTlsTrustStore
+    zk_tls_cert: Path | None = None  # zkTlsCertificatePath
+    zk_tls_key: Path | None = None  # zkTlsKeyStore
 
     @property
     def bookie_id(self) -> str:
@@ -375,6 +431,7 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         rack=values.get("bookieRack", "/default-rack"),
         http_enabled=values.get("httpServerEnabled", False),
         http_port=values.get("httpServerPort", 8080),
+        http_address=values.get("httpServerHost", "127.0.0.1"),
         zk_servers=_zk_servers(values),
         zk_timeout_ms=values.get("zkTimeout", 10_000),
         max_entry_bytes=values.get("nettyMaxFrameSizeBytes", 5 * 1024 * 1024),
@@ -388,9 +445,28 @@ def _build(values: dict[str, Any]) -> BookieConfig:
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,
+        security=_security(values),
+        zk_enable_security=values.get("zkEnableSecurity", False),
+        zk_digest_file=_path(values, "zkDigestAuthFile"),
+        zk_tls_trust=_path(values, "zkTlsTrustStore"),
+        zk_tls_cert=_path(values, "zkTlsCertificatePath"),
+        zk_tls_key=_path(values, "zkTlsKeyStore"),
     )
+    if config.zk_enable_security and config.zk_digest_file is None:
+        raise ConfigError("zkEnableSecurity=true needs zkDigestAuthFile (the cluster's ZooKeeper identity)")
     _check_dirs(config)
     return config
+
+
+def _path(values: Mapping[str, Any], key: str) -> Path | None:
+    return Path(values[key]) if key in values else None
+
+
+def _security(values: Mapping[str, Any]) -> SecuritySettings:
+    try:
+        return settings_from(values)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _gc_settings(values: Mapping[str, Any]) -> GcSettings:

@@ -10,6 +10,10 @@ also gives ``GET /api/v1/bookie/is_ready`` (200 once the bookie serves and is re
 before and while it shuts down: a readiness probe) and ``GET /api/v1/bookie/info`` (free and
 total bytes of the ledger directories' disks).
 
+With TLS (``bookie.security``) it speaks HTTPS, the handshake done on the request's own thread;
+with authentication on, every request needs an identity (client certificate, or ``Authorization:
+Bearer <token>``; 401 otherwise) and the state-changing ``PUT`` calls the admin right (403).
+
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +30,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from bkproto import security as wire
 from bookie.api import DiskInfo, JournalMark
+from bookie.security import BookieSecurity, Right
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +72,40 @@ class _AdminServer(ThreadingHTTPServer):
     state: StateControl | None = None
     readiness: Callable[[], str | None] | None = None  # why the bookie is not ready (None: it is)
     disk_info: Callable[[], DiskInfo] | None = None
+    security: BookieSecurity | None = None
 
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
     server: _AdminServer
     timeout = 10  # seconds a client may take to send its request: a stalled one frees its thread
 
+    def handle(self) -> None:
+        if isinstance(self.connection, ssl.SSLSocket):
+            try:
+                self.connection.do_handshake()  # here, not in the accepting thread: a slow peer
+            except (OSError, ssl.SSLError) as exc:  # holds only its own thread
+                log.debug("http %s: TLS handshake failed: %s", self.client_address[0], exc)
+                return
+        super().handle()
+
+    def _allowed(self, right: Right) -> bool:
+        """Whether the caller may go on; otherwise the refusal is sent (401 or 403, EUA)."""
+        security = self.server.security
+        if security is None or not security.guard.required:
+            return True
+        peercert = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+        token = wire.token_from_header(self.headers.get("Authorization"))
+        identity = security.guard.identify(wire.common_name(peercert), token)
+        why = security.guard.refusal("http", identity, right)
+        if why is None:
+            return True
+        self._json(401 if identity is None else 403, {"error": f"EUA: {why}"})
+        return False
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        if not self._allowed(Right.READ):
+            return
         if path == "/heartbeat":
             self._reply(200, b"OK\n", "text/plain; charset=utf-8")
         elif path == "/metrics":
@@ -108,6 +141,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:
         path = self.path.split("?", 1)[0]
+        if not self._allowed(Right.ADMIN):
+            return
         if path == "/api/v1/bookie/gc" and self.server.gc is not None:
             try:
                 flags = _gc_flags(self._body())
@@ -235,9 +270,11 @@ class BookieHttpServer:
         state: StateControl | None = None,
         readiness: Callable[[], str | None] | None = None,
         disk_info: Callable[[], DiskInfo] | None = None,
+        security: BookieSecurity | None = None,
     ) -> None:
         """``readiness`` says why the bookie is not ready, or None when it is; ``disk_info``
-        gives the space for ``/api/v1/bookie/info``."""
+        gives the space for ``/api/v1/bookie/info``; ``security`` TLS and who may call."""
+        self._security = security
         self._last_log_marks = last_log_marks
         self._readiness = readiness
         self._disk_info = disk_info
@@ -259,6 +296,11 @@ class BookieHttpServer:
         server.state = self._state
         server.readiness = self._readiness
         server.disk_info = self._disk_info
+        server.security = self._security
+        if self._security is not None and self._security.ssl_context is not None:
+            server.socket = self._security.ssl_context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, name="bookie-http", daemon=True)

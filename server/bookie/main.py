@@ -29,6 +29,7 @@ from bookie.gc import GarbageCollector, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
 from bookie.http import BookieHttpServer
 from bookie.on_disk import bookie_on_disk
+from bookie.security import BookieSecurity
 from bookie.service import BookieService
 from bookie.state_manager import BookieStateManager, ReadOnlyRegistration, WritableCore
 from bookie.stats import RequestStats
@@ -110,8 +111,10 @@ class BookieDaemon:
         config = self.config
         self.core = self._core_factory(config, self.registry)
         limits = HandlerLimits(max_entry_bytes=config.max_entry_bytes)
+        security = BookieSecurity(config.security, self.registry)
         self.service = BookieService(
-            self.core, RequestStats(self.registry), config.bind_address, config.port, limits, config.add_port
+            self.core, RequestStats(self.registry), config.bind_address, config.port, limits, config.add_port,
+            security,
         )
         port = self.service.bind()
         self.config = config = dataclasses.replace(config, port=port)
@@ -127,10 +130,10 @@ class BookieDaemon:
             await self.gc.start()
         http_port: int | None = None
         if config.http_enabled:
-            self.http = BookieHttpServer(self.registry, config.bind_address, config.http_port,
+            self.http = BookieHttpServer(self.registry, config.http_address, config.http_port,
                                          last_log_marks=self.core.last_log_marks, gc=self.gc,
                                          state=self.state, readiness=lambda: self._not_ready,
-                                         disk_info=self.core.disk_info)
+                                         disk_info=self.core.disk_info, security=security)
             http_port = await asyncio.to_thread(self.http.start)
         if self._freeze_startup_heap:
             freeze_startup_heap()  # before registering: no client waits on its collection
@@ -228,13 +231,13 @@ class BookieDaemon:
 
 
 def freeze_startup_heap() -> None:
-    """Move everything start-up allocated (modules, classes, functions: ~44,000 tracked objects in a
-    bookie) out of the cyclic garbage collector's sight, as ``gc.freeze`` is meant for.
+    """Move everything start-up allocated (modules, classes, functions: tens of thousands of
+    tracked objects in a bookie) out of the cyclic garbage collector's sight, as ``gc.freeze`` is
+    meant for.
 
     A bookie's heap is almost all start-up objects, and Python's oldest-generation collection
-    scans them all: measured, 8-17 ms on an idle bookie and 30-50 ms under load, a stall of every
-    request in flight. Frozen, the same collection took 0.1 ms. Start-up garbage is collected
-    first so that it is not kept forever."""
+    scans them all, a stall of every request in flight (figures in docs/performance.md).
+    Start-up garbage is collected first so that it is not kept forever."""
     gc.collect()
     gc.freeze()
 

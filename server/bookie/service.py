@@ -24,6 +24,7 @@ from bookie.add_port import AddPortServer
 from bookie.api import BookieCore
 from bookie.handlers import BookieServicer, HandlerLimits
 from bookie.handlers.add_entries import parse_add_entries
+from bookie.security import BookieSecurity, GrpcGuard
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -51,17 +52,23 @@ _HANDLER_FACTORIES: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[
 }
 
 
-def method_handlers(servicer: BookieServicer) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+def method_handlers(
+    servicer: BookieServicer, guard: GrpcGuard | None = None
+) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """The Bookie service's method table, as the generated ``add_BookieServicer_to_server`` builds
-    it, except that AddEntries requests arrive with their wire size (for the in-progress budget)."""
+    it, except that AddEntries requests arrive with their wire size (for the in-progress budget)
+    and, with a ``guard``, every method first checks the caller's identity and rights."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in bookie_pb2.DESCRIPTOR.services_by_name["Bookie"].methods:
         request_class = getattr(bookie_pb2, method.input_type.name)
         response_class = getattr(bookie_pb2, method.output_type.name)
         deserialize = parse_add_entries if method.name == "AddEntries" else request_class.FromString
         factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
+        behaviour = getattr(servicer, method.name)
+        if guard is not None:
+            behaviour = guard.wrap(method.name, behaviour, method.client_streaming)
         handlers[method.name] = factory(
-            getattr(servicer, method.name),
+            behaviour,
             request_deserializer=deserialize,
             response_serializer=response_class.SerializeToString,
         )
@@ -82,13 +89,18 @@ class BookieService:
         port: int = 0,
         limits: HandlerLimits | None = None,
         add_port: int = -1,
+        security: BookieSecurity | None = None,
     ) -> None:
-        """``add_port``: where the add port listens (0 = a free port); -1 = no add port."""
+        """``add_port``: where the add port listens (0 = a free port); -1 = no add port.
+        ``security``: TLS and authentication for both (None: plaintext, no checks)."""
         self._bind_address = bind_address
         self._requested_port = port
         self.servicer = BookieServicer(core, stats, limits)
+        self._security = security
+        self._grpc_guard = GrpcGuard(security.guard, core) if security and security.guard.required else None
         self._add_server = (
-            AddPortServer(self.servicer.add_entries, stats, bind_address, add_port) if add_port >= 0 else None
+            AddPortServer(self.servicer.add_entries, stats, bind_address, add_port, security)
+            if add_port >= 0 else None
         )
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # stubs predate aio
         self._server: grpc.aio.Server | None = None
@@ -103,7 +115,7 @@ class BookieService:
         if self._server is not None:
             return self.port
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        handlers = method_handlers(self.servicer)
+        handlers = method_handlers(self.servicer, self._grpc_guard)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
         server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]  # stubs predate it
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -112,7 +124,11 @@ class BookieService:
         )
         target = f"{self._bind_address}:{self._requested_port}"
         try:
-            self.port = server.add_insecure_port(target)
+            tls = self._security.tls if self._security is not None else None
+            if tls is not None:
+                self.port = server.add_secure_port(target, tls.grpc_credentials())
+            else:
+                self.port = server.add_insecure_port(target)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {target}: {exc}") from exc
         self._server = server

@@ -95,6 +95,7 @@ class LocalClusterRun:
     output_path: Path
     proc: subprocess.Popen[bytes] | None = None
     children: set[int] = field(default_factory=set)
+    extra_args: tuple[str, ...] = ()
 
     @property
     def zk_hosts(self) -> str:
@@ -109,7 +110,7 @@ class LocalClusterRun:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybk", "localcluster", "--bookies", str(BOOKIES),
              "--zk-port", str(self.zk_port), "--base-port", str(self.base_port),
-             "--data-dir", str(self.data_dir), "--grace", "20", "--autorecovery"],
+             "--data-dir", str(self.data_dir), "--grace", "20", "--autorecovery", *self.extra_args],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         out.close()
@@ -152,11 +153,9 @@ def shell(zk_hosts: str, *args: str, as_json: bool = True, stdin: str | None = N
     return json.loads(done.stdout)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterRun]:
-    base = tmp_path_factory.mktemp("localcluster")
-    zk_port, base_port = pick_ports(BOOKIES)
-    run = LocalClusterRun(base / "data", zk_port, base_port, base / "localcluster.out")
+@contextlib.contextmanager
+def running(run: LocalClusterRun) -> Iterator[LocalClusterRun]:
+    """``run`` started, and stopped (every process killed if need be) at the end."""
     run.start()
     try:
         yield run
@@ -166,6 +165,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterRu
                 run.stop()
             finally:
                 run.kill_everything()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterRun]:
+    base = tmp_path_factory.mktemp("localcluster")
+    zk_port, base_port = pick_ports(BOOKIES)
+    with running(LocalClusterRun(base / "data", zk_port, base_port, base / "localcluster.out")) as run:
+        yield run
 
 
 def test_banner_says_what_runs_where(cluster: LocalClusterRun) -> None:

@@ -2,7 +2,8 @@
 
 Stable API for every integration test (bookie, client, shell, localcluster):
 
-``BookieProcess(base_dir, zk="none", conf=None, journal_dirs=1, ledger_dirs=2, http=True)``
+``BookieProcess(base_dir, zk="none", conf=None, journal_dirs=1, ledger_dirs=2, http=True,
+grpc_credentials=None)``
     One bookie with its own journal and ledger directories under ``base_dir`` and a
     ``bk_server.conf`` written from ``conf`` (BookKeeper key names). ``start()`` launches it with
     ``--port 0`` the first time (the OS picks a free port; the bookie logs it) and the same port on
@@ -83,8 +84,10 @@ class BookieProcess:
         ledger_dirs: int = 2,
         http: bool = True,
         extra_args: tuple[str, ...] = (),
+        grpc_credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.base_dir = base_dir
+        self.grpc_credentials = grpc_credentials  # a TLS bookie's health is asked over TLS
         base_dir.mkdir(parents=True, exist_ok=True)
         self.zk = zk
         self.journal_dirs = [base_dir / f"journal{i}" for i in range(journal_dirs)]
@@ -178,7 +181,11 @@ class BookieProcess:
             time.sleep(0.05)
 
     def _wait_serving(self, deadline: float) -> None:
-        with grpc.insecure_channel(self.address) as channel:
+        channel = (
+            grpc.secure_channel(self.address, self.grpc_credentials)
+            if self.grpc_credentials is not None else grpc.insecure_channel(self.address)
+        )
+        with channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 try:

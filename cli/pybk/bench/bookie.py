@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from bkclient.tls import security_from_environ
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 from pybk.bench.report import BenchResult, Progress, percentile
@@ -173,7 +174,13 @@ async def _single_adds(
 async def _bench(args: argparse.Namespace) -> int:
     maker = EntryMaker(args.size)
     base = random.randrange(1 << 40, 1 << 50)
-    async with grpc.aio.insecure_channel(args.bookie, options=CHANNEL_OPTIONS) as channel:
+    security = security_from_environ()  # a TLS bookie: PYBK_CLIENT_CONF / BK_<key> (bkclient.tls)
+    channel = (
+        grpc.aio.secure_channel(args.bookie, security.grpc_credentials(), options=CHANNEL_OPTIONS)
+        if security is not None and security.tls
+        else grpc.aio.insecure_channel(args.bookie, options=CHANNEL_OPTIONS)
+    )
+    async with channel:
         stub = bookie_pb2_grpc.BookieStub(channel)  # type: ignore[no-untyped-call]
         try:
             await asyncio.wait_for(channel.channel_ready(), 10)

@@ -64,13 +64,18 @@ def render_banner(
             f"E={self_check.ensemble} Qw={self_check.write_quorum} Qa={self_check.ack_quorum} ledger "
             f"in {self_check.elapsed_s:.2f} s"
         )
+    curl = f"curl -s {layout.metrics_url(0)}"
+    lines += ["", "Try it (in another terminal):"]
+    if layout.client_conf is not None:
+        tls_dir = layout.client_conf.parent
+        lines.append(f"  export PYBK_CLIENT_CONF={layout.client_conf}  # TLS: clients and tools read it")
+        curl = (f"curl -s --cacert {tls_dir / 'ca.pem'} --cert {tls_dir / 'client.pem'}"
+                f" --key {tls_dir / 'client.key'} {layout.metrics_url(0)}")
     lines += [
-        "",
-        "Try it (in another terminal):",
         f"  pybk shell --zk {zk} listbookies",
         f"  pybk shell --zk {zk} simpletest -e {ensemble} -w {write_quorum} -a {ack_quorum} -n 100",
         f"  pybk shell --zk {zk} listledgers -m",
-        f"  curl -s {layout.metrics_url(0)} | grep -v '^#' | head",
+        f"  {curl} | grep -v '^#' | head",
         "",
         "From Python:",
         textwrap.indent(python_snippet(zk, layout.bookies), "  "),

@@ -42,6 +42,10 @@ class ClusterLayout:
     host: str = "127.0.0.1"
     python: str = sys.executable
     autorecovery: bool = False
+    # BookKeeper keys each bookie gets as BK_<key> (TLS with --tls) and the client configuration
+    # file every client process gets as PYBK_CLIENT_CONF
+    bookie_env: tuple[tuple[str, str], ...] = ()
+    client_conf: Path | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= MAX_BOOKIES:
@@ -82,11 +86,19 @@ class ClusterLayout:
     def bookie_address(self, index: int) -> str:
         return f"{self.host}:{self.bookie_port(index)}"
 
+    @property
+    def tls(self) -> bool:
+        return self.client_conf is not None
+
     def metrics_url(self, index: int) -> str:
-        return f"http://{self.host}:{self.http_port(index)}/metrics"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.http_port(index)}/metrics"
 
     def heartbeat_url(self, index: int) -> str:
-        return f"http://{self.host}:{self.http_port(index)}/heartbeat"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.http_port(index)}/heartbeat"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.data_dir / "tls"
 
     @property
     def autorecovery_http_port(self) -> int:
@@ -139,6 +151,9 @@ class ClusterLayout:
     def ledger_dir(self, index: int) -> Path:
         return self.bookie_dir(index) / "ledgers"
 
+    def _client_env(self) -> dict[str, str]:
+        return {"PYBK_CLIENT_CONF": str(self.client_conf)} if self.client_conf is not None else {}
+
     # -- commands ------------------------------------------------------------------------------
 
     def zookeeper_spec(self) -> ChildSpec:
@@ -168,6 +183,7 @@ class ClusterLayout:
                 "--advertised-address", self.host,
             ),
             log_path=self.log_dir / f"bookie-{index}.log",
+            env={f"BK_{key}": value for key, value in self.bookie_env},
         )
 
     def autorecovery_spec(self) -> ChildSpec:
@@ -180,5 +196,5 @@ class ClusterLayout:
             ),
             log_path=self.log_dir / "autorecovery.log",
             # a development cluster: its metrics on loopback only, like the bookies'
-            env={"BK_bindAddress": self.host},
+            env={"BK_bindAddress": self.host, **self._client_env()},
         )

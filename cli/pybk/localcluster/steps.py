@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from bkclient import BookKeeper
 from bkmeta import MetadataClient, ZkClient, init_new_cluster
 from bkmeta.zk import ZkNoNodeError
+from bkmeta.zk_security import zk_security_from_environ
 from bkproto.errors import BKError
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ async def wait_for_metric(url: str, sample: str) -> None:
 
 async def initialise_cluster(zk_hosts: str) -> bool:
     """Create the cluster metadata unless it exists. True if it was created now."""
-    async with ZkClient.for_hosts(zk_hosts) as zk:
+    async with ZkClient.for_hosts(zk_hosts, security=zk_security_from_environ()) as zk:
         instance_id, created = await init_new_cluster(zk)
     log.info("cluster instance %s (%s)", instance_id, "created" if created else "existing")
     return created

@@ -42,6 +42,7 @@ SHELL_COMMANDS: tuple[str, ...] = (
     "pybk.shell.cmd_whoisauditor",
     "pybk.shell.cmd_triggeraudit",
     "pybk.shell.cmd_whatisinstanceid",
+    "pybk.shell.cmd_fixzkacls",
     "pybk.shell.cmd_cookie_get",
     "pybk.shell.cmd_cookie_delete",
     "pybk.shell.cmd_bookieformat",

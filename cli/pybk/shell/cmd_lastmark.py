@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
+from bkclient.tls import ClientSecurity, admin_get, security_from_environ
 from bkmeta import BookieServiceInfo
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED
@@ -30,9 +29,8 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _fetch(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as reply:
-        data = json.loads(reply.read())
+def _fetch(host: str, port: int, security: ClientSecurity | None) -> dict[str, Any]:
+    data = json.loads(admin_get(host, port, ROUTE, security, HTTP_TIMEOUT_S))
     if not isinstance(data, dict):
         raise ValueError(f"unexpected answer {data!r}")
     return data
@@ -43,9 +41,9 @@ async def _mark(info: BookieServiceInfo) -> dict[str, Any]:
     if info.http_host is None or info.http_port is None:
         result["error"] = "the bookie registered no HTTP endpoint (start it with --http-port)"
         return result
-    url = f"http://{info.http_host}:{info.http_port}{ROUTE}"
     try:
-        data = await asyncio.to_thread(_fetch, url)
+        # TLS and credentials as every client's (PYBK_CLIENT_CONF, BK_<key>: bkclient.tls)
+        data = await asyncio.to_thread(_fetch, info.http_host, info.http_port, security_from_environ())
         result.update(journal_id=int(data["journal_id"]), offset=int(data["offset"]))
         journals = data.get("journals")
         if journals is not None:
@@ -58,7 +56,7 @@ async def _mark(info: BookieServiceInfo) -> dict[str, Any]:
                 for j in journals
             ]
     except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError and HTTPError are OSErrors
-        result["error"] = f"{url}: {exc}"
+        result["error"] = f"{info.http_host}:{info.http_port}{ROUTE}: {exc}"
     return result
 
 

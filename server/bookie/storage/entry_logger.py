@@ -14,12 +14,10 @@ The OS page cache keeps at most ``page_cache_keep`` bytes of a log behind its wr
 (``entryLogPageCacheMB``, a pybookkeeper key; negative: no limit, BookKeeper's behaviour): older
 synced pages are dropped after each flush, and a finished log's at its close. The bookie caches
 entries itself (write cache, read-ahead cache), and BookKeeper offers to bypass the page cache for
-entry logs altogether (BP-47, ``dbStorage_directIOEntryLogger``). Here a growing cache also costs
-CPU: on this VM a page the guest has not used lately costs several times a recycled one. Three
-bookies at 30,000 adds/s, 8 runs of 10 s in a row on one cluster, three such series: with every
-page kept, each bookie's kernel time rose from 10 % to 14-15 % of a core once the machine's page
-cache passed ~3 GiB, and stayed there; with the pages dropped it stayed at 9-12 %. Catch-up reads
-of the last 100,000 entries (``pybk bench reads``) ran as fast either way.
+entry logs altogether (BP-47, ``dbStorage_directIOEntryLogger``). On a VM a growing cache also
+costs CPU: a page the guest has not used lately costs several times a recycled one, so the
+bookies' kernel time grew with the machine's page cache, while catch-up reads ran as fast either
+way (docs/performance.md).
 """
 
 from __future__ import annotations

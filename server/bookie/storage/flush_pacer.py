@@ -8,37 +8,26 @@ thread, and sleeps between slices for two reasons:
   the GIL at least half of the time.
 - The disk. Written back at full speed, a flush is a burst of tens of MiB at the device, and the
   journal's ``fdatasync`` on the same device queues behind it. Bookies fill their halves at the
-  same pace, so on a shared machine all of them burst at once. With ``pybk bench journal-disk``
-  beside three writers of 32 MiB each (written back as they go): journal sync max 30-138 ms when
-  each 32 MiB went out in 0.3 s, 3-5 ms when spread over 1.25 s. There is no hurry: the other half
+  same pace, so on a shared machine all of them burst at once. There is no hurry: the other half
   took seconds to fill and will take as long again. So the flush is spread over part of the time
-  its half took to fill (how much: below). With half of it, at 19,000 adds/s on disk, 3
-  alternating pairs of 2 runs: client add p99 17-31 ms (median 27) against 19-173 ms (median 38)
-  with the GIL floor alone; the flushes took ~1.1 s each instead of ~0.3 s.
+  its half took to fill.
 
 The schedule covers the indexing too. After the appends and the log's fsync, the flush writes
-the half's entry locations to RocksDB, a slice at a time: about 100 ms of GIL-bound work for
-30,000 entries. At the GIL floor alone that came at the end of every flush, at once on every
-bookie, and held each bookie's loop and journal thread back for those 100 ms: the client's
-worst 100 ms windows (p99 25-45 ms against 10-15 ms elsewhere) were those ends. So each indexed
-byte counts ``INDEX_WORK_PER_BYTE`` of an appended one, and the schedule spreads both: indexing
-then takes ~200 ms at a quarter of the GIL. At 22,000 adds/s, 5 alternating pairs of fresh
-clusters: client add p99 19.4-30.9 ms (median 22.7) against 23.1-30.9 ms (median 25.7).
+the half's entry locations to RocksDB, a slice at a time: GIL-bound work that, done at the GIL
+floor at the end of every flush (at once on every bookie), held each bookie's loop and journal
+thread back and made the client's worst windows. So each indexed byte counts
+``INDEX_WORK_PER_BYTE`` of an appended one, and the schedule spreads both.
 
 How far to spread: over three quarters of the fill time, hurried once the active half is 85 %
-full. The bookies' flushes run at the same moments (they fill at the same pace), and the client's
-bad windows come from them: at 30,000 adds/s (E3 Qw2 Qa2, 1 KiB), 48 of 54 100-ms windows with a
-p99 over 30 ms fell inside a flush, during which a bookie's journal fdatasync took 2.1-3.2 ms on
-average against 0.7-0.9 ms outside, and its adds 8-12 ms against 2-4 ms. Spread thinner, a
-flush disturbs less: 8 alternating pairs of fresh clusters at 30,000/s, half (hurried at half
-full) against three quarters: client add p99 33-110 ms (geometric mean 52) against 18-63 ms
-(36), 340 against 240 windows over 20 ms; the three-quarter schedule won 5 of the 8 pairs.
+full. The client's bad latency windows fell inside flushes, during which a bookie's journal
+syncs were several times slower; spread thinner, a flush disturbs less. The measurements behind
+each of these choices are in docs/performance.md.
 
 If the active half fills faster than that (past ``HURRY_AT_ACTIVE_SHARE`` full while the flush
 runs), or an add is waiting for room, ``hurry`` drops the schedule back to the GIL floor, and
 cuts short a pause it finds under way: after a quiet spell a half can take minutes to fill, and
 a flush that slept out its schedule through a burst kept both halves full and adds waiting past
-the client's timeout. A flush at the GIL floor takes ~0.3 s for a 32 MiB half.
+the client's timeout.
 """
 
 from __future__ import annotations
@@ -46,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 
-FLUSH_SLICE_ENTRIES = 256  # about 0.5-1 ms of CPU per slice
+FLUSH_SLICE_ENTRIES = 256  # short enough that the loop gets the GIL back often
 BUDGET_SHARE_OF_FILL_TIME = 0.75
 HURRY_AT_ACTIVE_SHARE = 0.85  # of the active half filled while a flush runs: hurry it
 INDEX_WORK_PER_BYTE = 0.25  # indexing a byte, in appended bytes of the schedule

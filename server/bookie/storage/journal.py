@@ -82,8 +82,8 @@ class Journal:
         self._health = health or StorageHealth()
         # Batches for the writer thread; ``None`` tells it to stop once what precedes it is
         # written. A C SimpleQueue, not a Condition around a list: the loop hands over a batch
-        # per add message, and Condition.notify (Python-level lock juggling) was 7 % of the
-        # bookie's GIL time at 5,000 entries/s.
+        # per add message, and Condition.notify (Python-level lock juggling) was a visible share
+        # of the bookie's GIL time (docs/performance.md).
         self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._closing = False
         self._abandoned = False

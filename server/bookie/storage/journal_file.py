@@ -1,13 +1,12 @@
 """One open journal file, zero-filled ahead of its writer by a helper thread.
 
 Why zero-fill at all: a group ``fdatasync`` into blocks that already exist and hold data commits
-no metadata, and costs ~110 µs here against ~170-190 µs for an append that grows the file (the
-same holds for ``posix_fallocate``'s unwritten extents; see ``reference/performance.md`` B1).
+no metadata, and costs markedly less than an append that grows the file (the same holds for
+``posix_fallocate``'s unwritten extents). Figures: docs/performance.md.
 
 Why ahead, on another thread: filling ``journalPreAllocSizeMB`` (16 MiB) inline, when the writer
-reached the end of what was filled, meant writing and fsyncing 16 MiB in the commit path: at
-19,000 adds/s every bookie did it every ~1.3 s, and every add in that group waited ~40 ms or more
-for it (client add p99 31-40 ms against 19-22 ms with the whole run preallocated at start-up).
+reached the end of what was filled, meant writing and fsyncing 16 MiB in the commit path, every
+second or so at a high add rate, and every add of that group waited for it.
 The helper keeps at least one such chunk filled beyond the write offset, one piece at a time,
 each piece fdatasynced by the helper so few dirty zero pages are left for the writer's own sync.
 
@@ -16,10 +15,9 @@ filled end (a plain, slightly dearer append) once the piece in progress is done,
 
 Synced pages leave the page cache (BookKeeper's ``journalRemovePagesFromCache``, on by default):
 nothing reads a journal but replay at start-up, so its pages only grow the cache, at the rate the
-bookie writes, and push the entry logs' pages out. Here they also cost CPU: on this VM a write
-into a page the guest never touched runs at ~0.4 GB/s against ~4-5 GB/s into a recycled one
-(``dd`` of 2 GiB), and the bookies' kernel time went from 9 % to 17-19 % of a core each as a
-long run's page cache grew; dropping the journal's pages halved that growth and kept it at 11-15 %.
+bookie writes, and push the entry logs' pages out. On a VM they also cost CPU: a write into a
+page the guest never touched is several times slower than into a recycled one, and the bookies'
+kernel time grew with a long run's page cache until the journal's pages were dropped.
 """
 
 from __future__ import annotations

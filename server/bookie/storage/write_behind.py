@@ -2,11 +2,10 @@
 
 Why: a write-cache flush appends tens of MiB to an entry log and then fsyncs it. Left to the page
 cache, those pages all reach the device in one burst at the fsync, and a journal ``fdatasync`` on
-the same device queues behind the burst. Measured with ``pybk bench journal-disk`` next to three
-writers that each append 32 MiB and fsync every 2.5 s, at the same moments, as three bookies'
-flushes do: journal sync p999 22-35 ms and max 55-226 ms, against 1.6-1.9 ms and 3-54 ms when each
-appended MiB was handed to ``sync_file_range(SYNC_FILE_RANGE_WRITE)`` right away. It is RocksDB's
-``bytes_per_sync`` idea. Durability is unchanged: the final fdatasync still decides.
+the same device queues behind the burst; handing each appended MiB to
+``sync_file_range(SYNC_FILE_RANGE_WRITE)`` right away keeps the journal's syncs short (measured
+with ``pybk bench journal-disk``: docs/performance.md). It is RocksDB's ``bytes_per_sync`` idea.
+Durability is unchanged: the final fdatasync still decides.
 
 ``os`` has no binding for it, so it goes through ctypes (which drops the GIL during the call).
 Elsewhere than Linux, or if the call fails, it does nothing and the fsync does all the work.

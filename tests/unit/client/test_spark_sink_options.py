@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
+
 import pytest
 
 from bkclient import DigestType, IncorrectParameterError, MetadataStoreError
@@ -93,3 +96,18 @@ def test_txn_app_id_alone_is_for_streams() -> None:
     with pytest.raises(IncorrectParameterError, match="needs option 'txnVersion' too"):
         opts.check_batch()
     SinkOptions.parse({**BASE, "log": "x", "txnAppId": "q1", "txnVersion": "2"}).check_batch()
+
+
+def test_security_options_name_files_and_survive_pickling(tmp_path: Path) -> None:
+    digest = tmp_path / "zk-digest"
+    digest.write_text("cluster:pw\n")
+    token = tmp_path / "token"
+    token.write_text("tok\n")
+    options = {**BASE, "log": "x", "clienttruststore": "/pki/ca.pem", "clientauthtokenfile": str(token),
+               "zkenablesecurity": "true", "zkdigestauthfile": str(digest)}  # as Spark lower-cases them
+    opts = pickle.loads(pickle.dumps(SinkOptions.parse(options)))  # options travel to executors
+    config = opts.client_config()
+    assert config.security is not None and config.zk_security is not None
+    assert (config.security.trust_path, config.security.token) == (Path("/pki/ca.pem"), "tok")
+    assert (config.zk_security.user, config.zk_security.enable_acls) == ("cluster", True)
+    assert SinkOptions.parse({**BASE, "log": "x"}).client_config().security is None  # the environment's
