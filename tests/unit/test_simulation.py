@@ -2,7 +2,7 @@
 violation, and proof that each checker can fail (a planted bug is caught within a bounded number
 of seeds).
 
-``SIM_SEEDS`` sets how many seeds the clean batch runs (default 40, about half a minute here);
+``SIM_SEEDS`` sets how many seeds the clean batch runs (default 40);
 the CI campaign of a few hundred is ``make sim``.
 """
 
