@@ -22,7 +22,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 
@@ -36,6 +36,7 @@ from bkproto.errors import (
 from bkproto.v1 import bookie_pb2
 
 from .rpc_errors import run_stream_loop
+from .transport import AddCallback, AddListener
 
 if TYPE_CHECKING:
     from .bookie_client import BookieClientOptions
@@ -43,9 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EOK = bookie_pb2.EOK
-
-# Completion callback of one add: ``None`` on success, the error otherwise.
-AddCallback = Callable[[BKError | None], None]
 
 _ONE_BYTE_VARINTS = tuple(bytes((i,)) for i in range(0x80))
 
@@ -102,13 +100,6 @@ class AddRequestEncoder:
         flags = b"\x28\x01" if recovery else b""  # flags = RECOVERY_ADD
         length = _varint(len(fields) + size + len(flags))
         return b"".join((b"\x0a", length, fields, header, digest, payload, flags))
-
-
-class AddListener(Protocol):
-    """Receives add completions without a closure per add (the hot path: a PendingAddOp
-    listens for each bookie of its write set, ``token`` telling which)."""
-
-    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None: ...
 
 
 class CallbackListener:

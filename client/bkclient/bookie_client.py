@@ -6,9 +6,8 @@ the bookie's add port when it has one (``add_port_call``) or else over gRPC, the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -17,22 +16,30 @@ from bkproto.errors import BKError, ClientClosedError, error_for_status
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 from .add_port_call import AddPortCall, AddPortOutage
-from .add_stream import AddCallback, AddListener, AddRequestEncoder, AddStream, CallbackListener
+from .add_stream import AddRequestEncoder, AddStream, CallbackListener
 from .read_stream import ReadStream
 from .rpc_errors import translate_rpc_error
 from .tls import ClientSecurity
+from .transport import (
+    AddCallback,
+    AddListener,
+    BookieAddress,
+    BookieConnector,
+    DiskInfo,
+    ReadResult,
+    StrideResult,
+)
 
 __all__ = [
     "AddCallback",
     "AddListener",
     "AddRequestEncoder",
-    "AddressResolver",
-    "BookieAddress",
     "BookieClient",
     "BookieClientOptions",
-    "BookieClientPool",
+    "DiskInfo",
     "ReadResult",
     "StrideResult",
+    "grpc_connector",
 ]
 
 EOK = bookie_pb2.EOK
@@ -40,19 +47,6 @@ ENOENTRY = bookie_pb2.ENOENTRY
 MiB = 1024 * 1024
 # Room for a 5 MiB entry plus framing; BookKeeper's nettyMaxFrameSizeBytes is 5 MiB.
 MAX_MESSAGE_BYTES = 16 * MiB
-
-
-class ReadResult(NamedTuple):
-    body: bytes
-    max_lac: int
-
-
-class StrideResult(NamedTuple):
-    """A stride poll's answer: entries first, first + stride, ... (none when it timed out or the
-    bookie does not hold ``first``) and the bookie's LAC."""
-
-    bodies: list[bytes]
-    max_lac: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +62,9 @@ class BookieClientOptions:
 
 
 class BookieClient:
-    """The client side of one bookie. Create and use it on the event loop that will run it."""
+    """The client side of one bookie over gRPC and its add port: the production
+    :class:`bkclient.transport.BookieConnection`. Create and use it on the event loop that will
+    run it."""
 
     def __init__(
         self,
@@ -312,13 +308,13 @@ class BookieClient:
         """Returns once everything this bookie acknowledged for the ledger is durable."""
         await self._unary(self._stub.ForceLedger, bookie_pb2.ForceLedgerRequest(ledger_id=ledger_id), timeout)
 
-    async def get_bookie_info(self, *, timeout: float | None = None) -> tuple[int, int]:  # noqa: ASYNC109 - the gRPC deadline
-        """(total disk capacity, free disk space) in bytes."""
+    async def get_bookie_info(self, *, timeout: float | None = None) -> DiskInfo:  # noqa: ASYNC109 - the gRPC deadline
+        """The bookie's total disk capacity and free disk space."""
         request = bookie_pb2.GetBookieInfoRequest(
             requested=bookie_pb2.TOTAL_DISK_CAPACITY | bookie_pb2.FREE_DISK_SPACE
         )
         response = await self._unary(self._stub.GetBookieInfo, request, timeout)
-        return (response.total_disk_capacity, response.free_disk_space)
+        return DiskInfo(response.total_disk_capacity, response.free_disk_space)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -350,54 +346,11 @@ def _channel(
     return grpc.aio.secure_channel(address, security.grpc_credentials(), options=options)
 
 
-class BookieAddress(NamedTuple):
-    grpc: str  # host:port of the gRPC service
-    add: str | None = None  # host:port of the add port, if the bookie has one
+def grpc_connector(options: BookieClientOptions | None = None) -> BookieConnector:
+    """Opens :class:`BookieClient` connections (gRPC, and the add port when the bookie has one)."""
 
+    def connect(bookie_id: str, address: BookieAddress) -> BookieClient:
+        return BookieClient(bookie_id, address.grpc, options, address.add)
 
-# Resolves a bookie id to its addresses; ``None`` when the id is not registered.
-AddressResolver = Callable[[str], BookieAddress | None]
+    return connect
 
-
-class BookieClientPool:
-    """One :class:`BookieClient` per bookie id, created on first use.
-
-    Ids resolve through ``resolver`` (the registration's service info); an id that does not resolve
-    is used as ``host:port`` itself, BookKeeper's default bookie id. A client whose resolved address
-    changed (bookie restarted elsewhere) is replaced."""
-
-    def __init__(
-        self, resolver: AddressResolver | None = None, options: BookieClientOptions | None = None
-    ) -> None:
-        self._resolver = resolver
-        self._options = options or BookieClientOptions()
-        self._clients: dict[str, BookieClient] = {}
-        self._retired: list[BookieClient] = []
-        self._closed = False
-
-    def address_of(self, bookie_id: str) -> BookieAddress:
-        address = self._resolver(bookie_id) if self._resolver is not None else None
-        return address or BookieAddress(bookie_id)
-
-    def get(self, bookie_id: str) -> BookieClient:
-        if self._closed:
-            raise ClientClosedError("bookie client pool is closed")
-        client = self._clients.get(bookie_id)
-        if client is not None and not client.closed:
-            if self._resolver is None:
-                return client
-            address = self._resolver(bookie_id)
-            if address is None or address == BookieAddress(client.address, client.add_address):
-                return client
-            self._retired.append(client)  # closed at pool close: its calls may still be running
-        address = self.address_of(bookie_id)
-        client = BookieClient(bookie_id, address.grpc, self._options, address.add)
-        self._clients[bookie_id] = client
-        return client
-
-    async def close(self) -> None:
-        self._closed = True
-        clients = [*self._clients.values(), *self._retired]
-        self._clients.clear()
-        self._retired.clear()
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from bkmeta.clock import Clock, LoopClock
 
-from .bookie_client import BookieAddress, BookieClient, BookieClientOptions, BookieClientPool
+from .bookie_client import BookieClientOptions, grpc_connector
 from .config import ClientConfig
 from .placement import BookieRacks, PlacementPolicy, make_placement
 from .tls import security_from_environ
+from .transport import BookieAddress, BookieConnection, BookieConnectionPool, BookieConnector
 
 if TYPE_CHECKING:
     from bkmeta import MetadataClient
@@ -21,8 +22,11 @@ if TYPE_CHECKING:
     from bkmeta.registration import BookieWatcher
 
 
-def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClientPool:
-    """A connection pool resolving bookie ids through the registration's service info."""
+def pool_for(
+    watcher: BookieWatcher | None, config: ClientConfig, connector: BookieConnector | None = None
+) -> BookieConnectionPool:
+    """A connection pool resolving bookie ids through the registration's service info; its
+    connections are ``connector``'s (tests, the simulation) or else gRPC ones tuned by ``config``."""
 
     def resolve(bookie_id: str) -> BookieAddress | None:
         if watcher is None:
@@ -30,21 +34,24 @@ def pool_for(watcher: BookieWatcher | None, config: ClientConfig) -> BookieClien
         info = watcher.all_bookies().get(bookie_id)
         return BookieAddress(info.grpc_target, info.add_target) if info is not None else None
 
-    options = BookieClientOptions(
-        max_inflight_messages=config.bookie_max_inflight_messages,
-        min_batch_interval_s=config.bookie_min_batch_interval_s,
-        max_batch_bytes=config.bookie_max_batch_bytes,
-        default_timeout_s=config.read_entry_timeout_s,
-        use_add_port=config.bookie_use_add_port,
-        security=config.security,
-    )
-    return BookieClientPool(resolve, options)
+    if connector is None:
+        connector = grpc_connector(
+            BookieClientOptions(
+                max_inflight_messages=config.bookie_max_inflight_messages,
+                min_batch_interval_s=config.bookie_min_batch_interval_s,
+                max_batch_bytes=config.bookie_max_batch_bytes,
+                default_timeout_s=config.read_entry_timeout_s,
+                use_add_port=config.bookie_use_add_port,
+                security=config.security,
+            )
+        )
+    return BookieConnectionPool(connector, resolve)
 
 
 @dataclass
 class ClientContext:
     metadata: MetadataClient
-    pool: BookieClientPool
+    pool: BookieConnectionPool
     config: ClientConfig
     placement: PlacementPolicy
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
@@ -52,10 +59,16 @@ class ClientContext:
 
     @classmethod
     def create(
-        cls, metadata: MetadataClient, config: ClientConfig | None = None, clock: Clock | None = None
+        cls,
+        metadata: MetadataClient,
+        config: ClientConfig | None = None,
+        clock: Clock | None = None,
+        connector: BookieConnector | None = None,
     ) -> ClientContext:
-        """Without ``config.security``, TLS settings and credentials come from the environment
-        (``BK_<key>``, ``PYBK_CLIENT_CONF``: ``bkclient.tls.security_from_environ``)."""
+        """The context of a client on ``metadata``; bookie connections from ``connector``
+        (default: gRPC to the addresses the bookies registered). Without ``config.security``, TLS
+        settings and credentials come from the environment (``BK_<key>``, ``PYBK_CLIENT_CONF``:
+        ``bkclient.tls.security_from_environ``)."""
         config = config or ClientConfig()
         if config.security is None:
             config = dataclasses.replace(config, security=security_from_environ())
@@ -64,7 +77,7 @@ class ClientContext:
             config.min_racks_per_write_quorum,
             config.enforce_min_racks_per_write_quorum,
         )
-        ctx = cls(metadata, pool_for(metadata.bookie_watcher, config), config, placement)
+        ctx = cls(metadata, pool_for(metadata.bookie_watcher, config, connector), config, placement)
         if clock is not None:
             ctx.clock = clock
         return ctx
@@ -77,7 +90,7 @@ class ClientContext:
     def bookie_watcher(self) -> BookieWatcher:
         return self.metadata.bookie_watcher
 
-    def bookie(self, bookie_id: str) -> BookieClient:
+    def bookie(self, bookie_id: str) -> BookieConnection:
         return self.pool.get(bookie_id)
 
     def writable_bookie_racks(self) -> BookieRacks:

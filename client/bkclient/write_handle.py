@@ -46,7 +46,6 @@ from bkproto.errors import (
 from bkproto.errors import TimeoutError as BKTimeoutError
 
 from .add_stream import AddRequestEncoder
-from .bookie_client import BookieClient
 from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
@@ -54,6 +53,7 @@ from .distribution import RoundRobinDistribution
 from .ops.add import AddCompletion, PendingAddOp
 from .placement import BookieRacks
 from .read_handle import ReadHandle
+from .transport import BookieConnection
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class WriteHandle(ReadHandle):
         self._max_payload = self._config.max_entry_size_bytes - HEADER_SIZE - digest.digest_size
         self.distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
         self.ensemble: list[str] = list(md.last_ensemble)
-        self._clients: list[BookieClient] = [ctx.bookie(b) for b in self.ensemble]
+        self._clients: list[BookieConnection] = [ctx.bookie(b) for b in self.ensemble]
         self.last_add_pushed = md.last_entry_id if md.is_closed else -1
         self._pushed_length = self.length
         self._pending: dict[int, PendingAddOp] = {}

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 AddCompletion = Callable[[int, BKError | None], None]
 
 if TYPE_CHECKING:
-    from ..bookie_client import BookieClient
+    from ..transport import BookieConnection
     from ..write_handle import WriteHandle
 
 
@@ -75,7 +75,7 @@ class PendingAddOp:
     def sent(self) -> bool:
         return self.encoded is not None
 
-    def send(self, encoded: bytes, clients: list[BookieClient], now: float) -> None:
+    def send(self, encoded: bytes, clients: list[BookieConnection], now: float) -> None:
         self.encoded = encoded
         self.sent_at = now
         for index in self.write_set:
@@ -98,7 +98,7 @@ class PendingAddOp:
     def unacked_indices(self) -> list[int]:
         return [i for i in self.write_set if not self.acked & (1 << i)]
 
-    def resend(self, index: int, client: BookieClient, now: float) -> None:
+    def resend(self, index: int, client: BookieConnection, now: float) -> None:
         """After bookie ``index`` was replaced: forget its ack and send the copy to the new one."""
         if self.encoded is None or index not in self.write_set or self.done:
             return

@@ -32,10 +32,10 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Seque
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from bkclient.bookie_client import ReadResult, StrideResult
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
 from bkclient.entry import LedgerEntry
+from bkclient.transport import BookieConnection
 from bkmeta.model import LedgerMetadata
 from bkproto.errors import (
     BKError,
@@ -57,54 +57,13 @@ _READS_IN_FLIGHT = 32  # single-entry reads in flight per range read
 _CHUNKS_IN_FLIGHT = 3
 
 
-class BookieReader(Protocol):
-    """The calls of :class:`bkclient.bookie_client.BookieClient` the read path uses."""
-
-    async def read_entry(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        *,
-        fence_master_key: bytes | None = None,
-        previous_lac: int | None = None,
-        long_poll_timeout_ms: int = 0,
-        piggyback: bool = False,
-        timeout: float | None = None,  # noqa: ASYNC109 - the gRPC deadline
-    ) -> ReadResult: ...
-
-    async def read_entries(
-        self,
-        ledger_id: int,
-        first: int,
-        max_count: int,
-        max_bytes: int,
-        *,
-        stride: int = 1,
-        timeout: float | None = None,  # noqa: ASYNC109
-    ) -> list[bytes]: ...
-
-    async def stride_poll(
-        self,
-        ledger_id: int,
-        first: int,
-        stride: int,
-        max_count: int,
-        max_bytes: int,
-        long_poll_timeout_ms: int,
-    ) -> StrideResult: ...
-
-    def add(
-        self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False
-    ) -> asyncio.Future[None]: ...
-
-
 class ReadContext(Protocol):
     """What the read operations need from the client (``bkclient.context.ClientContext``)."""
 
     @property
     def config(self) -> ClientConfig: ...
 
-    def bookie(self, bookie_id: str) -> BookieReader: ...
+    def bookie(self, bookie_id: str) -> BookieConnection: ...
 
 
 def is_absent(error: BaseException) -> bool:

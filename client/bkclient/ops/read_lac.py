@@ -21,11 +21,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from bkclient.bookie_client import ReadResult
 from bkclient.coverage import QuorumCoverageSet
 from bkclient.digest import DigestManager
 from bkclient.entry import LastConfirmedAndEntry, LedgerEntry
 from bkclient.ops.read import ReadContext, discard_tasks, is_absent
+from bkclient.transport import ReadResult
 from bkmeta.model import LedgerMetadata
 from bkproto.entry_format import LAST_ADD_CONFIRMED, NO_ENTRY
 from bkproto.errors import (

@@ -11,14 +11,12 @@ import grpc.aio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.memory_cluster import MemoryBookie as InMemoryBookie
 
-from bkclient.bookie_client import (
-    AddRequestEncoder,
-    BookieAddress,
-    BookieClient,
-    BookieClientOptions,
-    BookieClientPool,
-)
+from bkclient.bookie_client import AddRequestEncoder, BookieClient, BookieClientOptions
+from bkclient.config import ClientConfig
+from bkclient.context import pool_for
+from bkclient.transport import BookieAddress, BookieConnectionPool, decode_add
 from bkproto.errors import (
     BookieUnavailableError,
     ClientClosedError,
@@ -388,19 +386,47 @@ async def test_close_fails_pending_adds(bookie: tuple[MemoryBookie, str]) -> Non
 async def test_pool_resolves_ids_and_falls_back_to_host_port(bookie: tuple[MemoryBookie, str]) -> None:
     _, address = bookie
     registry = {"bookie-1": BookieAddress(address)}
-    pool = BookieClientPool(registry.get)
+    opened: list[BookieClient] = []
+
+    def connect(bookie_id: str, at: BookieAddress) -> BookieClient:
+        opened.append(BookieClient(bookie_id, at.grpc, add_address=at.add))
+        return opened[-1]
+
+    pool = BookieConnectionPool(connect, registry.get)
     client = pool.get("bookie-1")
-    assert client.address == address
+    assert client is opened[-1] and opened[-1].address == address
     assert pool.get("bookie-1") is client
-    assert pool.get("10.0.0.1:3181").address == "10.0.0.1:3181"
+    pool.get("10.0.0.1:3181")
+    assert opened[-1].address == "10.0.0.1:3181"
     await client.add(1, 0, b"k" * 20, b"a")
     registry["bookie-1"] = BookieAddress("127.0.0.1:2")  # re-registered elsewhere: a new connection
-    assert pool.get("bookie-1").address == "127.0.0.1:2"
+    assert pool.get("bookie-1") is opened[-1] and opened[-1].address == "127.0.0.1:2"
     registry["bookie-1"] = BookieAddress("127.0.0.1:2", "127.0.0.1:3")  # restarted with an add port
-    assert pool.get("bookie-1").add_address == "127.0.0.1:3"
+    assert pool.get("bookie-1") is opened[-1] and opened[-1].add_address == "127.0.0.1:3"
+    closed = opened[-1]
+    await closed.close()  # a closed connection is replaced
+    assert pool.get("bookie-1") is opened[-1] is not closed
     await pool.close()
+    assert all(c.closed for c in opened)  # retired connections too
     with pytest.raises(ClientClosedError):
         pool.get("bookie-1")
+
+
+async def test_client_pool_opens_the_connections_of_an_injected_connector() -> None:
+    """What unit tests and the simulation rely on: no gRPC connection when they supply their own."""
+    asked: list[tuple[str, BookieAddress]] = []
+
+    def connect(bookie_id: str, address: BookieAddress) -> InMemoryBookie:
+        asked.append((bookie_id, address))
+        return InMemoryBookie(bookie_id)
+
+    pool = pool_for(None, ClientConfig(), connect)
+    connection = pool.get("b1")
+    assert isinstance(connection, InMemoryBookie)
+    assert pool.get("b1") is connection
+    assert asked == [("b1", BookieAddress("b1"))]
+    await pool.close()
+    assert connection.closed
 
 
 @given(
@@ -425,6 +451,7 @@ def test_encoder_bytes_equal_protobuf_serialization(
     assert encoded == expected
     two = bookie_pb2.AddEntriesRequest.FromString(encoded + encoded)
     assert list(two.adds) == [add, add]
+    assert decode_add(encoded) == (ledger_id, entry_id, key, body, recovery)  # in-memory bookies' view
 
 
 @given(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from test_write_handle_fakes import make_world
 from tests.support.clock import ManualClock
+from tests.support.write_world import make_world
 
 from bkclient import BookKeeper
 from bkmeta.clock import LoopClock

@@ -1,9 +1,9 @@
-"""BookKeeper facade against in-memory metadata and bookies (see test_write_handle_fakes)."""
+"""BookKeeper facade against in-memory metadata and bookies (see tests/support/write_world.py)."""
 
 from __future__ import annotations
 
 import pytest
-from test_write_handle_fakes import make_world
+from tests.support.write_world import WriteWorld, make_world
 
 from bkclient import BookKeeper, DigestType, WriteAdvHandle, WriteHandle
 from bkclient.config import ClientConfig
@@ -16,7 +16,7 @@ from bkproto.errors import (
 )
 
 
-def client(bookies: int = 4) -> tuple[BookKeeper, object]:
+def client(bookies: int = 4) -> tuple[BookKeeper, WriteWorld]:
     world = make_world(bookies=bookies)
     return BookKeeper(world.ctx, owns_metadata=False), world
 
@@ -81,7 +81,7 @@ async def test_delete_and_closed_client() -> None:
 async def test_closing_the_client_fails_pending_adds_and_stops_handles() -> None:
     bk, world = client()
     wh = await bk.create_ledger(3, 2, 2)
-    for bookie in world.pool.bookies.values():  # type: ignore[attr-defined]
+    for bookie in world.bookies.values():
         bookie.mode = "hold"
     pending = wh.append_async(b"never acked")
     await bk.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.unit.client.test_read_fakes import (
+from tests.support.memory_cluster import (
     LEDGER,
     PASSWORD,
     FakeContext,
@@ -401,7 +401,7 @@ async def test_explicit_lac_known_to_the_bookies_counts() -> None:
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     writer.write(5)  # entry 4 carries LAC 3
     for bookie in ctx.bookies.values():
-        await bookie.write_lac(LEDGER, 4)  # the writer's explicit LAC flush
+        await bookie.write_lac(LEDGER, 4, writer.digest.master_key, b"")  # the writer's explicit LAC flush
     rh = handle(ctx, writer)
     assert await rh.read_last_add_confirmed() == 4
     assert [e.entry_id async for e in rh.read(0, 4)] == list(range(5))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.unit.client.test_read_fakes import (
+from tests.support.memory_cluster import (
     LEDGER,
     PASSWORD,
     FakeContext,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.unit.client.test_read_fakes import LEDGER, PASSWORD, Writer, make_cluster, make_metadata
+from tests.support.memory_cluster import LEDGER, PASSWORD, Writer, make_cluster, make_metadata
 
 from bkclient.ops.recovery import LedgerRecoveryOp
 from bkmeta.model import LedgerMetadata, LedgerState, Segment, Versioned

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.unit.client.test_read_fakes import (
+from tests.support.memory_cluster import (
     LEDGER,
     PASSWORD,
     FakeContext,
@@ -24,9 +24,9 @@ from tests.unit.client.test_read_fakes import (
 from tests.unit.client.test_recovery import recovery
 from tests.unit.client.test_recovery_replacement import copies_in_write_set
 
-from bkclient.bookie_client import ReadResult
 from bkclient.digest import DigestManager
 from bkclient.read_handle import ReadHandle
+from bkclient.transport import ReadResult
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
 
 

@@ -10,12 +10,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from tests.support.memory_cluster import LEDGER, FakeContext, Writer, make_cluster, make_metadata
 from tests.support.recovery_hooks import on_replacement_picked
-from tests.unit.client.test_read_fakes import LEDGER, FakeContext, Writer, make_cluster, make_metadata
 from tests.unit.client.test_recovery import recovery
 
-from bkclient.bookie_client import ReadResult
 from bkclient.ops.read import write_set_bookies
+from bkclient.transport import ReadResult
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
 from bkproto.errors import LedgerRecoveryError
 

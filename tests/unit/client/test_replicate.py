@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from tests.unit.client.test_read_fakes import (
+from tests.support.memory_cluster import (
     LEDGER,
     PASSWORD,
     FakeContext,

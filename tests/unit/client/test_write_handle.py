@@ -1,4 +1,4 @@
-"""WriteHandle rules against in-memory bookies and metadata (see test_write_handle_fakes)."""
+"""WriteHandle rules against in-memory bookies and metadata (see tests/support/write_world.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 
 import pytest
-from test_write_handle_fakes import WriteWorld, gate_metadata_writes, make_world, new_ledger
+from tests.support.write_world import WriteWorld, gate_metadata_writes, make_world, new_ledger
 
 from bkclient.write_handle import WriteAdvHandle, WriteHandle
 from bkmeta.model import LedgerState

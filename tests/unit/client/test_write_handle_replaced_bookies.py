@@ -1,12 +1,12 @@
 """A writer's bookie replaced while its answers are still on the way: they must not count for an
-entry the new metadata places on another bookie (see test_write_handle_fakes)."""
+entry the new metadata places on another bookie (see tests/support/write_world.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from test_write_handle_fakes import WriteWorld, gate_metadata_writes, make_world, new_ledger
+from tests.support.write_world import WriteWorld, gate_metadata_writes, make_world, new_ledger
 
 from bkclient.write_handle import WriteHandle
 from bkproto.errors import BookieUnavailableError

@@ -1,5 +1,6 @@
-"""In-memory stand-ins for the write path's collaborators: bookie connections (BookieClient's add
-and unary interface), the ledger manager's read/write CAS and the registration view."""
+"""In-memory stand-ins for the write path's collaborators: bookies whose add answers a test holds
+or fails at will (complete :class:`bkclient.transport.BookieConnection` s, reached through the
+client's real connection pool), the ledger manager's read/write CAS and the registration view."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ from bkclient.config import ClientConfig
 from bkclient.context import ClientContext
 from bkclient.digest import DigestManager
 from bkclient.placement import RandomPlacement
+from bkclient.transport import AddListener, BookieAddress, BookieConnectionPool, decode_add
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
-from bkproto.errors import BKError, LedgerExistsError, MetadataVersionError, NoSuchLedgerError
-from bkproto.v1 import bookie_pb2
+from bkproto.errors import (
+    BKError,
+    ClientClosedError,
+    LedgerExistsError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
+from tests.support.memory_cluster import MemoryBookie
 
 AddCallback = Callable[[BKError | None], None]
 
@@ -25,64 +33,59 @@ AddCallback = Callable[[BKError | None], None]
 class SentAdd:
     ledger_id: int
     entry_id: int
+    master_key: bytes
     body: bytes
     callback: AddCallback
     recovery: bool
 
 
-class FakeBookie:
-    """Records adds. ``mode``: "ack" answers on the next loop turn, "hold" keeps them until
-    :meth:`ack`/:meth:`fail`, "error" fails them with ``error``."""
+class FakeBookie(MemoryBookie):
+    """A memory bookie whose ``add_encoded`` answers (the write handle's path) follow ``mode``:
+    "ack" stores and answers on the next loop turn, "hold" keeps them until :meth:`ack`/:meth:`fail`,
+    "error" fails them with ``error``. Every add is recorded in ``adds``; acked ones are readable."""
 
     def __init__(self, bookie_id: str) -> None:
-        self.bookie_id = bookie_id
+        super().__init__(bookie_id)
         self.mode = "ack"
         self.error: BKError | None = None
         self.adds: list[SentAdd] = []
         self.held: list[SentAdd] = []
-        self.lacs: list[tuple[int, bytes]] = []
-        self.forced: list[int] = []
-        self.closed = False
 
     def fail_with(self, error: BKError) -> None:
         """Answer every later add with ``error``."""
         self.mode = "error"
         self.error = error
 
-    def add_with_callback(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        body: bytes,
-        callback: AddCallback,
-        recovery: bool = False,
-    ) -> None:
-        add = SentAdd(ledger_id, entry_id, body, callback, recovery)
-        self.adds.append(add)
-        loop = asyncio.get_running_loop()
-        if self.mode == "ack":
-            loop.call_soon(callback, None)
-        elif self.mode == "error":
-            assert self.error is not None
-            loop.call_soon(callback, self.error)
-        else:
-            self.held.append(add)
-
-    def add_encoded(self, encoded: bytes, listener: Any, token: int) -> None:
-        add = bookie_pb2.AddEntriesRequest.FromString(encoded).adds[0]
-        recovery = bool(add.flags & bookie_pb2.RECOVERY_ADD)
+    def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
+        if self.closed:
+            error = ClientClosedError(f"bookie client {self.bookie_id} is closed")
+            listener.add_complete(self.bookie_id, token, error)
+            return
+        add = decode_add(encoded)
 
         def callback(error: BKError | None) -> None:
             listener.add_complete(self.bookie_id, token, error)
 
-        self.add_with_callback(add.ledger_id, add.entry_id, add.master_key, add.body, callback, recovery)
+        sent = SentAdd(add.ledger_id, add.entry_id, add.master_key, add.body, callback, add.recovery)
+        self.adds.append(sent)
+        loop = asyncio.get_running_loop()
+        if self.mode == "ack":
+            loop.call_soon(self._acked, sent)
+        elif self.mode == "error":
+            assert self.error is not None
+            loop.call_soon(callback, self.error)
+        else:
+            self.held.append(sent)
+
+    def _acked(self, add: SentAdd) -> None:
+        self.store(add.ledger_id, add.entry_id, add.body, add.master_key)
+        add.callback(None)
 
     def ack(self, entry_id: int | None = None) -> None:
         for add in list(self.held):
             if entry_id is None or add.entry_id == entry_id:
                 self.held.remove(add)
-                add.callback(None)
+                self._acked(add)
 
     def fail(self, error: BKError, entry_id: int | None = None) -> None:
         for add in list(self.held):
@@ -93,24 +96,10 @@ class FakeBookie:
     def entry_ids(self) -> list[int]:
         return [a.entry_id for a in self.adds]
 
-    async def write_lac(self, ledger_id: int, lac: int, master_key: bytes, body: bytes, **_: Any) -> None:
-        self.lacs.append((lac, body))
-
-    async def force_ledger(self, ledger_id: int, **_: Any) -> None:
-        self.forced.append(ledger_id)
-
-
-class FakePool:
-    def __init__(self) -> None:
-        self.bookies: dict[str, FakeBookie] = {}
-
-    def get(self, bookie_id: str) -> FakeBookie:
-        if bookie_id not in self.bookies:
-            self.bookies[bookie_id] = FakeBookie(bookie_id)
-        return self.bookies[bookie_id]
-
     async def close(self) -> None:
-        pass
+        """Like a closed client: the held adds fail."""
+        await super().close()
+        self.fail(ClientClosedError(f"bookie client {self.bookie_id} is closed"))
 
 
 class FakeLedgerManager:
@@ -179,27 +168,33 @@ class FakeWatcher:
 
 @dataclass
 class WriteWorld:
-    ctx: ClientContext
-    pool: FakePool
+    """A client context on fake metadata whose pool connects to the world's fake bookies."""
+
     lm: FakeLedgerManager
     watcher: FakeWatcher
+    config: ClientConfig
+    bookies: dict[str, FakeBookie] = field(default_factory=dict)
+    ctx: ClientContext = field(init=False)
+
+    def __post_init__(self) -> None:
+        metadata = SimpleNamespace(ledger_manager=self.lm, bookie_watcher=self.watcher)
+        pool = BookieConnectionPool(self.connect)
+        self.ctx = ClientContext(metadata, pool, self.config, RandomPlacement())  # type: ignore[arg-type]
 
     def bookie(self, bookie_id: str) -> FakeBookie:
-        return self.pool.get(bookie_id)
+        """The bookie ``bookie_id`` (created on first use, by the test or the client's pool)."""
+        if bookie_id not in self.bookies:
+            self.bookies[bookie_id] = FakeBookie(bookie_id)
+        return self.bookies[bookie_id]
+
+    def connect(self, bookie_id: str, address: BookieAddress) -> FakeBookie:
+        """The pool's connector: the world's bookie of that id, whatever the address."""
+        return self.bookie(bookie_id)
 
 
 def make_world(bookies: int = 4, **config: Any) -> WriteWorld:
-    pool = FakePool()
-    lm = FakeLedgerManager()
     watcher = FakeWatcher([f"b{i}" for i in range(bookies)])
-    metadata = SimpleNamespace(ledger_manager=lm, bookie_watcher=watcher)
-    ctx = ClientContext(
-        metadata,  # type: ignore[arg-type]
-        pool,  # type: ignore[arg-type]
-        ClientConfig(**config),
-        RandomPlacement(),
-    )
-    return WriteWorld(ctx, pool, lm, watcher)
+    return WriteWorld(FakeLedgerManager(), watcher, ClientConfig(**config))
 
 
 def new_ledger(
@@ -231,9 +226,9 @@ def gate_metadata_writes(world: WriteWorld) -> asyncio.Event:
     gate = asyncio.Event()
     original_write = world.lm.write_ledger_metadata
 
-    async def slow_write(*args: object) -> object:
+    async def slow_write(ledger_id: int, metadata: LedgerMetadata, version: int) -> Versioned[LedgerMetadata]:
         await gate.wait()
-        return await original_write(*args)  # type: ignore[arg-type]
+        return await original_write(ledger_id, metadata, version)
 
     world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
     return gate

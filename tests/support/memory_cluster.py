@@ -1,5 +1,6 @@
-"""In-memory stand-ins for the read path's collaborators: bookies that store, fence and long-poll
-like the real ones (behind BookieClient's read/add interface), a CAS ledger store, a client context.
+"""In-memory stand-ins for the client's collaborators, for unit tests of the read, recovery, tail
+and replication paths: bookies that store, fence and long-poll like the real ones (a complete
+:class:`bkclient.transport.BookieConnection` each), a CAS ledger store, a client context.
 
 Failure knobs per bookie: ``down`` (every call fails like an unreachable bookie), ``gate`` (calls
 wait until it is set: a slow bookie), ``corrupt`` (entries returned with a flipped payload byte),
@@ -9,16 +10,20 @@ wait until it is set: a slow bookie), ``corrupt`` (entries returned with a flipp
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
-from bkclient.bookie_client import ReadResult, StrideResult
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
 from bkclient.placement import BookieRacks, RandomPlacement
+from bkclient.transport import AddListener, BookieConnection, DiskInfo, ReadResult, StrideResult, decode_add
 from bkmeta.ledger_manager import LedgerWatcher
 from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
 from bkproto.errors import (
+    BKError,
     BookieUnavailableError,
+    ClientClosedError,
     LedgerFencedError,
     MetadataVersionError,
     NoSuchEntryError,
@@ -31,8 +36,12 @@ PASSWORD = b"secret"
 
 
 class MemoryBookie:
+    """One bookie and the client's connection to it in one object. Calls wait for ``gate``, then
+    fail while ``down``; after :meth:`close` they fail with ClientClosedError."""
+
     def __init__(self, bookie_id: str) -> None:
         self.bookie_id = bookie_id
+        self.closed = False
         self.entries: dict[int, dict[int, bytes]] = {}
         self.master_keys: dict[int, bytes] = {}
         self.fenced: set[int] = set()
@@ -47,7 +56,11 @@ class MemoryBookie:
         self.batch_strides: list[int] = []  # the stride of each of batch_reads
         self.stride_polls: list[tuple[int, int, int]] = []  # (ledger, first, stride)
         self.recovery_adds: list[tuple[int, int]] = []
+        self.lacs: list[tuple[int, bytes]] = []  # explicit LACs written: (lac, body)
+        self.forced: list[int] = []  # ledgers of force_ledger calls
+        self.disk = DiskInfo(total_bytes=1 << 30, free_bytes=1 << 29)
         self.fence_reads = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # adds under way
         self._lac_changed = asyncio.Event()  # replaced after every set: waiters hold the old one
 
     # -- state helpers for tests ----------------------------------------------------------------
@@ -72,6 +85,8 @@ class MemoryBookie:
 
     async def _enter(self) -> None:
         await self.gate.wait()
+        if self.closed:
+            raise ClientClosedError(f"bookie client {self.bookie_id} is closed")
         if self.down:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: UNAVAILABLE")
 
@@ -90,7 +105,7 @@ class MemoryBookie:
             body = body[:-1] + bytes([body[-1] ^ 0xFF])
         return body
 
-    # -- BookieClient interface -----------------------------------------------------------------
+    # -- BookieConnection ------------------------------------------------------------------------
 
     async def read_entry(
         self,
@@ -101,7 +116,7 @@ class MemoryBookie:
         previous_lac: int | None = None,
         long_poll_timeout_ms: int = 0,
         piggyback: bool = False,
-        timeout: float | None = None,  # noqa: ASYNC109 - BookieClient's signature
+        timeout: float | None = None,  # noqa: ASYNC109 - BookieConnection's signature
     ) -> ReadResult:
         await self._enter()
         self.reads.append((ledger_id, entry_id))
@@ -190,6 +205,30 @@ class MemoryBookie:
             entry_id += stride
         return StrideResult(bodies, lac)
 
+    async def _store_add(
+        self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool
+    ) -> None:
+        refusal = self.refused_adds.get((ledger_id, entry_id))
+        if refusal is not None:
+            await refusal.wait()
+            raise BookieUnavailableError(f"bookie {self.bookie_id}: add of {entry_id} refused")
+        await self._enter()
+        known = self.master_keys.get(ledger_id)
+        if known is not None and known != master_key:
+            raise UnauthorizedAccessError(f"bookie {self.bookie_id}: EUA")
+        if ledger_id in self.fenced and not recovery:
+            raise LedgerFencedError(f"bookie {self.bookie_id}: EFENCED")
+        if recovery:
+            self.recovery_adds.append((ledger_id, entry_id))
+        self.store(ledger_id, entry_id, body, master_key)
+        self.notify_lac()
+
+    def _spawn_add(self, run: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(run)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False
     ) -> asyncio.Future[None]:
@@ -197,35 +236,66 @@ class MemoryBookie:
 
         async def run() -> None:
             try:
-                refusal = self.refused_adds.get((ledger_id, entry_id))
-                if refusal is not None:
-                    await refusal.wait()
-                    raise BookieUnavailableError(f"bookie {self.bookie_id}: add of {entry_id} refused")
-                await self._enter()
-                known = self.master_keys.get(ledger_id)
-                if known is not None and known != master_key:
-                    raise UnauthorizedAccessError(f"bookie {self.bookie_id}: EUA")
-                if ledger_id in self.fenced and not recovery:
-                    raise LedgerFencedError(f"bookie {self.bookie_id}: EFENCED")
-                if recovery:
-                    self.recovery_adds.append((ledger_id, entry_id))
-                self.store(ledger_id, entry_id, body, master_key)
-                self.notify_lac()
-                future.set_result(None)
+                await self._store_add(ledger_id, entry_id, master_key, body, recovery)
             except Exception as exc:
-                future.set_exception(exc)
+                if not future.done():
+                    future.set_exception(exc)
+            else:
+                if not future.done():
+                    future.set_result(None)
 
-        task = asyncio.ensure_future(run())
+        task = self._spawn_add(run())
+        # A caller that gave up (timed out) cancels the future: the add is abandoned with it.
         future.add_done_callback(lambda _: task.cancel() if not task.done() else None)
         return future
 
-    async def write_lac(self, ledger_id: int, lac: int) -> None:
+    def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
+        add = decode_add(encoded)
+
+        async def run() -> None:
+            try:
+                await self._store_add(add.ledger_id, add.entry_id, add.master_key, add.body, add.recovery)
+            except BKError as exc:
+                listener.add_complete(self.bookie_id, token, exc)
+            else:
+                listener.add_complete(self.bookie_id, token, None)
+
+        self._spawn_add(run())
+
+    async def write_lac(
+        self,
+        ledger_id: int,
+        lac: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - BookieConnection's signature
+    ) -> None:
+        await self._enter()
+        self.lacs.append((lac, body))
         self.explicit_lac[ledger_id] = max(lac, self.explicit_lac.get(ledger_id, -1))
         self.notify_lac()
+
+    async def force_ledger(self, ledger_id: int, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        await self._enter()
+        self.forced.append(ledger_id)
+
+    async def get_bookie_info(self, *, timeout: float | None = None) -> DiskInfo:  # noqa: ASYNC109
+        await self._enter()
+        return self.disk
+
+    async def close(self) -> None:
+        self.closed = True
+        self.gate.set()  # calls waiting at the gate fail now, like a closed client's
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def notify_lac(self) -> None:
         self._lac_changed.set()
         self._lac_changed = asyncio.Event()
+
+
+# Checked by mypy (tests.support is type-checked): a memory bookie is a whole BookieConnection.
+_MEMORY_BOOKIE_IS_A_CONNECTION: type[BookieConnection] = MemoryBookie
 
 
 class MemoryLedgerStore:

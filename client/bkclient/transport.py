@@ -1,0 +1,243 @@
+"""The seam between the client and its bookies: what every operation, handle and the connection
+pool may ask of one bookie connection (:class:`BookieConnection`), and the pool that hands them out
+by bookie id through an injectable :data:`BookieConnector`.
+
+In production the connector opens a :class:`bkclient.bookie_client.BookieClient` (gRPC, the add
+port); unit tests and the deterministic simulation plug in connections of their own for the same
+bookie ids, and every layer above this module runs unchanged on them.
+
+Nothing here imports gRPC. Errors crossing the seam are the ``bkproto.errors`` family
+(:class:`BKError` and its subclasses), raised by the awaitables and handed to add listeners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from bkproto.errors import BKError, ClientClosedError
+from bkproto.v1 import bookie_pb2
+
+__all__ = [
+    "AddCallback",
+    "AddListener",
+    "AddressResolver",
+    "BookieAddress",
+    "BookieConnection",
+    "BookieConnectionPool",
+    "BookieConnector",
+    "DecodedAdd",
+    "DiskInfo",
+    "ReadResult",
+    "StrideResult",
+    "decode_add",
+]
+
+
+class ReadResult(NamedTuple):
+    """One entry read: its body exactly as stored (empty when a long poll's LAC moved on a bookie
+    without the entry) and the bookie's LAC."""
+
+    body: bytes
+    max_lac: int
+
+
+class StrideResult(NamedTuple):
+    """A stride poll's answer: entries first, first + stride, ... (none when it timed out or the
+    bookie does not hold ``first``) and the bookie's LAC."""
+
+    bodies: list[bytes]
+    max_lac: int
+
+
+class DiskInfo(NamedTuple):
+    """A bookie's disk space in bytes (GetBookieInfo)."""
+
+    total_bytes: int
+    free_bytes: int
+
+
+# Completion callback of one add: ``None`` on success, the error otherwise.
+AddCallback = Callable[[BKError | None], None]
+
+
+class AddListener(Protocol):
+    """Receives add completions without a closure per add (the hot path: a PendingAddOp
+    listens for each bookie of its write set, ``token`` telling which)."""
+
+    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None: ...
+
+
+class BookieConnection(Protocol):
+    """The client side of one bookie, as every operation sees it.
+
+    Adds are fire-and-forget with a completion (``add_encoded``, the hot path) or a future
+    (``add``); both complete on the event loop with ``None`` or a :class:`BKError` once the bookie
+    stored the entry durably. The connection never gives up on an add by itself: callers time
+    them out. Reads, LAC and fence calls are awaitables raising :class:`BKError` subclasses
+    (``NoSuchEntryError``, ``LedgerFencedError``, ``BookieUnavailableError``, ``TimeoutError``...).
+    ``timeout`` is the call's deadline in seconds, ``None`` for the connection's default.
+    """
+
+    @property
+    def bookie_id(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
+        """Queue an add serialized by :class:`bkclient.add_stream.AddRequestEncoder` (one element
+        of ``AddEntriesRequest.adds`` with its field framing; :func:`decode_add` reads it back).
+        Calls ``listener.add_complete(self.bookie_id, token, error or None)`` on the loop once,
+        possibly before returning (a closed connection)."""
+        ...
+
+    def add(
+        self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False
+    ) -> asyncio.Future[None]:
+        """Queue an add (``recovery``: a RECOVERY_ADD, taken by a fenced ledger too); the future
+        completes when the bookie acknowledged it."""
+        ...
+
+    async def read_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence_master_key: bytes | None = None,
+        previous_lac: int | None = None,
+        long_poll_timeout_ms: int = 0,
+        piggyback: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 - the call's deadline
+    ) -> ReadResult:
+        """One entry (``entry_id == -1``: the bookie's last). ``fence_master_key`` fences the
+        ledger; ``previous_lac`` long-polls until the bookie's LAC passes it or
+        ``long_poll_timeout_ms`` expires (LAC moved, entry not held: an empty body, no error);
+        ``piggyback`` with ``entry_id == -1`` asks for the entry after ``previous_lac``."""
+        ...
+
+    async def read_entries(
+        self,
+        ledger_id: int,
+        first: int,
+        max_count: int,
+        max_bytes: int,
+        *,
+        stride: int = 1,
+        timeout: float | None = None,  # noqa: ASYNC109 - the call's deadline
+    ) -> list[bytes]:
+        """Bodies of ``first``, ``first + stride``, ... (at least ``first``, else
+        NoSuchEntryError), up to the first not held, ``max_count`` entries or ``max_bytes``."""
+        ...
+
+    async def stride_poll(
+        self,
+        ledger_id: int,
+        first: int,
+        stride: int,
+        max_count: int,
+        max_bytes: int,
+        long_poll_timeout_ms: int,
+    ) -> StrideResult:
+        """Park until the bookie's LAC reaches ``first``, then the confirmed entries ``first``,
+        ``first + stride``, ... it holds. A timeout, or a LAC past ``first`` on a bookie without
+        it, is an empty answer with the bookie's LAC."""
+        ...
+
+    async def write_lac(
+        self,
+        ledger_id: int,
+        lac: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the call's deadline
+    ) -> None:
+        """Store an explicit LAC (``body``: the digest-protected LAC the readers verify)."""
+        ...
+
+    async def force_ledger(self, ledger_id: int, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the call's deadline
+        """Returns once everything this bookie acknowledged for the ledger is durable."""
+        ...
+
+    async def get_bookie_info(self, *, timeout: float | None = None) -> DiskInfo:  # noqa: ASYNC109 - the call's deadline
+        """The bookie's disk capacity and free space."""
+        ...
+
+    async def close(self) -> None:
+        """Fail outstanding adds and reads with ClientClosedError; later calls fail with it too."""
+        ...
+
+
+class DecodedAdd(NamedTuple):
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    body: bytes
+    recovery: bool
+
+
+def decode_add(encoded: bytes) -> DecodedAdd:
+    """The fields of an add given to :meth:`BookieConnection.add_encoded`: for connections that
+    do not send the bytes on as they are (in-memory bookies)."""
+    add = bookie_pb2.AddEntriesRequest.FromString(encoded).adds[0]
+    return DecodedAdd(
+        add.ledger_id, add.entry_id, add.master_key, add.body, bool(add.flags & bookie_pb2.RECOVERY_ADD)
+    )
+
+
+class BookieAddress(NamedTuple):
+    grpc: str  # host:port of the gRPC service
+    add: str | None = None  # host:port of the add port, if the bookie has one
+
+
+# Resolves a bookie id to its addresses; ``None`` when the id is not registered.
+AddressResolver = Callable[[str], BookieAddress | None]
+
+# Opens the connection to a bookie id at an address (in-memory connectors may ignore the address).
+BookieConnector = Callable[[str, BookieAddress], BookieConnection]
+
+
+class BookieConnectionPool:
+    """One connection per bookie id, opened by ``connector`` on first use.
+
+    Ids resolve through ``resolver`` (the registration's service info); an id that does not resolve
+    is used as ``host:port`` itself, BookKeeper's default bookie id. A connection whose bookie's
+    resolved address changed (restarted elsewhere), or that was closed, is replaced."""
+
+    def __init__(self, connector: BookieConnector, resolver: AddressResolver | None = None) -> None:
+        self._connector = connector
+        self._resolver = resolver
+        self._connections: dict[str, tuple[BookieAddress, BookieConnection]] = {}
+        self._retired: list[BookieConnection] = []
+        self._closed = False
+
+    def address_of(self, bookie_id: str) -> BookieAddress:
+        address = self._resolver(bookie_id) if self._resolver is not None else None
+        return address or BookieAddress(bookie_id)
+
+    def get(self, bookie_id: str) -> BookieConnection:
+        if self._closed:
+            raise ClientClosedError("bookie connection pool is closed")
+        known = self._connections.get(bookie_id)
+        if known is not None:
+            connected_to, connection = known
+            if not connection.closed:
+                if self._resolver is None:
+                    return connection
+                address = self._resolver(bookie_id)
+                if address is None or address == connected_to:
+                    return connection
+                self._retired.append(connection)  # closed at pool close: its calls may still be running
+        address = self.address_of(bookie_id)
+        connection = self._connector(bookie_id, address)
+        self._connections[bookie_id] = (address, connection)
+        return connection
+
+    async def close(self) -> None:
+        self._closed = True
+        connections = [c for _, c in self._connections.values()] + self._retired
+        self._connections.clear()
+        self._retired.clear()
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
