@@ -1,12 +1,13 @@
-"""The real ``BookieClient`` over the simulated network.
+"""The real ``BookieClient`` over the simulated network, through the client's connector seam.
 
-:class:`SimBookieClient` is ``bkclient.bookie_client.BookieClient`` with only its gRPC channel
-swapped: every method of the real class (the coalescing ``AddStream``, the multiplexed
-``ReadStream``, unary calls, status and error translation) runs unchanged; the stub, the two stream
-factories and the channel are simulated. Requests and responses cross the network serialized, as
-real protobuf bytes, and reach the bookie node's real gRPC handlers. Failures surface as gRPC's own
-``AioRpcError`` (UNAVAILABLE on a reset, DEADLINE_EXCEEDED at the deadline), which the real client
-translates. This is the adapter until the transport branch's ``BookieConnection`` seam lands.
+:class:`SimBookieClient` is ``bkclient.bookie_client.BookieClient`` (the gRPC implementation of
+``bkclient.transport.BookieConnection``) with only its gRPC channel swapped: every method of the
+real class (the coalescing ``AddStream``, the multiplexed ``ReadStream``, unary calls, status and
+error translation) runs unchanged; the stub, the two stream factories and the channel are
+simulated. Requests and responses cross the network serialized, as real protobuf bytes, and reach
+the bookie node's real gRPC handlers. Failures surface as gRPC's own ``AioRpcError``
+(UNAVAILABLE on a reset, DEADLINE_EXCEEDED at the deadline), which the real client translates.
+:func:`sim_connector` is the ``BookieConnector`` the client's pool opens them with.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from bkclient.bookie_client import BookieAddress, BookieClient, BookieClientOptions
-from bkproto.errors import ClientClosedError
+from bkclient.add_port_call import AddPortOutage
+from bkclient.bookie_client import BookieClient, BookieClientOptions
+from bkclient.transport import BookieAddress, BookieConnection, BookieConnector
 from bkproto.v1 import bookie_pb2
 
 from .network import Connection, Network
@@ -202,38 +204,19 @@ class SimBookieClient(BookieClient):
             channel, "ReadStream", bookie_pb2.ReadStreamResponse.FromString
         )
         self._stream = None
+        self._add_port_outage = AddPortOutage()
         self._read_stream = None
         self._closed = False
         self.streams_opened = 0
 
 
-class SimBookieClientPool:
-    """``BookieClientPool``'s interface: one simulated client per bookie id, created on first use."""
+def sim_connector(
+    network: Network, client: str, lookup: NodeLookup, options: BookieClientOptions
+) -> BookieConnector:
+    """The client's ``BookieConnector``: a simulated connection from ``client`` per bookie id
+    (addresses are not needed: the network routes by bookie id)."""
 
-    def __init__(
-        self, network: Network, client: str, lookup: NodeLookup, options: BookieClientOptions
-    ) -> None:
-        self._network = network
-        self._client = client
-        self._lookup = lookup
-        self._options = options
-        self._clients: dict[str, SimBookieClient] = {}
-        self._closed = False
+    def connect(bookie_id: str, address: BookieAddress) -> BookieConnection:
+        return SimBookieClient(bookie_id, options, SimChannel(network, client, bookie_id, lookup))
 
-    def address_of(self, bookie_id: str) -> BookieAddress:
-        return BookieAddress(bookie_id)
-
-    def get(self, bookie_id: str) -> BookieClient:
-        if self._closed:
-            raise ClientClosedError("bookie client pool is closed")
-        client = self._clients.get(bookie_id)
-        if client is None or client.closed:
-            channel = SimChannel(self._network, self._client, bookie_id, self._lookup)
-            client = self._clients[bookie_id] = SimBookieClient(bookie_id, self._options, channel)
-        return client
-
-    async def close(self) -> None:
-        self._closed = True
-        clients = list(self._clients.values())
-        self._clients.clear()
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    return connect

@@ -25,7 +25,7 @@ from bkmeta.registration import BookieServiceInfo
 from bkproto.errors import MetadataStoreError
 
 from .bookie_node import BookieNode
-from .client_conn import SimBookieClientPool
+from .client_conn import sim_connector
 from .disk import DiskFaults, SimDisk
 from .loop import SimLoop
 from .network import Network
@@ -220,10 +220,10 @@ class World:
             default_timeout_s=config.read_entry_timeout_s,
             use_add_port=False,
         )
-        pool = SimBookieClientPool(self.network, name, self.bookies.get, options)
         metadata = await self.zk.client_for(name)
-        placement = RandomPlacement(self.seeds.child(f"placement/{name}"))
-        ctx = ClientContext(metadata, pool, config, placement, self.loop, SimClock(self))  # type: ignore[arg-type]
+        connector = sim_connector(self.network, name, self.bookies.get, options)
+        ctx = ClientContext.create(metadata, config, SimClock(self), connector)
+        ctx.placement = RandomPlacement(self.seeds.child(f"placement/{name}"))  # seeded
         return BookKeeper(ctx)
 
     # -- wall clock ----------------------------------------------------------------------------
