@@ -6,7 +6,7 @@
   every entry up to it is readable (the final read got all of them).
 * ``single_value_per_entry``: no two reads ever saw different bytes for one (ledger, entry).
 * ``no_ack_after_fence``: an add invoked after a recovery of its ledger completed (the ledger was
-  fenced by then) is never acknowledged.
+  fenced by then) is never acknowledged, unless the ledger was deleted.
 * ``lac_monotonic``: the LACs one tailing reader observes never go backwards.
 * ``tail_in_order``: ``ReadHandle.tail`` delivers consecutive entries from where it started.
 * ``lost_bookie_rereplicated``: after a bookie is lost for good, re-replication (run again once
@@ -160,7 +160,9 @@ def no_ack_after_fence(history: Sequence[HistoryOp], final: Final) -> list[Viola
         key = (h.process, h.ledger, h.entry)
         if h.kind == "invoke":
             invoked[key] = h.time_us
-        elif h.kind == "ok":
+        elif h.kind == "ok" and h.ledger not in final.deleted:
+            # A deleted ledger's fence goes with it: a bookie that garbage-collected the ledger
+            # takes a late writer's adds as a new ledger (BookKeeper does the same).
             fence = fenced_at.get(h.ledger)
             start = invoked.get(key)
             if fence is not None and start is not None and start > fence:

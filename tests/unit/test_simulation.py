@@ -13,9 +13,11 @@ import subprocess
 import sys
 
 import pytest
+from tests.sim.checkers import Final, no_ack_after_fence
 from tests.sim.report import failure_report
 from tests.sim.runner import run_seed
 from tests.sim.scenarios import recovery_dies_after_its_ensemble_change, run_scenario
+from tests.sim.trace import HistoryOp
 from tests.sim.world import World
 
 STEPS = 200
@@ -93,3 +95,19 @@ def test_seed_69_recovery_that_dies_after_replacing_a_bookie_loses_no_acknowledg
     run_scenario(scenario)
     last_acked, closed_at = outcome["ids"]
     assert closed_at >= last_acked, f"closed at {closed_at}, but entry {last_acked} was acknowledged"
+
+
+def test_seed_1466_an_add_to_a_deleted_ledger_may_be_acknowledged_after_its_fence() -> None:
+    """Seed 1466 (at b70173b) was a checker bug: the ledger was recovered, deleted and garbage-
+    collected, and a late writer's add then went to a bookie that took it as a new ledger, as
+    BookKeeper's bookies do. The fence check now leaves deleted ledgers out."""
+    history = [
+        HistoryOp(0, 100, "r1", "ok", "recover", 5, value=-1),
+        HistoryOp(1, 200, "r1", "ok", "delete", 5),
+        HistoryOp(2, 300, "w1", "invoke", "add", 5, 0, b"late"),
+        HistoryOp(3, 400, "w1", "ok", "add", 5, 0, b"late"),
+    ]
+    final = Final({}, {}, {}, deleted={5}, stuck=[])
+    assert no_ack_after_fence(history, final) == []
+    final.deleted = set()
+    assert [v.checker for v in no_ack_after_fence(history, final)] == ["no_ack_after_fence"]
