@@ -72,12 +72,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def client_config(config: BookieConfig) -> ClientConfig:
-    """The recovery client's security from the bookie-style configuration (None: environment)."""
+    """The recovery client's security from the bookie-style configuration (None: environment),
+    and the placement policy its copies follow."""
     tls = config.security.tls
     security = None
     if tls is not None and tls.trust_path is not None:
         security = ClientSecurity(tls.trust_path, tls.cert_path, tls.key_path)
-    return ClientConfig(security=security, zk_security=zk_security_of(config))
+    return ClientConfig(security=security, zk_security=zk_security_of(config),
+                        placement_policy=config.autorecovery.placement_policy,
+                        min_racks_per_write_quorum=config.autorecovery.min_racks_per_write_quorum)
 
 
 async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -> int:

@@ -102,6 +102,11 @@ class BookKeeperAdmin:
             else None
         )
 
+    @property
+    def throttle(self) -> ByteRateLimiter | None:
+        """The re-replication byte rate limit (None: none), for other copiers to share it."""
+        return self._throttle
+
     async def recover_bookies(
         self,
         lost: Collection[str],

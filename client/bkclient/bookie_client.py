@@ -316,6 +316,13 @@ class BookieClient:
         response = await self._unary(self._stub.GetBookieInfo, request, timeout)
         return DiskInfo(response.total_disk_capacity, response.free_disk_space)
 
+    async def list_entries(self, ledger_id: int, *, timeout: float | None = None) -> list[tuple[int, int]]:  # noqa: ASYNC109 - the gRPC deadline
+        """The entry ids this bookie can serve, as sorted inclusive runs (GetListOfEntriesOfLedger);
+        NoSuchLedgerError when it holds none."""
+        request = bookie_pb2.GetListOfEntriesOfLedgerRequest(ledger_id=ledger_id)
+        response = await self._unary(self._stub.GetListOfEntriesOfLedger, request, timeout)
+        return [(r.first, r.last) for r in response.ranges]
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     @property

@@ -165,6 +165,11 @@ class BookieConnection(Protocol):
         """The bookie's disk capacity and free space."""
         ...
 
+    async def list_entries(self, ledger_id: int, *, timeout: float | None = None) -> list[tuple[int, int]]:  # noqa: ASYNC109 - the call's deadline
+        """The entry ids the bookie can serve, as sorted inclusive runs (GetListOfEntriesOfLedger,
+        autorecovery's ledger check); NoSuchLedgerError when it holds none."""
+        ...
+
     async def close(self) -> None:
         """Fail outstanding adds and reads with ClientClosedError; later calls fail with it too."""
         ...

@@ -197,6 +197,15 @@ class BookiePresence:
             return False
         return True
 
+    async def ledger_is_open(self, ledger_id: int) -> bool | None:
+        """Whether the ledger is still open (being written), None when it has no metadata
+        (``gcexplain`` names the open ledgers that pin an entry log)."""
+        try:
+            versioned = await self.metadata.ledger_manager.read_ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return None
+        return not versioned.value.is_closed
+
     async def set_read_only(self, read_only: bool) -> None:
         self._read_only = read_only
         if self._registration is not None:

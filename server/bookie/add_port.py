@@ -11,6 +11,14 @@ preface (``bkproto.security``), and a caller without the write right gets EUA fo
 
 A connection that breaks the format (wrong preface, oversized frame, a message that does not
 parse) is closed with a warning naming the peer and the fault; other connections carry on.
+
+Limits (``bookie.limits``): connections in total and per IP address (one over is closed at once);
+a frame's bytes are reserved in the receive budget, in total and per IP address, from its length
+header until the add stream has taken the message; a frame must arrive whole within the frame
+timeout once its first byte has (a silent or dribbling sender is closed, an idle one between
+frames is not); a peer that leaves its answers unread for the write timeout is closed. Each closure
+is logged (at most one line every few seconds) and counted. Decoding a message and encoding its
+answer take the peer's turn (``bookie.limits.PeerTurns``), like the rest of its add processing.
 """
 
 from __future__ import annotations
@@ -18,14 +26,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from google.protobuf.message import DecodeError
 
 from bkproto import security as wire
-from bkproto.add_port import PREFACE, FrameError, frame, keep_alive, read_frame, read_preface
-from bkproto.v1 import bookie_pb2
-from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest, parse_add_entries
+from bkproto.add_port import (
+    FRAME_HEADER,
+    MAX_FRAME_BYTES,
+    PREFACE,
+    FrameError,
+    frame,
+    keep_alive,
+    read_frame,
+    read_preface,
+)
+from bookie.handlers.add_entries import (
+    AddEntriesHandler,
+    SizedAddEntriesRequest,
+    TooManyAdds,
+    parse_add_entries,
+)
+from bookie.limits import ConnectionCounter, ListenerLimits, PeerByteBudget, QuietLog, peer_host
 from bookie.security import BookieSecurity, Right, refused_add_response
 from bookie.stats import RequestStats
 
@@ -33,6 +55,9 @@ log = logging.getLogger(__name__)
 
 # A connection must say what it is this soon, or it is closed: idle sockets must not pile up.
 PREFACE_TIMEOUT_S = 10.0
+LISTENER = "add_port"  # the ``listener`` label of the limit metrics
+
+Decoder = Callable[[bytes], SizedAddEntriesRequest]
 
 
 class AddPortServer:
@@ -40,13 +65,26 @@ class AddPortServer:
     ``close()`` end it (the handler's own drain answers the started batches in between)."""
 
     def __init__(
-        self, handler: AddEntriesHandler, stats: RequestStats, bind_address: str, port: int,
+        self,
+        handler: AddEntriesHandler,
+        stats: RequestStats,
+        bind_address: str,
+        port: int,
+        limits: ListenerLimits | None = None,
+        decode: Decoder = parse_add_entries,
         security: BookieSecurity | None = None,
     ) -> None:
         self._handler = handler
         self._security = security
         self._bind_address = bind_address
         self._requested_port = port
+        self._limits = limits = limits or ListenerLimits()
+        self._decode = decode
+        self._limit_stats = stats.limits
+        self._counter = ConnectionCounter(limits.max_connections, limits.max_connections_per_peer)
+        self._receiving = PeerByteBudget(limits.max_buffered_bytes, limits.max_buffered_bytes_per_peer)
+        self._max_frame_bytes = min(MAX_FRAME_BYTES, limits.max_buffered_bytes_per_peer)
+        self._quiet = QuietLog(log)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -85,11 +123,23 @@ class AddPortServer:
     def open_connections(self) -> int:
         return len(self._connections)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes reserved for frames being received now."""
+        return self._receiving.used
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        host = peer_host(peer)
+        refused = self._counter.admit(host)
+        if refused is not None:
+            self._limit_stats.hit(LISTENER, refused)
+            self._quiet.warning("add port: refused a connection from %s: too many %s", peer, refused)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        peer = writer.get_extra_info("peername")
         keep_alive(writer.get_extra_info("socket"))
         try:
             try:
@@ -97,21 +147,26 @@ class AddPortServer:
             except TimeoutError:
                 raise FrameError(f"no preface within {PREFACE_TIMEOUT_S:g} s") from None
             if refusal is not None:
-                await _refuse(reader, writer, peer, refusal)
+                await self._refuse(reader, writer, peer, host, refusal)
                 return
-            responses = self._handler.serve(_requests(reader, peer))
+            responses = self._handler.serve(self._requests(reader, peer, host), host)
+            turn = self._handler.turns.lock(host)
             async with contextlib.aclosing(responses):
                 async for response in responses:
-                    writer.write(frame(response.SerializeToString()))
-                    await writer.drain()
+                    async with turn:  # encoding a huge answer is a step of this peer's
+                        writer.write(frame(response.SerializeToString()))
+                    await self._drain(writer)
         except FrameError as exc:
-            log.warning("add port: closing the connection from %s: %s", peer, exc)
+            self._quiet.warning("add port: closing the connection from %s: %s", peer, exc)
+            # Not close(): that first flushes the answers still buffered, which a peer that does
+            # not read would hold open (with their memory) for ever.
+            writer.transport.abort()
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.debug("add port: connection from %s ended: %r", peer, exc)
         finally:
             self._connections.discard(task)
+            self._counter.release(host)
             writer.close()
-
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
         """Read the preface (and token); why the caller may not add, or None when it may."""
@@ -126,26 +181,93 @@ class AddPortServer:
         identity = guard.identify(wire.common_name(writer.get_extra_info("peercert")), token)
         return guard.refusal("add", identity, Right.WRITE)
 
+    async def _refuse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object, host: str, why: str
+    ) -> None:
+        """Answer every add of the connection with EUA (as BookKeeper does before authentication),
+        under the same limits as the adds of an authenticated caller."""
+        log.info("add port: refusing the adds of %s: %s", peer, why)
+        while True:
+            try:
+                first = await reader.readexactly(1)
+            except asyncio.IncompleteReadError:
+                return
+            length, message = await self._frame_after(reader, first, host)
+            try:
+                async with self._handler.turns.lock(host):
+                    request = self._decode(message).request
+                    writer.write(frame(refused_add_response(request, why).SerializeToString()))
+            except DecodeError as exc:
+                raise FrameError(f"a message that does not parse: {exc}") from None
+            finally:
+                self._receiving.release(host, length)
+            await self._drain(writer)
 
-async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object, why: str) -> None:
-    """Answer every add of the connection with EUA (as BookKeeper does before authentication)."""
-    log.info("add port: refusing the adds of %s: %s", peer, why)
-    while (message := await read_frame(reader)) is not None:
+    async def _drain(self, writer: asyncio.StreamWriter) -> None:
+        """Wait until the peer takes its answers, for at most the write timeout."""
+        if writer.transport.get_write_buffer_size() <= writer.transport.get_write_buffer_limits()[1]:
+            return  # below the high-water mark: drain() would not wait
         try:
-            request = bookie_pb2.AddEntriesRequest.FromString(message)
-        except DecodeError as exc:
-            raise FrameError(f"a message that does not parse: {exc}") from None
-        writer.write(frame(refused_add_response(request, why).SerializeToString()))
-        await writer.drain()
+            await asyncio.wait_for(writer.drain(), self._limits.write_timeout_s)
+        except TimeoutError:
+            self._limit_stats.hit(LISTENER, "write_timeout")
+            raise FrameError(f"answers left unread for {self._limits.write_timeout_s:g} s") from None
 
+    async def _requests(
+        self, reader: asyncio.StreamReader, peer: object, host: str
+    ) -> AsyncIterator[SizedAddEntriesRequest]:
+        """The client's messages until it closes; a fault is logged here (the handler's reader would
+        only see the stream end) and ends the stream. A frame's bytes stay reserved until the add
+        stream asks for the next message, that is until it has taken this one on."""
+        receiving = self._receiving
+        reserved = 0
+        try:
+            while True:
+                try:
+                    first = await reader.readexactly(1)  # idle between frames as long as it likes
+                except asyncio.IncompleteReadError:
+                    return
+                length, message = await self._frame_after(reader, first, host)
+                reserved = length
+                try:
+                    async with self._handler.turns.lock(host):  # decoding is a step of this peer's
+                        request = self._decode(message)
+                except TooManyAdds:
+                    self._limit_stats.hit(LISTENER, "adds_per_message")
+                    raise
+                del message
+                yield request
+                receiving.release(host, reserved)
+                reserved = 0
+        except (FrameError, DecodeError) as exc:
+            self._quiet.warning("add port: ending the stream from %s: %s", peer, exc or type(exc).__name__)
+            raise
+        finally:
+            if reserved:
+                receiving.release(host, reserved)
 
-async def _requests(reader: asyncio.StreamReader, peer: object) -> AsyncIterator[SizedAddEntriesRequest]:
-    """The client's messages until it closes; a fault is logged here (the handler's reader would
-    only see the stream end) and ends the stream."""
-    try:
-        while (message := await read_frame(reader)) is not None:
-            yield parse_add_entries(message)
-    except (FrameError, DecodeError) as exc:
-        log.warning("add port: ending the stream from %s: %s", peer, exc or type(exc).__name__)
-        raise
-
+    async def _frame_after(self, reader: asyncio.StreamReader, first: bytes, host: str) -> tuple[int, bytes]:
+        """The rest of a frame whose first byte has arrived: (its length, its message), with the
+        length reserved in the receive budget (released by the caller)."""
+        timeout_s = self._limits.frame_timeout_s
+        reserved = 0
+        try:
+            async with asyncio.timeout(timeout_s):
+                (length,) = FRAME_HEADER.unpack(first + await reader.readexactly(FRAME_HEADER.size - 1))
+                if length > self._max_frame_bytes:
+                    self._limit_stats.hit(LISTENER, "frame_bytes")
+                    limit = self._max_frame_bytes
+                    raise FrameError(f"frame of {length} bytes exceeds the {limit}-byte limit")
+                await self._receiving.acquire(host, length)
+                reserved = length
+                message = await reader.readexactly(length)
+        except TimeoutError:
+            if reserved:
+                self._receiving.release(host, reserved)
+            self._limit_stats.hit(LISTENER, "frame_timeout")
+            raise FrameError(f"a frame not received whole within {timeout_s:g} s") from None
+        except BaseException:
+            if reserved:
+                self._receiving.release(host, reserved)
+            raise
+        return length, message

@@ -31,7 +31,7 @@ from bookie.storage.api import LedgerStorage, LedgerUpdate, UpdateKind
 from bookie.storage.compaction import Compacted
 from bookie.storage.config import StorageConfig
 from bookie.storage.health import StorageHealth
-from bookie.storage.log_garbage import LogUsage
+from bookie.storage.log_garbage import LogFacts, LogUsage
 
 log = logging.getLogger(__name__)
 
@@ -387,6 +387,9 @@ class Bookie:
         self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
     ) -> Compacted:
         return await self.storage.compact_entry_logs(threshold, rate_bytes, stop)
+
+    async def entry_log_facts(self) -> list[LogFacts]:
+        return await self.storage.entry_log_facts()
 
     def last_log_marks(self) -> list[JournalMark]:
         return self.storage.journal_marks()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bookie.gc.collector import GcSettings
+from bookie.limits import ListenerLimits
 from bookie.security import SecuritySettings, settings_from
 from bookie.state_manager import ReadOnlySettings
 from bookie.storage.config import StorageConfig
@@ -71,6 +72,16 @@ def _seconds_from_ms(minimum_ms: int) -> Callable[[str], float]:
     return parse
 
 
+def _placement(text: str) -> str:
+    """``random``/``rackaware``, or BookKeeper's class name for either."""
+    name = text.strip().rsplit(".", 1)[-1]
+    names = {"random": "random", "DefaultEnsemblePlacementPolicy": "random", "rackaware": "rackaware",
+             "RackawareEnsemblePlacementPolicy": "rackaware"}
+    if name not in names:
+        raise ConfigError(f"expected random or rackaware, got {text!r}")
+    return names[name]
+
+
 def _fraction(text: str) -> float:
     value = _float(0.0)(text)
     if value > 1.0:
@@ -116,6 +127,7 @@ class Key:
     gc_field: str | None = None  # GcSettings field the value goes to, if a garbage-collection key
     read_only_field: str | None = None  # ReadOnlySettings field, if a read-only-mode / disk key
     autorecovery_field: str | None = None  # AutoRecoverySettings field (read by pybk autorecovery)
+    limits_field: str | None = None  # ListenerLimits field, if a limit on what peers may make it hold
 
 
 KEYS: dict[str, Key] = {
@@ -180,6 +192,53 @@ KEYS: dict[str, Key] = {
     # At most 15 MiB: one entry must fit in a 16 MiB gRPC message with its framing.
     "nettyMaxFrameSizeBytes": Key(_int(1024, 15 * 1024 * 1024), help="largest entry body accepted (bytes)"),
     "shutdownGracePeriodMs": Key(_int(0), help="how long in-flight requests may finish on SIGTERM"),
+    # limits on what peers may make the bookie hold (bookie.limits.ListenerLimits; pybookkeeper
+    # extensions: BookKeeper bounds only frames and pending requests)
+    "maxConnections": Key(
+        _int(1), help="connections open at once on the add port, and on gRPC (1024)",
+        limits_field="max_connections",
+    ),
+    "maxConnectionsPerIp": Key(
+        _int(1), help="add-port connections open at once from one IP address (64)",
+        limits_field="max_connections_per_peer",
+    ),
+    "maxBufferedBytes": Key(
+        _int(1024 * 1024), help="bytes of add-port frames being received, all peers together (128 MiB)",
+        limits_field="max_buffered_bytes",
+    ),
+    "maxBufferedBytesPerIp": Key(
+        _int(1024 * 1024), help="bytes of add-port frames being received from one IP address (32 MiB)",
+        limits_field="max_buffered_bytes_per_peer",
+    ),
+    "frameTimeoutMs": Key(
+        _seconds_from_ms(100), help="ms a peer may take to send a whole add-port frame (30000)",
+        limits_field="frame_timeout_s",
+    ),
+    "writeTimeoutMs": Key(
+        _seconds_from_ms(100), help="ms an add-port peer may leave its answers unread before it is"
+        " closed (60000)", limits_field="write_timeout_s",
+    ),
+    "maxAddsPerMessage": Key(
+        _int(1), help="adds in one add-stream message; a bigger message ends the stream (100000)",
+        limits_field="max_adds_per_message",
+    ),
+    "addsPerLoopTurn": Key(
+        _int(1), help="adds of one message processed before other clients' requests get a turn (4096)",
+        limits_field="adds_per_loop_turn",
+    ),
+    "maxLongPollsPerIp": Key(
+        _int(1), help="long-poll reads parked at once from one IP address (2500)",
+        limits_field="max_long_polls_per_peer",
+    ),
+    "httpServerMaxConnections": Key(
+        _int(1), help="HTTP admin requests served at once, a quarter of them per IP address; more get"
+        " 503 (16)",
+        limits_field="http_max_connections",
+    ),
+    "httpServerRequestTimeoutMs": Key(
+        _seconds_from_ms(100), help="ms an HTTP admin client may take to send a whole request (10000)",
+        limits_field="http_request_timeout_s",
+    ),
     # garbage collection (needs ZooKeeper: it compares the bookie's ledgers with the metadata's);
     # the defaults are GcSettings'
     "gcWaitTime": Key(
@@ -207,6 +266,18 @@ KEYS: dict[str, Key] = {
     ),
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
+    ),
+    "compactionRateByEntries": Key(
+        _int(0), "compaction_rate_entries",
+        help="entries/s compaction may copy, besides compactionRateByBytes (0: no limit)",
+    ),
+    "minorCompactionMaxTimeMillis": Key(
+        _seconds_from_ms(-1), help="ms a minor compaction pass may run, the least used logs first"
+        " (-1: no limit)", gc_field="minor_max_time_s",
+    ),
+    "majorCompactionMaxTimeMillis": Key(
+        _seconds_from_ms(-1), help="ms a major compaction pass may run, the least used logs first"
+        " (-1: no limit)", gc_field="major_max_time_s",
     ),
     "isForceGCAllowWhenNoSpace": Key(
         _bool, help="when disks run short, force compaction instead of pausing it (false)",
@@ -261,6 +332,35 @@ KEYS: dict[str, Key] = {
         _int(-1), help="bytes per second re-replication may write, over all its copies (-1: no limit)",
         autorecovery_field="replication_rate_bytes",
     ),
+    "auditorPeriodicCheckInterval": Key(
+        _int(0), help="seconds between ledger checks: every bookie of every closed ledger is asked"
+        " which entries it holds (604800; 0: off)", autorecovery_field="ledger_check_interval_s",
+    ),
+    "auditorLedgerCheckEntriesPerSecond": Key(
+        _int(0), help="entries the ledger check compares per second at most (10000; 0: no limit;"
+        " pybookkeeper extension)", autorecovery_field="ledger_check_entries_per_s",
+    ),
+    "rwRereplicateBackoffMs": Key(
+        _seconds_from_ms(0), help="ms a worker leaves a ledger it could not repair before trying it"
+        " again (5000)", autorecovery_field="rereplicate_backoff_s",
+    ),
+    "auditorPeriodicPlacementPolicyCheckInterval": Key(
+        _int(0), help="seconds between checks that every write quorum spans minNumRacksPerWriteQuorum"
+        " racks (0: off)", autorecovery_field="placement_check_interval_s",
+    ),
+    "ensemblePlacementPolicy": Key(
+        _placement, help="autorecovery's placement policy: random or rackaware (BookKeeper's class names"
+        " DefaultEnsemblePlacementPolicy / RackawareEnsemblePlacementPolicy are taken too)",
+        autorecovery_field="placement_policy",
+    ),
+    "minNumRacksPerWriteQuorum": Key(
+        _int(1), help="racks each write quorum should span under rackaware (2)",
+        autorecovery_field="min_racks_per_write_quorum",
+    ),
+    "numReplicationWorkers": Key(
+        _int(1, 64), help="ledgers one autorecovery process repairs at once (2; pybookkeeper extension)",
+        autorecovery_field="replication_workers",
+    ),
     "openLedgerRereplicationGracePeriod": Key(
         _seconds_from_ms(0), help="ms an open ledger's writer gets to replace a lost bookie before the"
         " ledger is fenced (30000)", autorecovery_field="open_ledger_grace_s",
@@ -306,6 +406,13 @@ class AutoRecoverySettings:
     check_interval_s: float = 86_400.0  # auditorPeriodicBookieCheckInterval; 0: only on changes
     open_ledger_grace_s: float = 30.0  # openLedgerRereplicationGracePeriod
     replication_rate_bytes: int = 0  # replicationRateByBytes; 0 or less: no limit
+    ledger_check_interval_s: float = 604_800.0  # auditorPeriodicCheckInterval; 0: off
+    ledger_check_entries_per_s: int = 10_000  # auditorLedgerCheckEntriesPerSecond; 0: no limit
+    rereplicate_backoff_s: float = 5.0  # rwRereplicateBackoffMs
+    replication_workers: int = 2  # numReplicationWorkers: ledgers one process repairs at once
+    placement_check_interval_s: float = 0.0  # auditorPeriodicPlacementPolicyCheckInterval; 0: off
+    placement_policy: str = "random"  # ensemblePlacementPolicy: where copies go, what the check checks
+    min_racks_per_write_quorum: int = 2  # minNumRacksPerWriteQuorum
 
 
 @dataclass(frozen=True)
@@ -327,6 +434,7 @@ class BookieConfig:
     gc: GcSettings = field(default_factory=GcSettings)
     read_only: ReadOnlySettings = field(default_factory=ReadOnlySettings)
     autorecovery: AutoRecoverySettings = field(default_factory=AutoRecoverySettings)
+    limits: ListenerLimits = field(default_factory=ListenerLimits)
     journal_dirs: tuple[Path, ...] = (Path(DEFAULT_JOURNAL_DIR),)
     ledger_dirs: tuple[Path, ...] = (Path(DEFAULT_LEDGER_DIR),)
     # StorageConfig field -> value, for the storage keys that were set explicitly
@@ -442,6 +550,7 @@ def _build(values: dict[str, Any]) -> BookieConfig:
             spec.autorecovery_field: values[key] for key, spec in KEYS.items()
             if spec.autorecovery_field and key in values
         }),
+        limits=_limits(values),
         journal_dirs=tuple(Path(d) for d in journal),
         ledger_dirs=tuple(Path(d) for d in ledgers),
         storage_overrides=storage,
@@ -474,6 +583,15 @@ def _gc_settings(values: Mapping[str, Any]) -> GcSettings:
     try:
         return GcSettings(**fields)
     except ValueError as exc:  # a rule across keys, e.g. the minor threshold above the major one
+        raise ConfigError(str(exc)) from None
+
+
+def _limits(values: Mapping[str, Any]) -> ListenerLimits:
+    fields = {spec.limits_field: values[key] for key, spec in KEYS.items()
+              if spec.limits_field and key in values}
+    try:
+        return ListenerLimits(**fields)
+    except ValueError as exc:  # a rule across keys, e.g. a per-IP limit above the total
         raise ConfigError(str(exc)) from None
 
 

@@ -16,12 +16,19 @@ Bearer <token>``; 401 otherwise) and the state-changing ``PUT`` calls the admin 
 
 It runs a small threaded ``http.server`` on its own daemon threads: metric collection takes the
 metrics' own locks and never touches the event loop, so a slow scraper cannot stall requests.
+Threads are bounded: at most ``httpServerMaxConnections`` requests are served at once, a quarter
+of them from one IP address, and a connection beyond that gets a 503 at once, from the accepting
+thread, without a thread of its own. A client
+must send its whole request within ``request_timeout_s`` (a client dribbling a byte at a time is
+cut off, not waited for), and every socket operation times out as well.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Sequence
@@ -32,6 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from bkproto import security as wire
 from bookie.api import DiskInfo, JournalMark
+from bookie.limits import ConnectionCounter, LimitStats, ListenerLimits, peer_host
 from bookie.security import BookieSecurity, Right
 
 log = logging.getLogger(__name__)
@@ -50,6 +58,8 @@ class GcControl(Protocol):
 
     def suspension(self) -> dict[str, str]: ...
 
+    def explain_threadsafe(self, timeout_s: float = 60.0) -> list[dict[str, Any]]: ...
+
 
 class StateControl(Protocol):
     """What the admin endpoint needs of ``bookie.state_manager.BookieStateManager``."""
@@ -62,9 +72,19 @@ class StateControl(Protocol):
     def set_manual_threadsafe(self, read_only: bool, timeout_s: float = 5.0) -> bool: ...
 
 
+LISTENER = "http"  # the ``listener`` label of the limit metrics
+_BUSY_TEXT = b"too many admin requests at once\n"
+_BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(_BUSY_TEXT), _BUSY_TEXT
+)
+
+
 class _AdminServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64
     registry: CollectorRegistry
+    limit_stats: LimitStats | None = None
+    request_timeout_s = 10.0
     # ``pybk shell lastmark``: reads immutable LogMarks (the flush replaces them whole), safe
     # from this thread.
     last_log_marks: Callable[[], Sequence[JournalMark]] | None = None
@@ -74,10 +94,70 @@ class _AdminServer(ThreadingHTTPServer):
     disk_info: Callable[[], DiskInfo] | None = None
     security: BookieSecurity | None = None
 
+    def limit_hit(self, limit: str) -> None:
+        if self.limit_stats is not None:
+            self.limit_stats.hit(LISTENER, limit)
+
+    def setup_limits(self, limits: ListenerLimits, limit_stats: LimitStats | None) -> None:
+        self.limit_stats = limit_stats
+        self.request_timeout_s = limits.http_request_timeout_s
+        self._connections = ConnectionCounter(
+            limits.http_max_connections, max(1, limits.http_max_connections // 4)
+        )
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve in a thread of its own if there is room, else answer 503 from this thread."""
+        host = peer_host(client_address)
+        with self._connections_lock:
+            refused = self._connections.admit(host)
+        if refused is not None:
+            self.limit_hit(refused)
+            try:
+                request.setblocking(False)  # the accepting thread must never wait on a client
+                request.send(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release(host)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(peer_host(client_address))
+
+    def _release(self, host: str) -> None:
+        with self._connections_lock:
+            self._connections.release(host)
+
 
 class _AdminRequestHandler(BaseHTTPRequestHandler):
     server: _AdminServer
-    timeout = 10  # seconds a client may take to send its request: a stalled one frees its thread
+    timeout = 10  # seconds any one socket operation may take: a stalled client frees its thread
+
+    def setup(self) -> None:
+        super().setup()
+        # Cut a client that has not sent its whole request in time, however it trickles it in.
+        self._deadline = threading.Timer(self.server.request_timeout_s, self._cut_off)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
+
+    def _cut_off(self) -> None:
+        self.server.limit_hit("request_timeout")
+        log.debug("http: cutting off %s: no whole request within %g s", self.client_address,
+                  self.server.request_timeout_s)
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def handle(self) -> None:
         if isinstance(self.connection, ssl.SSLSocket):
@@ -130,6 +210,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
             self._json(200, {"is_in_force_gc": str(self.server.gc.forced_running).lower()})
         elif path == "/api/v1/bookie/gc_details" and self.server.gc is not None:
             self._json(200, [self.server.gc.details()])
+        elif path == "/api/v1/bookie/gc_explain" and self.server.gc is not None:
+            self._json(200, self.server.gc.explain_threadsafe())  # why each entry log is still there
         elif path == "/api/v1/bookie/gc/suspend_compaction" and self.server.gc is not None:
             self._json(200, self.server.gc.suspension())
         elif path == "/api/v1/bookie/state" and self.server.state is not None:
@@ -189,6 +271,7 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
         self._reply(code, json.dumps(value).encode(), "application/json")
 
     def _reply(self, code: int, body: bytes, content_type: str) -> None:
+        self._deadline.cancel()  # the request is in; the reply has the socket timeout only
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -271,10 +354,15 @@ class BookieHttpServer:
         readiness: Callable[[], str | None] | None = None,
         disk_info: Callable[[], DiskInfo] | None = None,
         security: BookieSecurity | None = None,
+        limits: ListenerLimits | None = None,
+        limit_stats: LimitStats | None = None,
     ) -> None:
         """``readiness`` says why the bookie is not ready, or None when it is; ``disk_info``
-        gives the space for ``/api/v1/bookie/info``; ``security`` TLS and who may call."""
+        gives the space for ``/api/v1/bookie/info``; ``security`` TLS and who may call;
+        ``limit_stats`` counts refused and cut-off connections."""
         self._security = security
+        self._limits = limits or ListenerLimits()
+        self._limit_stats = limit_stats
         self._last_log_marks = last_log_marks
         self._readiness = readiness
         self._disk_info = disk_info
@@ -290,6 +378,7 @@ class BookieHttpServer:
     def start(self) -> int:
         """Bind and serve in a daemon thread; returns the bound port."""
         server = _AdminServer((self._bind_address, self._requested_port), _AdminRequestHandler)
+        server.setup_limits(self._limits, self._limit_stats)
         server.registry = self._registry
         server.last_log_marks = self._last_log_marks
         server.gc = self._gc

@@ -110,11 +110,17 @@ class BookieDaemon:
         bookie that cannot answer yet."""
         config = self.config
         self.core = self._core_factory(config, self.registry)
-        limits = HandlerLimits(max_entry_bytes=config.max_entry_bytes)
+        limits = HandlerLimits(
+            max_entry_bytes=config.max_entry_bytes,
+            max_adds_per_message=config.limits.max_adds_per_message,
+            adds_per_loop_turn=config.limits.adds_per_loop_turn,
+            max_long_polls_per_peer=config.limits.max_long_polls_per_peer,
+        )
+        stats = RequestStats(self.registry)
         security = BookieSecurity(config.security, self.registry)
         self.service = BookieService(
-            self.core, RequestStats(self.registry), config.bind_address, config.port, limits, config.add_port,
-            security,
+            self.core, stats, config.bind_address, config.port, limits, config.add_port, security,
+            config.limits,
         )
         port = self.service.bind()
         self.config = config = dataclasses.replace(config, port=port)
@@ -133,7 +139,8 @@ class BookieDaemon:
             self.http = BookieHttpServer(self.registry, config.http_address, config.http_port,
                                          last_log_marks=self.core.last_log_marks, gc=self.gc,
                                          state=self.state, readiness=lambda: self._not_ready,
-                                         disk_info=self.core.disk_info, security=security)
+                                         disk_info=self.core.disk_info, security=security,
+                                         limits=config.limits, limit_stats=stats.limits)
             http_port = await asyncio.to_thread(self.http.start)
         if self._freeze_startup_heap:
             freeze_startup_heap()  # before registering: no client waits on its collection

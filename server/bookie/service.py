@@ -10,8 +10,9 @@ started, which is what test fixtures and orchestrators wait for.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -23,15 +24,21 @@ from bkproto.v1 import bookie_pb2
 from bookie.add_port import AddPortServer
 from bookie.api import BookieCore
 from bookie.handlers import BookieServicer, HandlerLimits
-from bookie.handlers.add_entries import parse_add_entries
+from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, parse_add_entries
+from bookie.limits import ListenerLimits, QuietLog
 from bookie.security import BookieSecurity, GrpcGuard
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
 
+Context = grpc.aio.ServicerContext[Any, Any]
+
 MiB = 1024 * 1024
 # Room for a full AddEntries batch (the client caps batches at 4 MiB of bodies) or a 5 MiB entry.
 MAX_MESSAGE_BYTES = 16 * MiB
+# Streams at once on one connection: a client's add and read streams plus its concurrent unary calls.
+MAX_CONCURRENT_STREAMS = 1024
+LISTENER = "grpc"  # the ``listener`` label of the limit metrics
 SERVICE_NAME = bookie_pb2.DESCRIPTOR.services_by_name["Bookie"].full_name  # "bkproto.v1.Bookie"
 
 SERVER_OPTIONS: list[tuple[str, int]] = [
@@ -52,27 +59,116 @@ _HANDLER_FACTORIES: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[
 }
 
 
+def server_options(limits: ListenerLimits) -> list[tuple[str, int]]:
+    """The gRPC server's channel arguments under ``limits``."""
+    return [
+        *SERVER_OPTIONS,
+        ("grpc.max_allowed_incoming_connections", limits.max_connections),
+        ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+    ]
+
+
 def method_handlers(
-    servicer: BookieServicer, guard: GrpcGuard | None = None
+    servicer: BookieServicer,
+    guard: GrpcGuard | None = None,
+    stats: RequestStats | None = None,
+    max_adds_per_message: int | None = None,
 ) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """The Bookie service's method table, as the generated ``add_BookieServicer_to_server`` builds
     it, except that AddEntries requests arrive with their wire size (for the in-progress budget)
-    and, with a ``guard``, every method first checks the caller's identity and rights."""
+    and at most ``max_adds_per_message`` adds; with a ``guard``, every method first checks the
+    caller's identity and rights; and a request that cannot be decoded is answered
+    INVALID_ARGUMENT (RESOURCE_EXHAUSTED past a limit), counted in ``stats`` and logged in one
+    line, not with grpc's traceback per request."""
+    malformed = _MalformedGuard(stats)
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in bookie_pb2.DESCRIPTOR.services_by_name["Bookie"].methods:
         request_class = getattr(bookie_pb2, method.input_type.name)
         response_class = getattr(bookie_pb2, method.output_type.name)
-        deserialize = parse_add_entries if method.name == "AddEntries" else request_class.FromString
+        deserialize: Callable[[bytes], Any] = request_class.FromString
+        if method.name == "AddEntries":
+            deserialize = (
+                parse_add_entries if max_adds_per_message is None else AddEntriesDecoder(max_adds_per_message)
+            )
         factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
         behaviour = getattr(servicer, method.name)
         if guard is not None:
             behaviour = guard.wrap(method.name, behaviour, method.client_streaming)
         handlers[method.name] = factory(
-            behaviour,
-            request_deserializer=deserialize,
+            malformed.streaming(behaviour) if method.client_streaming else malformed.unary(behaviour),
+            request_deserializer=malformed.deserializer(method.name, deserialize),
             response_serializer=response_class.SerializeToString,
         )
     return handlers
+
+
+class _Malformed:
+    """What a request that cannot be decoded becomes: the status its call ends with, and why."""
+
+    def __init__(self, code: grpc.StatusCode, why: str) -> None:
+        self.code = code
+        self.why = why
+
+
+class _MalformedGuard:
+    def __init__(self, stats: RequestStats | None) -> None:
+        self._stats = stats
+        self._quiet = QuietLog(log)
+
+    def deserializer(self, method: str, deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+        def checked(data: bytes) -> Any:
+            try:
+                return deserialize(data)
+            except Exception as exc:  # noqa: BLE001 - any bytes a peer sends must become a status
+                too_many = isinstance(exc, TooManyAdds)
+                if self._stats is not None:
+                    self._stats.limits.hit(LISTENER, "adds_per_message" if too_many else "malformed")
+                why = str(exc) or type(exc).__name__
+                self._quiet.warning("gRPC: refused a malformed %s request: %s", method, why)
+                code = grpc.StatusCode.RESOURCE_EXHAUSTED if too_many else grpc.StatusCode.INVALID_ARGUMENT
+                return _Malformed(code, f"{method} request refused: {why}")
+
+        return checked
+
+    @staticmethod
+    def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.isasyncgenfunction(behavior):
+            async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
+                if isinstance(request, _Malformed):
+                    await context.abort(request.code, request.why)
+                async for response in behavior(request, context):
+                    yield response
+
+            return unary_stream
+
+        async def unary_unary(request: Any, context: Context) -> Any:
+            if isinstance(request, _Malformed):
+                await context.abort(request.code, request.why)
+            return await behavior(request, context)
+
+        return unary_unary
+
+    @staticmethod
+    def streaming(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        """A streaming call ends at its first malformed message: the messages before it are
+        answered as usual, then the call ends with the malformed one's status."""
+
+        async def stream_stream(request_iterator: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+            malformed: list[_Malformed] = []
+
+            async def well_formed() -> AsyncIterator[Any]:
+                async for request in request_iterator:
+                    if isinstance(request, _Malformed):
+                        malformed.append(request)
+                        return
+                    yield request
+
+            async for response in behavior(well_formed(), context):
+                yield response
+            if malformed:
+                await context.abort(malformed[0].code, malformed[0].why)
+
+        return stream_stream
 
 
 _TRAILER_LINGER_S = 0.1
@@ -90,17 +186,25 @@ class BookieService:
         limits: HandlerLimits | None = None,
         add_port: int = -1,
         security: BookieSecurity | None = None,
+        listener_limits: ListenerLimits | None = None,
     ) -> None:
         """``add_port``: where the add port listens (0 = a free port); -1 = no add port.
         ``security``: TLS and authentication for both (None: plaintext, no checks)."""
         self._bind_address = bind_address
         self._requested_port = port
+        self._stats = stats
+        self._limits = limits = limits or HandlerLimits()
+        self._listener_limits = listener_limits = listener_limits or ListenerLimits()
         self.servicer = BookieServicer(core, stats, limits)
         self._security = security
         self._grpc_guard = GrpcGuard(security.guard, core) if security and security.guard.required else None
         self._add_server = (
-            AddPortServer(self.servicer.add_entries, stats, bind_address, add_port, security)
-            if add_port >= 0 else None
+            AddPortServer(
+                self.servicer.add_entries, stats, bind_address, add_port, listener_limits,
+                AddEntriesDecoder(limits.max_adds_per_message), security,
+            )
+            if add_port >= 0
+            else None
         )
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # stubs predate aio
         self._server: grpc.aio.Server | None = None
@@ -114,8 +218,10 @@ class BookieService:
         before storage opens any directory."""
         if self._server is not None:
             return self.port
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        handlers = method_handlers(self.servicer, self._grpc_guard)
+        server = grpc.aio.server(options=server_options(self._listener_limits))
+        handlers = method_handlers(
+            self.servicer, self._grpc_guard, self._stats, self._limits.max_adds_per_message
+        )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
         server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]  # stubs predate it
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from bookie.limits import LimitStats
+
 SERVER_SCOPE = "bookkeeper_server"
 
 # Upper bounds in ms; +Inf is implicit.
@@ -102,6 +104,7 @@ class RequestStats:
         # Connections open on the add port; its server, if any, supplies the count.
         self.add_port_connections: Callable[[], int] = lambda: 0
         registry.register(self)
+        self.limits = LimitStats(registry)  # every listener counts what its limits refused
 
     def collect(self) -> Iterator[Metric]:
         for op in self._all:

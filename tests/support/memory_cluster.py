@@ -284,6 +284,18 @@ class MemoryBookie:
         await self._enter()
         return self.disk
 
+    async def list_entries(self, ledger_id: int, *, timeout: float | None = None) -> list[tuple[int, int]]:  # noqa: ASYNC109
+        await self._enter()
+        if ledger_id not in self.entries:
+            raise NoSuchLedgerError(f"bookie {self.bookie_id}: no ledger {ledger_id}")
+        runs: list[tuple[int, int]] = []
+        for entry_id in sorted(self.entries[ledger_id]):
+            if runs and runs[-1][1] == entry_id - 1:
+                runs[-1] = (runs[-1][0], entry_id)
+            else:
+                runs.append((entry_id, entry_id))
+        return runs
+
     async def close(self) -> None:
         self.closed = True
         self.gate.set()  # calls waiting at the gate fail now, like a closed client's

@@ -17,12 +17,15 @@ BENCH_MODULES: tuple[str, ...] = (
     "pybk.bench.tail",
     "pybk.bench.metadata",
     "pybk.bench.journal_disk",
+    "pybk.bench.auditcheck",
+    "pybk.bench.rereplicate",
 )
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "bench", help="run a benchmark (bookie, writes, reads, tail, metadata, journal-disk)"
+        "bench",
+        help="run a benchmark (bookie, writes, reads, tail, metadata, journal-disk, auditcheck, rereplicate)",
     )
     targets = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
     for name in BENCH_MODULES:

@@ -1,9 +1,10 @@
 """``listunderreplicated [--missingreplica ID] [--excludingmissingreplica ID] [--printmissingreplica]
-[-c]``: the ledgers with a replica on a bookie that is gone (named by their metadata, registered
-neither as writable nor as read-only), i.e. what ``recover`` or ``pybk autorecovery`` would
-re-replicate. BookKeeper's command lists its auditor's under-replication index; this one works it
-out from the ledgers' metadata and the registrations when asked, so it needs no autorecovery
-running, and reads every ledger's metadata once."""
+[-c]``: the under-replicated ledgers. As BookKeeper's command does, it lists the auditor's index
+(``underreplication/ledgers``: what ``pybk autorecovery`` found, lost bookies and registered
+bookies missing entries, not yet repaired); and it adds the ledgers with a replica on a bookie that
+is gone (named by their metadata, registered neither as writable nor as read-only), worked out
+from the ledgers' metadata and the registrations, so that it tells the truth with no autorecovery
+running. That part reads every ledger's metadata once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import argparse
 from typing import Any
 
 from bkclient import BookKeeperAdmin
+from bkmeta.underreplication import UnderreplicationIndex
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import bookie_id, shell_client
 
@@ -33,6 +35,9 @@ def register(commands: Any) -> None:
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     async with await shell_client(ctx) as bk:
         found = await BookKeeperAdmin(bk).underreplicated_ledgers()
+        meta = bk.ctx.metadata
+        for marker in await UnderreplicationIndex(meta.zk, meta.layout).markers():
+            found.setdefault(marker.ledger_id, set()).update(marker.replicas)
     ledgers = {
         ledger_id: sorted(missing) for ledger_id, missing in sorted(found.items())
         if (args.missingreplica is None or args.missingreplica in missing)

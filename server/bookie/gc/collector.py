@@ -32,8 +32,10 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from bookie.storage.compaction import Compacted
-from bookie.storage.log_garbage import LogUsage
+from bookie.storage.log_garbage import LogFacts, LogUsage
 from bookie.storage.stats import LATENCY_BUCKETS_MS
+
+from .explain import GcState, explain, summary
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class GcStorage(Protocol):
         self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
     ) -> Compacted: ...
 
+    async def entry_log_facts(self) -> list[LogFacts]: ...
+
 
 @runtime_checkable
 class LedgerLister(Protocol):
@@ -67,6 +71,16 @@ class LedgerLister(Protocol):
     async def ledger_exists(self, ledger_id: int) -> bool: ...
 
 
+@runtime_checkable
+class LedgerStates(Protocol):
+    """Optionally, a lister that can say whether a ledger is still open (``gcexplain``)."""
+
+    async def ledger_is_open(self, ledger_id: int) -> bool | None: ...
+
+
+_MAX_OPEN_LOOKUPS = 1000  # metadata reads one gcexplain makes to tell open pinning ledgers
+
+
 @dataclass(frozen=True)
 class GcSettings:
     wait_time_s: float = 600.0  # gcWaitTime (BookKeeper's code default, 600000 ms)
@@ -77,6 +91,8 @@ class GcSettings:
     major_threshold: float = 0.8  # majorCompactionThreshold
     major_interval_s: float = 86400.0  # majorCompactionInterval
     rate_bytes: int = 1_000_000  # compactionRateByBytes (bytes/s)
+    minor_max_time_s: float = -1.0  # minorCompactionMaxTimeMillis; <= 0: no limit
+    major_max_time_s: float = -1.0  # majorCompactionMaxTimeMillis; <= 0: no limit
     # isForceGCAllowWhenNoSpace: compact when the disks run short instead of pausing
     force_when_no_space: bool = False
 
@@ -142,6 +158,15 @@ class GcStats:
         )
         self.major_compactions = Counter(
             "bookie_MAJOR_COMPACTION_COUNT", "Major compaction passes", registry=registry
+        )
+        self.oldest_log_age = Gauge(
+            "bookie_gc_OLDEST_ENTRY_LOG_AGE_SECONDS", "Age of the oldest entry log, at the last collection",
+            registry=registry,
+        )
+        self.reclaimable_bytes = Gauge(
+            "bookie_gc_RECLAIMABLE_BYTES",
+            "Entry-log bytes no live ledger uses (freed once their logs are deleted or compacted),"
+            " at the last collection", registry=registry,
         )
         self.runtime = Histogram(
             "bookie_gc_THREAD_RUNTIME", "Duration of one garbage collection (ms)",
@@ -338,6 +363,9 @@ class GarbageCollector:
         if self._stop.is_set():
             return None
         kind, compacted = await self._compact(force_major, force_minor)
+        oldest, reclaimable = summary(await self._explain(live))
+        self._stats.oldest_log_age.set(oldest)
+        self._stats.reclaimable_bytes.set(reclaimable)
         self._stats.runtime.observe((time.perf_counter() - started) * 1000.0)
         self.runs += 1
         self.last_run_ms = int(time.time() * 1000)
@@ -357,9 +385,11 @@ class GarbageCollector:
         else:
             return None, Compacted()
         self.compacting = kind
+        max_time_s = s.major_max_time_s if kind == "major" else s.minor_max_time_s
+        stop = StopOrDeadline(self._stop, max_time_s) if max_time_s > 0 else self._stop
         try:
             compacted = await self._storage_step(
-                self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes, self._stop)
+                self._storage.compact_entry_logs(min(threshold, 1.0), s.rate_bytes, stop)
             )
         finally:
             self.compacting = None
@@ -380,6 +410,52 @@ class GarbageCollector:
             log.info("%s compaction rewrote %d entry logs, freeing %d bytes", kind, compacted.logs,
                      compacted.reclaimed_bytes)
         return kind, compacted
+
+    # -- gcexplain --------------------------------------------------------------------------
+
+    def gc_state(self) -> GcState:
+        s = self._settings
+        now = time.monotonic()
+        wait = s.wait_time_s
+        return GcState(
+            minor_threshold=s.minor_threshold, major_threshold=s.major_threshold,
+            minor_enabled=s.minor_enabled, major_enabled=s.major_enabled,
+            next_run_in_s=0.0 if self.running else wait,  # a run starts at most gcWaitTime from now
+            next_minor_in_s=max(wait, self._last_minor + s.minor_interval_s - now),
+            next_major_in_s=max(wait, self._last_major + s.major_interval_s - now),
+            minor_suspended_by_operator=self._paused_by_operator[1],
+            major_suspended_by_operator=self._paused_by_operator[0],
+            minor_paused_for_disk=self._paused_for_disks[1],
+            major_paused_for_disk=self._paused_for_disks[0],
+            rate_bytes=s.rate_bytes,
+        )
+
+    async def _explain(self, in_metadata: set[int] | None, with_open: bool = False) -> list[dict[str, Any]]:
+        facts = await self._storage_step(self._storage.entry_log_facts())
+        open_ledgers: set[int] = set()
+        if with_open and isinstance(self._lister, LedgerStates):
+            pinning = sorted({lid for f in facts for lid in f.stored
+                              if in_metadata is None or lid in in_metadata})
+            for ledger_id in pinning[:_MAX_OPEN_LOOKUPS]:
+                with contextlib.suppress(Exception):  # unknown stays "live"
+                    if await self._lister.ledger_is_open(ledger_id):
+                        open_ledgers.add(ledger_id)
+        return explain(facts, in_metadata, self.gc_state(), open_ledgers=open_ledgers)
+
+    async def explain(self) -> list[dict[str, Any]]:
+        """``gcexplain``: every entry log, why it is still there (see :mod:`.explain`)."""
+        try:
+            live: set[int] | None = await self._lister.ledger_ids()
+        except Exception as exc:  # noqa: BLE001 - explain what can be explained without it
+            log.warning("gcexplain without the metadata listing: %s", exc)
+            live = None
+        return await self._explain(live, with_open=True)
+
+    def explain_threadsafe(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """:meth:`explain` from another thread (the HTTP admin server's)."""
+        if self._loop is None:
+            raise RuntimeError("garbage collector not started")
+        return asyncio.run_coroutine_threadsafe(self.explain(), self._loop).result(timeout_s)
 
     async def _storage_step(self, step: Awaitable[T]) -> T:
         self._in_storage = True
@@ -415,3 +491,22 @@ class GarbageCollector:
         stats.active_log_bytes.set(usage.active_bytes)
         self.deleted_ledgers += deleted
         self.reclaimed_bytes += usage.reclaimed_bytes
+
+
+class StopOrDeadline(threading.Event):
+    """Set when the collector stops or once ``max_time_s`` has passed: a compaction pass under
+    ``minor/majorCompactionMaxTimeMillis`` ends between slices at its deadline, as BookKeeper's
+    does, with the least used logs (taken first) done."""
+
+    def __init__(self, stop: threading.Event, max_time_s: float) -> None:
+        super().__init__()
+        self._stop = stop
+        self._deadline = time.monotonic() + max_time_s
+
+    def is_set(self) -> bool:
+        return self._stop.is_set() or time.monotonic() >= self._deadline
+
+    def wait(self, timeout: float | None = None) -> bool:
+        left = self._deadline - time.monotonic()
+        self._stop.wait(max(0.0, left if timeout is None else min(timeout, left)))
+        return self.is_set()

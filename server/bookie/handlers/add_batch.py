@@ -10,6 +10,7 @@ per-entry allocations beyond the AddOp and the response entry, and records laten
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import time
@@ -19,6 +20,7 @@ from bkproto.entry_format import HEADER_SIZE
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, BookieCore
 from bookie.handlers.common import HandlerLimits, elapsed_ms, failure_of
+from bookie.limits import PeerTurns
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,8 @@ EREADONLY = bookie_pb2.EREADONLY
 RECOVERY_ADD = bookie_pb2.RECOVERY_ADD
 DEFERRED_SYNC = bookie_pb2.DEFERRED_SYNC
 _HEADER_IDS = struct.Struct(">qq")  # the first two longs of the entry header
+# Failed adds of one batch whose answer carries a message; the rest carry their status only.
+_DETAILED_FAILURES = 16
 
 
 class AddBatchProcessor:
@@ -37,6 +41,8 @@ class AddBatchProcessor:
         self._core = core
         self._stat = stats.add_entry_request
         self._max_entry_bytes = limits.max_entry_bytes
+        self._slice = limits.adds_per_loop_turn
+        self.turns = PeerTurns()  # shared with the add port, which decodes and encodes in them
 
     def check(self, add: bookie_pb2.AddRequest, read_only: bool) -> tuple[int, str] | None:
         """Why ``add`` cannot be accepted, or ``None`` if it is well formed."""
@@ -68,18 +74,76 @@ class AddBatchProcessor:
             return EREADONLY, "the bookie is read-only; only recovery adds are accepted"
         return None
 
-    async def process(self, adds: Sequence[bookie_pb2.AddRequest]) -> bookie_pb2.AddEntriesResponse:
-        """One response entry per add, same order. Never raises (except on cancellation)."""
+    async def process(
+        self, adds: Sequence[bookie_pb2.AddRequest], peer: str = ""
+    ) -> bookie_pb2.AddEntriesResponse:
+        """One response entry per add, same order. Never raises (except on cancellation).
+
+        The CPU-bound steps (checking adds, building the answer) take ``peer``'s turn, and a batch
+        of more than ``adds_per_loop_turn`` adds takes it once per slice of that many: one peer's
+        flood of messages, or one huge message, runs one bounded step per event-loop turn while
+        every other peer's adds get their own turns in between."""
         start = time.perf_counter()
         response = bookie_pb2.AddEntriesResponse()
-        results = response.results
         if not adds:
             return response
         read_only = self._core.read_only
+        turn = self.turns.lock(peer)
+        if len(adds) <= self._slice:
+            async with turn:
+                ops, rejected = self._validate(adds, read_only)
+            # The core stages the adds before its first wait, in this same loop turn.
+            outcomes = await self._add(ops) if ops else []
+            async with turn:
+                ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
+        else:
+            ok = await self._process_in_slices(response, adds, read_only, turn)
+        latency = elapsed_ms(start)
+        self._stat.observe(latency, True, ok)
+        self._stat.observe(latency, False, len(adds) - ok)
+        return response
+
+    async def _process_in_slices(
+        self,
+        response: bookie_pb2.AddEntriesResponse,
+        adds: Sequence[bookie_pb2.AddRequest],
+        read_only: bool,
+        turn: asyncio.Lock,
+    ) -> int:
+        # Each slice goes to the core as soon as it is checked, in order, so the journal sees the
+        # adds in request order; the answers are built slice by slice once all are durable.
+        slices: list[
+            tuple[
+                Sequence[bookie_pb2.AddRequest],
+                list[AddOp],
+                dict[int, tuple[int, str]],
+                asyncio.Future[list[AddResult]] | None,
+            ]
+        ] = []
+        for low in range(0, len(adds), self._slice):
+            chunk = adds[low : low + self._slice]
+            async with turn:
+                ops, rejected = self._validate(chunk, read_only)
+            slices.append((chunk, ops, rejected, asyncio.ensure_future(self._add(ops)) if ops else None))
+            await asyncio.sleep(0)  # the turn is free: without a yield, the next slice would follow at once
+        ok = 0
+        detailed = _DETAILED_FAILURES
+        for chunk, ops, rejected, staged in slices:
+            outcomes = await staged if staged is not None else []
+            async with turn:
+                chunk_ok = self._answer(response, chunk, ops, rejected, outcomes, detailed)
+            ok += chunk_ok
+            detailed = max(0, detailed - (len(chunk) - chunk_ok))
+            await asyncio.sleep(0)
+        return ok
+
+    def _validate(
+        self, adds: Sequence[bookie_pb2.AddRequest], read_only: bool
+    ) -> tuple[list[AddOp], dict[int, tuple[int, str]]]:
+        """The well-formed adds as core ops, and index in ``adds`` -> why each other one is refused."""
         max_entry_bytes = self._max_entry_bytes
         header_ids = _HEADER_IDS.unpack_from
         ops: list[AddOp] = []
-        # index in ``adds`` -> why that add was refused; the rest go to the core as ``ops``
         rejected: dict[int, tuple[int, str]] = {}
         for index, add in enumerate(adds):
             # Fast path inlined: this loop runs once per entry. check() explains refusals.
@@ -108,7 +172,21 @@ class AddBatchProcessor:
                 )
             else:
                 rejected[index] = self.check(add, read_only) or (EBADREQ, "invalid add")
-        outcomes = await self._add(ops) if ops else []
+        return ops, rejected
+
+    @staticmethod
+    def _answer(
+        response: bookie_pb2.AddEntriesResponse,
+        adds: Sequence[bookie_pb2.AddRequest],
+        ops: list[AddOp],
+        rejected: dict[int, tuple[int, str]],
+        outcomes: list[AddResult],
+        detailed: int,
+    ) -> int:
+        """Append one result per add to ``response``; returns how many are EOK. Only the first
+        ``detailed`` failures carry their message (the status says what went wrong; a message per
+        add of a huge refused batch would make the answer many times the request's size)."""
+        results = response.results
         ok = 0
         if not rejected:
             for op, outcome in zip(ops, outcomes, strict=True):
@@ -117,19 +195,20 @@ class AddBatchProcessor:
                     ok += 1
                     results.add(ledger_id=op.ledger_id, entry_id=op.entry_id)
                 else:
-                    results.add(
-                        status=status, ledger_id=op.ledger_id, entry_id=op.entry_id, message=outcome.message
-                    )
-        else:
-            accepted = iter(outcomes)
-            for index, add in enumerate(adds):
-                status, message = rejected.get(index) or _unpack(next(accepted))
-                ok += status == EOK
-                results.add(status=status, ledger_id=add.ledger_id, entry_id=add.entry_id, message=message)
-        latency = elapsed_ms(start)
-        self._stat.observe(latency, True, ok)
-        self._stat.observe(latency, False, len(adds) - ok)
-        return response
+                    message = outcome.message if detailed > 0 else ""
+                    detailed -= 1
+                    results.add(status=status, ledger_id=op.ledger_id, entry_id=op.entry_id, message=message)
+            return ok
+        accepted = iter(outcomes)
+        for index, add in enumerate(adds):
+            status, message = rejected.get(index) or _unpack(next(accepted))
+            if status == EOK:
+                ok += 1
+            else:
+                message = message if detailed > 0 else ""
+                detailed -= 1
+            results.add(status=status, ledger_id=add.ledger_id, entry_id=add.entry_id, message=message)
+        return ok
 
     async def _add(self, ops: list[AddOp]) -> list[AddResult]:
         try:

@@ -5,10 +5,14 @@ Throughput comes from pipelining: a reader task keeps pulling request messages a
 batch at once (so the journal can group-commit several batches into one fsync), while the handler
 writes responses in arrival order as batches become durable. At most ``add_stream_window``
 batches of one stream are in progress, and at most ``add_in_progress_max_bytes`` of add messages
-of all streams together (a message is always admitted when nothing else is in progress, so a
-single large batch still goes through); past that the readers stop reading, and gRPC/HTTP2 flow
-control pushes back on the clients. Request bytes are known without re-encoding because the
-service registers :func:`parse_add_entries` as this method's deserializer.
+of all streams together, of which one peer (IP address) holds at most its share (a message is
+always admitted when its peer has nothing else in progress, so a single large batch still goes
+through); past that the readers stop reading, and gRPC/HTTP2 flow control pushes back on the
+clients. Until its answer is written a message also holds its bytes in the ``unanswered`` budget,
+so a client that never reads its answers stops being read once its share is full. Request bytes
+are known without re-encoding because the service registers :class:`AddEntriesDecoder` as this
+method's deserializer; it also refuses a message of more than ``maxAddsPerMessage`` adds before
+decoding it.
 
 On shutdown (:meth:`AddEntriesHandler.drain`) every stream stops reading new messages, answers
 the ones already started, and ends normally.
@@ -24,13 +28,20 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NamedTuple
 
 import grpc.aio
+from google.protobuf.message import DecodeError
 
+from bkmeta.serde import decode_varint
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_batch import AddBatchProcessor
+from bookie.handlers.common import HandlerLimits
+from bookie.limits import PeerByteBudget, peer_host
 
 log = logging.getLogger(__name__)
 
 BatchFuture = asyncio.Future[bookie_pb2.AddEntriesResponse]
+# Memory one add costs beyond its wire bytes while in progress: its decoded AddRequest (~84 bytes)
+# and its result in the answer (~68), measured with 90,000 keyless adds (RSS growth per add).
+ADD_MEMORY_BYTES = 160
 
 
 class SizedAddEntriesRequest(NamedTuple):
@@ -38,41 +49,75 @@ class SizedAddEntriesRequest(NamedTuple):
     request: bookie_pb2.AddEntriesRequest
 
 
+class TooManyAdds(DecodeError):
+    """An add-stream message with more adds than ``maxAddsPerMessage``: the stream ends."""
+
+
+_ADDS_TAG = 0x0A  # field 1 (adds), length-delimited: every top-level add starts with this byte
+
+
+class AddEntriesDecoder:
+    """The AddEntries request deserializer: the message plus its wire size, refusing a message of
+    more than ``max_adds`` adds before decoding it (decoding millions of tiny adds would stall the
+    event loop by itself)."""
+
+    def __init__(self, max_adds: int) -> None:
+        self.max_adds = max_adds
+
+    def __call__(self, data: bytes) -> SizedAddEntriesRequest:
+        # Each add begins with a 0x0A byte, so a message with few of them has few adds; only one
+        # with many (payloads full of newlines, or a flood of adds) is walked, add by add, and the
+        # walk stops as soon as it is past the limit.
+        if data.count(_ADDS_TAG) > self.max_adds and _count_adds(data, self.max_adds) > self.max_adds:
+            raise TooManyAdds(f"a message with more than {self.max_adds} adds (maxAddsPerMessage)")
+        return parse_add_entries(data)
+
+
 def parse_add_entries(data: bytes) -> SizedAddEntriesRequest:
-    """The AddEntries request deserializer: the message plus its wire size."""
+    """The message plus its wire size, whatever its number of adds (tests and tools)."""
     return SizedAddEntriesRequest(len(data), bookie_pb2.AddEntriesRequest.FromString(data))
 
 
-class InProgressBudget:
-    """Bytes of add messages being processed across all streams (one event loop)."""
+def _count_adds(data: bytes, limit: int) -> int:
+    """Top-level ``adds`` fields of a serialized AddEntriesRequest, counted up to ``limit + 1``."""
+    try:
+        return _count_fields(data, limit)
+    except ValueError as exc:  # a truncated or overlong varint
+        raise DecodeError(str(exc)) from None
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.used = 0
-        self._freed = asyncio.Event()
 
-    async def acquire(self, nbytes: int) -> None:
-        while self.used and self.used + nbytes > self.max_bytes:
-            self._freed.clear()
-            await self._freed.wait()
-        self.used += nbytes
-
-    def release(self, nbytes: int) -> None:
-        self.used -= nbytes
-        self._freed.set()
-
-    def release_for(self, nbytes: int, _done: BatchFuture) -> None:
-        """Done-callback form of :meth:`release`."""
-        self.release(nbytes)
+def _count_fields(data: bytes, limit: int) -> int:
+    count = pos = 0
+    end = len(data)
+    while pos < end and count <= limit:
+        tag, pos = decode_varint(data, pos)
+        wire_type = tag & 7
+        if wire_type == 2:  # length-delimited: adds, or an unknown field
+            length, pos = decode_varint(data, pos)
+            pos += length
+            count += tag >> 3 == 1
+        elif wire_type == 0:
+            _, pos = decode_varint(data, pos)
+        elif wire_type in (1, 5):
+            pos += 8 if wire_type == 1 else 4
+        else:
+            raise DecodeError(f"unexpected wire type {wire_type}")
+    return count
 
 
 class AddEntriesHandler:
-    def __init__(self, processor: AddBatchProcessor, window: int, max_bytes_in_progress: int) -> None:
-        if window < 1:
-            raise ValueError(f"add stream window must be >= 1, got {window}")
+    def __init__(self, processor: AddBatchProcessor, limits: HandlerLimits) -> None:
+        if limits.add_stream_window < 1:
+            raise ValueError(f"add stream window must be >= 1, got {limits.add_stream_window}")
         self._processor = processor
-        self._window = window
-        self.budget = InProgressBudget(max_bytes_in_progress)
+        self._window = limits.add_stream_window
+        self.budget = PeerByteBudget(
+            limits.add_in_progress_max_bytes, limits.add_in_progress_max_bytes_per_peer
+        )
+        self.unanswered = PeerByteBudget(
+            limits.add_unanswered_max_bytes, limits.add_unanswered_max_bytes_per_peer
+        )
+        self.turns = processor.turns
         self._readers: set[asyncio.Task[None]] = set()
         # Batches whose stream went away: kept referenced until done so the adds still complete.
         self._orphans: set[BatchFuture] = set()
@@ -80,54 +125,73 @@ class AddEntriesHandler:
         self._no_streams = asyncio.Event()
         self._no_streams.set()
 
-    def __call__(
+    async def __call__(
         self,
         request_iterator: AsyncIterator[SizedAddEntriesRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[bookie_pb2.AddEntriesResponse]:
-        return self.serve(request_iterator)
+        async for response in self.serve(request_iterator, peer_host(context.peer())):
+            yield response
 
     async def serve(
-        self, request_iterator: AsyncIterator[SizedAddEntriesRequest]
+        self, request_iterator: AsyncIterator[SizedAddEntriesRequest], peer: str = ""
     ) -> AsyncGenerator[bookie_pb2.AddEntriesResponse, None]:
-        """One add stream, whatever carries it (the gRPC AddEntries call or the add port)."""
+        """One add stream, whatever carries it (the gRPC AddEntries call or the add port), from
+        ``peer`` (an IP address: the unit of the per-peer shares of the byte budgets)."""
         # ``None`` marks the end of the request stream. The semaphore, not the queue, bounds the
         # batches in progress, so the reader can always post the end marker without blocking.
-        in_progress: asyncio.Queue[BatchFuture | None] = asyncio.Queue()
+        in_progress: asyncio.Queue[tuple[BatchFuture, int] | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self._window)
-        reader = asyncio.create_task(self._read(request_iterator, in_progress, slots))
+        reader = asyncio.create_task(self._read(request_iterator, in_progress, slots, peer))
         self._readers.add(reader)
         self._no_streams.clear()
         if self._draining:
             reader.cancel()
+        unanswered = self.unanswered
         try:
-            while (batch := await in_progress.get()) is not None:
-                response = await batch
-                yield response
+            while (item := await in_progress.get()) is not None:
+                batch, size = item
+                try:
+                    response = await batch
+                    yield response
+                finally:
+                    unanswered.release(peer, size)
                 slots.release()
         finally:
             reader.cancel()
             self._readers.discard(reader)
             if not self._readers:
                 self._no_streams.set()
-            self._orphan_rest(in_progress)
+            self._orphan_rest(in_progress, peer)
 
     async def _read(
         self,
         request_iterator: AsyncIterator[SizedAddEntriesRequest],
-        in_progress: asyncio.Queue[BatchFuture | None],
+        in_progress: asyncio.Queue[tuple[BatchFuture, int] | None],
         slots: asyncio.Semaphore,
+        peer: str,
     ) -> None:
         try:
             budget = self.budget
-            async for size, request in request_iterator:
+            unanswered = self.unanswered
+            async for wire_size, request in request_iterator:
+                # What the message and its answer hold in memory: the wire bytes, plus per add its
+                # decoded message and its result (each a few times its wire size for tiny adds).
+                size = wire_size + ADD_MEMORY_BYTES * len(request.adds)
                 await slots.acquire()
-                await budget.acquire(size)
-                batch = asyncio.ensure_future(self._processor.process(request.adds))
+                # Held until the answer is written: a peer that stops reading its answers stops
+                # being read once its share is full, and holds no one else's.
+                await unanswered.acquire(peer, size)
+                try:
+                    await budget.acquire(peer, size)
+                except BaseException:
+                    unanswered.release(peer, size)
+                    raise
+                batch = asyncio.ensure_future(self._processor.process(request.adds, peer))
                 # Released when the batch is durable, not when its response is sent: a client
-                # that stops reading responses must not hold other streams' budget.
-                batch.add_done_callback(functools.partial(budget.release_for, size))
-                in_progress.put_nowait(batch)
+                # that stops reading responses must not hold the bookie's processing budget.
+                batch.add_done_callback(functools.partial(budget.release_for, peer, size))
+                in_progress.put_nowait((batch, size))
         except asyncio.CancelledError:
             pass  # shutdown or the stream ended: answer what was started
         except Exception as exc:  # noqa: BLE001 - a broken stream ends this stream, never the bookie
@@ -135,10 +199,12 @@ class AddEntriesHandler:
         finally:
             in_progress.put_nowait(None)
 
-    def _orphan_rest(self, in_progress: asyncio.Queue[BatchFuture | None]) -> None:
+    def _orphan_rest(self, in_progress: asyncio.Queue[tuple[BatchFuture, int] | None], peer: str) -> None:
         while not in_progress.empty():
-            batch = in_progress.get_nowait()
-            if batch is not None:
+            item = in_progress.get_nowait()
+            if item is not None:
+                batch, size = item
+                self.unanswered.release(peer, size)
                 self._keep_until_done(batch)
 
     def _keep_until_done(self, batch: BatchFuture) -> None:

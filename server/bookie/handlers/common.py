@@ -17,12 +17,14 @@ import grpc.aio
 from bkproto.v1 import bookie_pb2
 from bookie.api import BookieCore
 from bookie.errors import BookieError, bad_request
+from bookie.limits import CURRENT_CALL, PeerLongPolls
 from bookie.stats import OpLatency, RequestStats
 
 log = logging.getLogger(__name__)
 
 EOK = bookie_pb2.EOK
 MiB = 1024 * 1024
+MAX_ENTRY_ID = 2**63 - 1  # entry and ledger ids are Java longs
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +36,16 @@ class HandlerLimits:
     max_read_batch_count: int = 100_000
     max_long_poll_ms: int = 10 * 60 * 1000  # parked readers are bounded in time as well as number
     add_stream_window: int = 64  # request messages of one AddEntries stream being processed at once
-    add_in_progress_max_bytes: int = 16 * MiB  # add messages being processed, all streams together
+    add_in_progress_max_bytes: int = 32 * MiB  # add messages being processed, all streams together
+    add_in_progress_max_bytes_per_peer: int = 8 * MiB  # ... from one IP address (a share, for fairness)
+    # add messages admitted until their answer is written (a peer that never reads answers holds
+    # its share, not everyone's memory), all streams together and per IP address
+    add_unanswered_max_bytes: int = 128 * MiB
+    add_unanswered_max_bytes_per_peer: int = 32 * MiB
+    max_adds_per_message: int = 100_000  # maxAddsPerMessage: a bigger message ends its stream
+    adds_per_loop_turn: int = 4096  # addsPerLoopTurn: a bigger batch is processed in slices
     read_stream_max_in_flight: int = 1024  # requests of one ReadStream being served at once
+    max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp: parked long polls of one IP address
 
     def read_batch(self, max_count: int, max_bytes: int) -> tuple[int, int]:
         """A batched read's (count, bytes) bounds, capped by ours; max_bytes 0 = no preference.
@@ -82,10 +92,18 @@ class UnaryHandler(Generic[RequestT, ResponseT]):
 
     name = "request"
 
-    def __init__(self, core: BookieCore, stats: RequestStats, limits: HandlerLimits) -> None:
+    def __init__(
+        self,
+        core: BookieCore,
+        stats: RequestStats,
+        limits: HandlerLimits,
+        long_polls: PeerLongPolls | None = None,
+    ) -> None:
+        """``long_polls``: the per-peer count of parked long polls, shared by the handlers that park."""
         self.core = core
         self.stats = stats
         self.limits = limits
+        self.long_polls = long_polls or PeerLongPolls(limits.max_long_polls_per_peer, stats.limits)
 
     def stat_for(self, request: RequestT) -> OpLatency:
         raise NotImplementedError
@@ -99,6 +117,7 @@ class UnaryHandler(Generic[RequestT, ResponseT]):
 
     async def __call__(self, request: RequestT, context: grpc.aio.ServicerContext[Any, Any]) -> ResponseT:
         start = time.perf_counter()
+        CURRENT_CALL.set(context)
         try:
             response = await self.serve(request)
         except Exception as exc:  # noqa: BLE001 - the gRPC boundary: every failure becomes a status

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bkproto.v1 import bookie_pb2
 from bookie.errors import bad_request
-from bookie.handlers.common import UnaryHandler, require_ledger_id, status_code
+from bookie.handlers.common import MAX_ENTRY_ID, UnaryHandler, require_ledger_id, status_code
 from bookie.handlers.stride_poll import MAX_STRIDE
 from bookie.stats import OpLatency
 
@@ -37,6 +37,8 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, bookie_pb2.
             raise bad_request(f"stride {stride} is outside 1..{MAX_STRIDE}")
         # 0 bytes means "no preference"; either way the response stays under the message limit.
         max_count, max_bytes = self.limits.read_batch(request.max_count, request.max_bytes)
+        # Entry ids are signed 64-bit: never ask for one past the largest.
+        max_count = min(max_count, (MAX_ENTRY_ID - first) // stride + 1)
         bodies = await self.core.read_entries(ledger_id, first, max_count, max_bytes, stride=stride)
         return bookie_pb2.ReadEntriesResponse(
             status=bookie_pb2.EOK,

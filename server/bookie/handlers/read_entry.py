@@ -76,7 +76,8 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
             raise bad_request(
                 "ENTRY_PIGGYBACK long poll must ask for entry -1 (the entry after previous_lac)"
             )
-        lac = await self.core.wait_for_lac(ledger_id, previous_lac, wait_s)
+        with self.long_polls.slot():
+            lac = await self.core.wait_for_lac(ledger_id, previous_lac, wait_s)
         if lac <= previous_lac:
             return bookie_pb2.ReadResponse(
                 status=bookie_pb2.ENOENTRY,

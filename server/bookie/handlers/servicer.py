@@ -22,6 +22,7 @@ from bookie.handlers.read_lac import ReadLacHandler
 from bookie.handlers.read_stream import ReadStreamHandler
 from bookie.handlers.stride_poll import StridePollHandler
 from bookie.handlers.write_lac import WriteLacHandler
+from bookie.limits import PeerLongPolls
 from bookie.stats import RequestStats
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -31,10 +32,11 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, core: BookieCore, stats: RequestStats, limits: HandlerLimits | None = None) -> None:
         limits = limits or HandlerLimits()
         adds = AddBatchProcessor(core, stats, limits)
-        self.add_entries = AddEntriesHandler(adds, limits.add_stream_window, limits.add_in_progress_max_bytes)
+        self.add_entries = AddEntriesHandler(adds, limits)
         self.add_entry = AddEntryHandler(adds)
-        self.read_entry = ReadEntryHandler(core, stats, limits)
-        self.stride_poll = StridePollHandler(core, stats, limits)
+        long_polls = PeerLongPolls(limits.max_long_polls_per_peer, stats.limits)
+        self.read_entry = ReadEntryHandler(core, stats, limits, long_polls)
+        self.stride_poll = StridePollHandler(core, stats, limits, long_polls)
         self.read_stream = ReadStreamHandler(
             self.read_entry, self.stride_poll, limits.read_stream_max_in_flight
         )

@@ -47,7 +47,8 @@ class StridePollHandler(UnaryHandler[bookie_pb2.StridePollRequest, bookie_pb2.St
             raise bad_request(f"stride {stride} is outside 1..{MAX_STRIDE}")
         max_count, max_bytes = self.limits.read_batch(request.max_count, request.max_bytes)
         wait_s = self.limits.long_poll_seconds(request.timeout_ms)
-        lac = await self.core.wait_for_lac(ledger_id, first - 1, wait_s)
+        with self.long_polls.slot():
+            lac = await self.core.wait_for_lac(ledger_id, first - 1, wait_s)
         if lac < first:
             return self._nothing(request, lac, f"LAC of ledger {ledger_id} is still {lac}")
         try:

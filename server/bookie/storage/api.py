@@ -24,7 +24,7 @@ from bookie.api import AddOp, DiskInfo, JournalMark
 
 from .compaction import Compacted
 from .health import StorageHealth
-from .log_garbage import LogUsage
+from .log_garbage import LogFacts, LogUsage
 
 
 @dataclass
@@ -149,6 +149,10 @@ class LedgerStorage(Protocol):
     async def compact_entry_logs(
         self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
     ) -> Compacted: ...
+
+    async def entry_log_facts(self) -> list[LogFacts]:
+        """Every entry log, for ``gcexplain`` (none for a storage without entry logs)."""
+        ...
 
     def disk_usage(self) -> DiskInfo:
         """Total and free bytes of the ledger disks."""

@@ -50,23 +50,32 @@ class CompactionStopped(Exception):
 
 
 class ByteThrottle:
-    """At most ``rate`` bytes per second on average since the pass began (0: no limit); its
-    pauses end early, raising :class:`CompactionStopped`, once ``stop`` is set."""
+    """At most ``rate`` bytes and ``entries_rate`` entries per second on average since the pass
+    began (0: no limit); its pauses end early, raising :class:`CompactionStopped`, once ``stop``
+    is set."""
 
-    def __init__(self, rate: int, stop: threading.Event | None = None) -> None:
+    def __init__(self, rate: int, stop: threading.Event | None = None, entries_rate: int = 0) -> None:
         self._rate = rate
+        self._entries_rate = entries_rate
         self._stop = stop or threading.Event()
         self._began = time.monotonic()
         self._done = 0
+        self._entries = 0
 
     def check(self) -> None:
         """Raise :class:`CompactionStopped` if the bookie is closing."""
         if self._stop.is_set():
             raise CompactionStopped
 
-    def pause(self, nbytes: int) -> None:
+    def pause(self, nbytes: int, entries: int = 0) -> None:
         self._done += nbytes
-        wait = self._began + self._done / self._rate - time.monotonic() if self._rate > 0 else 0.0
+        self._entries += entries
+        due = self._began
+        if self._rate > 0:
+            due = max(due, self._began + self._done / self._rate)
+        if self._entries_rate > 0:
+            due = max(due, self._began + self._entries / self._entries_rate)
+        wait = due - time.monotonic()
         if wait > 0:
             self._stop.wait(wait)  # returns at once when the bookie starts closing
         self.check()
@@ -87,12 +96,12 @@ def compact_entry_log(directory: LedgerDirectory, log_id: int, throttle: ByteThr
         if batch_bytes >= SLICE_BYTES:
             throttle.check()
             moved += _move_live(directory, log_id, batch)
-            throttle.pause(batch_bytes)
+            throttle.pause(batch_bytes, len(batch))
             batch, batch_bytes = [], 0
     if batch:
         throttle.check()
         moved += _move_live(directory, log_id, batch)
-        throttle.pause(batch_bytes)
+        throttle.pause(batch_bytes, len(batch))
     return moved
 
 

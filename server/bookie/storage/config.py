@@ -55,6 +55,10 @@ class StorageConfig:
     # not a BookKeeper key (entryLogPageCacheMB): MiB of each entry log kept in the OS page cache
     # behind its write position, older synced pages dropped; negative: no limit (BookKeeper)
     entry_log_page_cache_mb: int = 128
+    # compactionRateByEntries (0 here: no limit): entries per second compaction may copy, on top
+    # of compactionRateByBytes (BookKeeper picks one of the two by isThrottleByBytes; both apply
+    # here, whichever is slower)
+    compaction_rate_entries: int = 0
     # flushInterval (10000 ms): write cache is flushed (checkpoint) at least this often
     flush_interval_ms: int = 10_000
     # not a BookKeeper key: long-poll reads parked at once before new ones are refused

@@ -36,7 +36,7 @@ from .journal import Journal, JournalSettings
 from .journal_format import RECORD_HEADER_SIZE, RecordType, entry_record_header, record_update, update_record
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv
-from .log_garbage import LogUsage
+from .log_garbage import LogFacts, LogUsage
 from .read_cache import ReadCache
 from .stats import StorageStats
 from .write_cache import WriteCache, WriteCacheHalf
@@ -474,13 +474,18 @@ class DbLedgerStorage:
             sum(u.active_bytes for u in found),
         )
 
+    async def entry_log_facts(self) -> list[LogFacts]:
+        """Every entry log of every directory, for ``gcexplain``."""
+        found = await asyncio.gather(*(asyncio.to_thread(d.garbage.facts) for d in self.dirs))
+        return [f for facts in found for f in facts]
+
     async def compact_entry_logs(
         self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
     ) -> Compacted:
         """Compact, one directory after the other, the logs whose live share is below
         ``threshold``, at most ``rate_bytes`` per second overall (0: no limit), until ``stop``
         is set."""
-        throttle = ByteThrottle(rate_bytes, stop)
+        throttle = ByteThrottle(rate_bytes, stop, self.config.compaction_rate_entries)
 
         def compact_all() -> Compacted:
             done = []
@@ -530,7 +535,13 @@ class DbLedgerStorage:
             return None
         body = self.write_cache.get(ledger_id, last)
         if body is None:
-            run = self.dir_for(ledger_id).read_run(ledger_id, last, 1, 1)
+            try:
+                run = self.dir_for(ledger_id).read_run(ledger_id, last, 1, 1)
+            except FileNotFoundError as exc:
+                # its entry log is gone (deleted, a lost disk): the LAC it carried is unknown, and
+                # the ledger must still answer, so that the auditor can find what is missing
+                log.warning("ledger %d: entry %d is indexed but unreadable: %s", ledger_id, last, exc)
+                return None
             body = run[0][1] if run else None
         return body
 
@@ -538,7 +549,16 @@ class DbLedgerStorage:
         return self.dir_for(ledger_id).ledgers.get(ledger_id)
 
     async def entry_ids(self, ledger_id: int) -> list[int]:
-        stored = await asyncio.to_thread(self.dir_for(ledger_id).locations.entry_ids, ledger_id)
+        """The entries this bookie can serve: in the write cache, or indexed in an entry log that
+        is still on disk (an index entry whose log is gone, deleted or lost, names data that is
+        not there: the auditor's ledger check must see it missing)."""
+        directory = self.dir_for(ledger_id)
+
+        def servable() -> list[int]:
+            on_disk = {directory.entry_logger.current_id, *directory.entry_logger.finished_log_ids()}
+            return [e for e, log_id in directory.locations.entry_log_ids(ledger_id) if log_id in on_disk]
+
+        stored = await asyncio.to_thread(servable)
         return sorted(set(stored).union(self.write_cache.entry_ids(ledger_id)))
 
 

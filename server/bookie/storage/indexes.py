@@ -154,6 +154,11 @@ class EntryLocationIndex:
     def entry_ids(self, ledger_id: int) -> list[int]:
         return [ENTRY_KEY.unpack(k)[1] for k, _ in self._kv.range(*_ledger_span(ledger_id))]
 
+    def entry_log_ids(self, ledger_id: int) -> list[tuple[int, int]]:
+        """(entry id, id of the entry log holding it) of every indexed entry of the ledger."""
+        span = self._kv.range(*_ledger_span(ledger_id))
+        return [(ENTRY_KEY.unpack(k)[1], LOCATION.unpack(v)[0]) for k, v in span]
+
     def delete_ledger(self, ledger_id: int) -> None:
         """Drop every entry location of the ledger (garbage collection); durable at :meth:`sync`."""
         self._kv.delete_range(*_ledger_span(ledger_id))

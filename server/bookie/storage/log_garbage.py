@@ -13,12 +13,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .compaction import ByteThrottle, Compacted, CompactionStopped, compact_entry_log
-from .entry_logger import CorruptEntryError
+from .entry_logger import CorruptEntryError, log_name
 
 if TYPE_CHECKING:
     from .ledger_directory import LedgerDirectory
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """One entry log as garbage collection sees it, for ``gcexplain`` (``bookie.gc.explain``)."""
+
+    log_id: int
+    directory: str
+    size: int
+    mtime: float  # seconds since the epoch: when it was last written
+    ledgers: dict[int, int]  # bytes per ledger (its ledger map); empty when unreadable
+    stored: frozenset[int]  # those of its ledgers this bookie still stores (not yet collected)
+    current: bool = False  # being written: never collected
+    unreadable: bool = False  # its ledger map could not be read: kept
 
 
 @dataclass(frozen=True)
@@ -86,7 +100,11 @@ class EntryLogGarbage:
         BookKeeper measures it) is below ``threshold``."""
         directory = self._dir
         logger = directory.entry_logger
-        candidates = sorted(log_id for log_id, share in self._live_share.items() if share < threshold)
+        # the least used first: they free the most for the bytes they copy, and a pass cut short
+        # by its time limit (minor/majorCompactionMaxTimeMillis) has done the best part
+        shares = self._live_share
+        candidates = sorted((log_id for log_id, share in shares.items() if share < threshold),
+                            key=lambda log_id: (shares[log_id], log_id))
         logs = reclaimed = 0
         for log_id in candidates:
             try:
@@ -108,6 +126,36 @@ class EntryLogGarbage:
             log.info("compacted entry log %x of %s: %d live bytes moved, %d freed",
                      log_id, logger.directory, moved, size - moved)
         return Compacted(logs, reclaimed)
+
+    def facts(self) -> list[LogFacts]:
+        """Every entry log of the directory, the current one too (reads the maps it has not
+        cached; takes the lock only to list the logs)."""
+        directory = self._dir
+        logger = directory.entry_logger
+        with directory.lock:
+            if directory.closed:
+                return []
+            finished = logger.finished_log_ids()
+            current = logger.current_id
+        out = []
+        for log_id in [*finished, *([current] if current >= 0 else [])]:
+            path = logger.directory / log_name(log_id)
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            usage: dict[int, int] = {}
+            unreadable = False
+            if log_id != current:
+                try:
+                    usage = self._maps.get(log_id) or logger.ledger_map(log_id)
+                except (OSError, CorruptEntryError):
+                    unreadable = True
+            ledgers = directory.ledgers
+            stored = frozenset(lid for lid in usage if ledgers.get(lid) is not None)
+            out.append(LogFacts(log_id, str(logger.directory), stat.st_size, stat.st_mtime, usage, stored,
+                                current=log_id == current, unreadable=unreadable))
+        return out
 
     def _delete_if_dead(self, log_id: int, usage: dict[int, int]) -> bool:
         """Delete the log if, checked again under the lock, none of its ledgers exists (one may

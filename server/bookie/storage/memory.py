@@ -44,7 +44,7 @@ from .api import LedgerRecord, LedgerStorage, LedgerUpdate, apply_update
 from .compaction import Compacted
 from .health import StorageHealth
 from .journal_format import RecordType, entry_record_header, record_update, scan_records, update_record
-from .log_garbage import LogUsage
+from .log_garbage import LogFacts, LogUsage
 
 SyncHook = Callable[[int], Awaitable[None]]  # the fsync of that many journal bytes
 JOURNAL_NAME = Path("memory-journal")  # what journal marks and failures name
@@ -286,6 +286,9 @@ class MemoryLedgerStorage:
         self, threshold: float, rate_bytes: int, stop: threading.Event | None = None
     ) -> Compacted:
         return Compacted()
+
+    async def entry_log_facts(self) -> list[LogFacts]:
+        return []
 
     def disk_usage(self) -> DiskInfo:
         used = self._stored_bytes + len(self.disk.journal)

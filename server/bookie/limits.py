@@ -1,0 +1,258 @@
+"""Limits that keep unauthenticated load from taking a bookie down, shared by its listeners (the
+gRPC service, the add port, the HTTP admin endpoint).
+
+A bookie serves whoever connects, so every resource a peer can make it hold is bounded, and the
+bounds that a single peer could exhaust are also split per peer (per IP address, as ZooKeeper's
+``maxClientCnxns``), so one peer cannot lock out the others:
+
+* connections on the add port, in total and per peer (gRPC: in total, through its core);
+* bytes of add-port frames read but not yet handed to the add path (a frame's length header
+  reserves its bytes first, so a peer announcing big frames and sending nothing holds a
+  reservation, not memory, and only for the frame timeout);
+* adds per message (a message is refused whole beyond it) and adds processed per loop turn (a big
+  message is processed in slices so other clients' adds interleave);
+* long-poll reads parked per peer;
+* time: a started frame must complete within the frame timeout (slow senders), and answers must be
+  taken by the peer within the write timeout (peers that never read).
+
+Past a limit the peer gets an error naming the limit, or its connection is closed with a warning in
+the log, and ``bookkeeper_server_LIMIT_REJECTIONS{listener, limit}`` counts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+
+from bkproto.v1 import bookie_pb2
+from bookie.errors import BookieError
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLimits:
+    """The limits; each field names its configuration key (``bookie.config``)."""
+
+    max_connections: int = 1024  # maxConnections: add port, and gRPC (its core refuses more)
+    max_connections_per_peer: int = 64  # maxConnectionsPerIp: add port
+    max_buffered_bytes: int = 128 * MiB  # maxBufferedBytes: add-port frames being received, all peers
+    max_buffered_bytes_per_peer: int = 32 * MiB  # maxBufferedBytesPerIp
+    frame_timeout_s: float = 30.0  # frameTimeoutMs: from a frame's first byte to its last
+    write_timeout_s: float = 60.0  # writeTimeoutMs: a peer not taking answers this long is closed
+    max_adds_per_message: int = 100_000  # maxAddsPerMessage
+    adds_per_loop_turn: int = 4096  # addsPerLoopTurn
+    max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp
+    http_max_connections: int = 16  # httpServerMaxConnections: requests served at once (a quarter per IP)
+    http_request_timeout_s: float = 10.0  # httpServerRequestTimeoutMs: to send a whole request
+
+    def __post_init__(self) -> None:
+        if self.max_connections_per_peer > self.max_connections:
+            raise ValueError(
+                f"maxConnectionsPerIp ({self.max_connections_per_peer}) exceeds maxConnections"
+                f" ({self.max_connections})"
+            )
+        if self.max_buffered_bytes_per_peer > self.max_buffered_bytes:
+            raise ValueError(
+                f"maxBufferedBytesPerIp ({self.max_buffered_bytes_per_peer}) exceeds maxBufferedBytes"
+                f" ({self.max_buffered_bytes})"
+            )
+
+
+class LimitStats:
+    """``bookkeeper_server_LIMIT_REJECTIONS{listener, limit}``: what was refused or closed."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self._counter = Counter(
+            "bookkeeper_server_LIMIT_REJECTIONS",
+            "Requests refused or connections closed because a limit was reached (pybookkeeper)",
+            ["listener", "limit"],
+            registry=registry,
+        )
+
+    def hit(self, listener: str, limit: str) -> None:
+        self._counter.labels(listener, limit).inc()
+
+
+class _HasPeer(Protocol):
+    def peer(self) -> str: ...
+
+
+# The gRPC context of the request being served (set by the handlers' boundary for the request's
+# task), so that limits deep in the handlers (long polls) learn the peer without threading it
+# through every call, and only when they need it.
+CURRENT_CALL: ContextVar[_HasPeer | None] = ContextVar("bookie_current_call", default=None)
+
+
+def current_peer() -> str:
+    """The IP address of the peer of the request being served ("" outside a request)."""
+    call = CURRENT_CALL.get()
+    return peer_host(call.peer()) if call is not None else ""
+
+
+def peer_host(peer: object) -> str:
+    """The IP address of a peer: asyncio's ``peername`` tuple or gRPC's ``ipv4:1.2.3.4:5678`` /
+    ``ipv6:[::1]:5678``. Anything else is its own text."""
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    text = str(peer)
+    kind, sep, rest = text.partition(":")
+    if not sep:
+        return text
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1 : rest.find("]")]
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return text
+
+
+def _decrease(counts: dict[str, int], peer: str, amount: int) -> None:
+    """Take ``amount`` off a peer's count, forgetting the peer at zero (peers come and go)."""
+    left = counts[peer] - amount
+    if left:
+        counts[peer] = left
+    else:
+        del counts[peer]
+
+
+class ConnectionCounter:
+    """Open connections, in total and per peer."""
+
+    def __init__(self, max_total: int, max_per_peer: int) -> None:
+        self.max_total = max_total
+        self.max_per_peer = max_per_peer
+        self.total = 0
+        self._per_peer: dict[str, int] = {}
+
+    def admit(self, peer: str) -> str | None:
+        """Count a new connection; or the name of the limit it would break (not counted then)."""
+        if self.total >= self.max_total:
+            return "connections"
+        if self._per_peer.get(peer, 0) >= self.max_per_peer:
+            return "connections_per_ip"
+        self.total += 1
+        self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
+        return None
+
+    def release(self, peer: str) -> None:
+        self.total -= 1
+        _decrease(self._per_peer, peer, 1)
+
+
+class PeerByteBudget:
+    """Bytes reserved, in total and per peer (one event loop). A reservation larger than the peer's
+    share is still granted when the peer holds nothing else, so a maximal frame always fits."""
+
+    def __init__(self, max_total: int, max_per_peer: int) -> None:
+        self.max_total = max_total
+        self.max_per_peer = min(max_per_peer, max_total)
+        self.used = 0
+        self._per_peer: dict[str, int] = {}
+        self._freed = asyncio.Event()
+
+    def _fits(self, peer: str, nbytes: int) -> bool:
+        held = self._per_peer.get(peer, 0)
+        if held and held + nbytes > self.max_per_peer:
+            return False
+        return not self.used or self.used + nbytes <= self.max_total
+
+    async def acquire(self, peer: str, nbytes: int) -> None:
+        """Wait until ``nbytes`` fit (callers bound the wait with a timeout)."""
+        while not self._fits(peer, nbytes):
+            self._freed.clear()
+            await self._freed.wait()
+        self.used += nbytes
+        self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+
+    def release(self, peer: str, nbytes: int) -> None:
+        self.used -= nbytes
+        _decrease(self._per_peer, peer, nbytes)
+        self._freed.set()
+
+    def release_for(self, peer: str, nbytes: int, _done: object) -> None:
+        """Done-callback form of :meth:`release`."""
+        self.release(peer, nbytes)
+
+
+class PeerTurns:
+    """Event-loop turns taken one at a time per peer (a FIFO lock per IP address).
+
+    Add processing holds a peer's turn for each bounded step (checking a slice of adds, building
+    the answer to one): so however many messages a peer has in progress, it runs one such step
+    at a time, and each loop turn runs at most one step per active peer. A well-behaved client's
+    add therefore waits, per loop turn, for one step of each other peer, not for all their
+    queued work."""
+
+    def __init__(self, prune_at: int = 4096) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._prune_at = prune_at
+
+    def lock(self, peer: str) -> asyncio.Lock:
+        """The peer's turn: ``async with turns.lock(peer):``."""
+        lock = self._locks.get(peer)
+        if lock is None:
+            if len(self._locks) >= self._prune_at:
+                # Forget idle peers. A lock dropped while a waiter still holds it only lets that
+                # peer have two turns at once for a moment.
+                self._locks = {p: held for p, held in self._locks.items() if held.locked()}
+            lock = self._locks[peer] = asyncio.Lock()
+        return lock
+
+
+class PeerLongPolls:
+    """Long-poll reads parked per peer; one more is refused with ETOOMANYREQUESTS."""
+
+    def __init__(self, max_per_peer: int, stats: LimitStats) -> None:
+        self.max_per_peer = max_per_peer
+        self._stats = stats
+        self._parked: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        peer = current_peer()
+        held = self._parked.get(peer, 0)
+        if held >= self.max_per_peer:
+            self._stats.hit("grpc", "long_polls_per_ip")
+            raise BookieError(
+                bookie_pb2.ETOOMANYREQUESTS,
+                f"{held} long-poll reads from {peer or 'this peer'} already parked (maxLongPollsPerIp)",
+            )
+        self._parked[peer] = held + 1
+        try:
+            yield
+        finally:
+            _decrease(self._parked, peer, 1)
+
+
+class QuietLog:
+    """Logs at most one warning per ``interval_s`` for a kind of repeated fault (e.g. unparseable
+    requests), with how many were left out: a peer sending garbage must not flood the log."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0) -> None:
+        self._log = logger
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._next_at = 0.0
+        self._skipped = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next_at:
+                self._skipped += 1
+                return
+            skipped, self._skipped = self._skipped, 0
+            self._next_at = now + self._interval_s
+        suffix = f" ({skipped} more like it not logged)" if skipped else ""
+        self._log.warning(message + suffix, *args)

@@ -1,0 +1,161 @@
+"""The bookie's limits against unauthenticated load (``bookie.limits``) and their uses in the add
+path: counting, per-peer shares, the adds-per-message check before decoding, sliced processing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from prometheus_client import CollectorRegistry
+from tests.unit.server.fake_bookie_core import FakeBookieCore
+
+from bkproto.entry_format import HEADER
+from bkproto.v1 import bookie_pb2
+from bookie.config import ConfigError, load_config
+from bookie.errors import BookieError
+from bookie.handlers import HandlerLimits
+from bookie.handlers.add_batch import AddBatchProcessor
+from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds
+from bookie.limits import (
+    CURRENT_CALL,
+    ConnectionCounter,
+    LimitStats,
+    ListenerLimits,
+    PeerByteBudget,
+    PeerLongPolls,
+    QuietLog,
+    peer_host,
+)
+from bookie.stats import RequestStats
+
+S = bookie_pb2
+KEY = b"k" * 20
+
+
+def test_peer_host_of_asyncio_and_grpc_peers() -> None:
+    assert peer_host(("127.0.0.2", 5000)) == "127.0.0.2"
+    assert peer_host("ipv4:10.1.2.3:41000") == "10.1.2.3"
+    assert peer_host("ipv6:[::1]:41000") == "::1"
+    assert peer_host("unix:/tmp/socket") == "unix:/tmp/socket"
+
+
+def test_connections_are_counted_in_total_and_per_peer() -> None:
+    counter = ConnectionCounter(max_total=3, max_per_peer=2)
+    assert [counter.admit("a"), counter.admit("a"), counter.admit("a")] == [None, None, "connections_per_ip"]
+    assert counter.admit("b") is None
+    assert counter.admit("c") == "connections"
+    counter.release("a")
+    assert counter.admit("c") is None
+
+
+async def test_a_peer_holds_at_most_its_share_of_a_byte_budget() -> None:
+    budget = PeerByteBudget(max_total=100, max_per_peer=40)
+    await budget.acquire("hostile", 30)
+    second = asyncio.ensure_future(budget.acquire("hostile", 30))  # 60 > its share of 40
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    await asyncio.wait_for(budget.acquire("other", 40), 1)  # others still get theirs
+    budget.release("hostile", 30)
+    await asyncio.wait_for(second, 1)
+    assert budget.used == 70
+
+
+async def test_a_reservation_beyond_the_share_is_granted_to_a_peer_holding_nothing() -> None:
+    budget = PeerByteBudget(max_total=100, max_per_peer=40)
+    await asyncio.wait_for(budget.acquire("a", 90), 1)  # a maximal frame always fits
+    budget.release("a", 90)
+    assert budget.used == 0
+
+
+def adds_message(count: int, payload: bytes) -> bytes:
+    request = S.AddEntriesRequest()
+    for entry_id in range(count):
+        body = HEADER.pack(1, entry_id, -1, len(payload)) + b"d" * 8 + payload
+        request.adds.add(ledger_id=1, entry_id=entry_id, master_key=KEY, body=body)
+    return request.SerializeToString()
+
+
+def test_decoder_refuses_a_message_over_the_adds_limit_before_decoding() -> None:
+    decode = AddEntriesDecoder(max_adds=100)
+    assert len(decode(adds_message(100, b"x")).request.adds) == 100
+    with pytest.raises(TooManyAdds, match="more than 100 adds"):
+        decode(adds_message(101, b"x"))
+    with pytest.raises(TooManyAdds):
+        decode(b"\x0a\x00" * 10_000_000)  # ten million empty adds: refused without decoding them
+
+
+def test_decoder_takes_few_adds_whose_payloads_are_full_of_newlines() -> None:
+    # 0x0A starts every add on the wire, and is also "\n": payloads full of them must not count
+    message = adds_message(5, b"\n" * 1000)
+    assert len(AddEntriesDecoder(max_adds=100)(message).request.adds) == 5
+
+
+class _Peer:
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+
+    def peer(self) -> str:
+        return self._peer
+
+
+def test_long_polls_are_limited_per_peer() -> None:
+    registry = CollectorRegistry()
+    polls = PeerLongPolls(max_per_peer=2, stats=LimitStats(registry))
+    CURRENT_CALL.set(_Peer("ipv4:10.0.0.1:1000"))
+    with polls.slot(), polls.slot():
+        with pytest.raises(BookieError) as refused, polls.slot():
+            pass
+        assert refused.value.status == S.ETOOMANYREQUESTS
+        CURRENT_CALL.set(_Peer("ipv4:10.0.0.2:1000"))
+        with polls.slot():  # another peer is not locked out
+            pass
+    value = registry.get_sample_value(
+        "bookkeeper_server_LIMIT_REJECTIONS_total", {"listener": "grpc", "limit": "long_polls_per_ip"}
+    )
+    assert value == 1.0
+
+
+def test_quiet_log_logs_once_per_interval_then_says_how_many_it_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    quiet = QuietLog(logging.getLogger("test.quiet"), interval_s=0.0)
+    caplog.set_level(logging.WARNING)
+    quiet.warning("bad %s", "one")
+    assert caplog.messages == ["bad one"]
+    slow = QuietLog(logging.getLogger("test.quiet"), interval_s=3600.0)
+    for n in range(5):
+        slow.warning("bad %d", n)
+    assert caplog.messages == ["bad one", "bad 0"]
+
+
+def test_limits_are_configuration_keys() -> None:
+    config = load_config(
+        overrides={"maxConnectionsPerIp": "4", "frameTimeoutMs": "1500", "maxAddsPerMessage": "7"}
+    )
+    assert config.limits == ListenerLimits(
+        max_connections_per_peer=4, frame_timeout_s=1.5, max_adds_per_message=7
+    )
+    with pytest.raises(ConfigError, match="maxConnectionsPerIp"):
+        load_config(overrides={"maxConnections": "10", "maxConnectionsPerIp": "11"})
+    with pytest.raises(ConfigError, match="frameTimeoutMs"):
+        load_config(overrides={"frameTimeoutMs": "0"})
+
+
+async def test_a_batch_bigger_than_a_loop_turn_is_answered_in_order_with_few_messages() -> None:
+    core = FakeBookieCore()
+    processor = AddBatchProcessor(
+        core, RequestStats(CollectorRegistry()), HandlerLimits(adds_per_loop_turn=10)
+    )
+    adds = []
+    for entry_id in range(95):
+        body = HEADER.pack(3, entry_id, -1, 1) + b"d" * 8 + b"p"
+        key = KEY if entry_id % 2 == 0 else b""  # every odd add lacks its key
+        adds.append(S.AddRequest(ledger_id=3, entry_id=entry_id, master_key=key, body=body))
+    response = await processor.process(adds, "10.0.0.1")
+    assert [(r.entry_id, r.status) for r in response.results] == [
+        (e, S.EOK if e % 2 == 0 else S.EUA) for e in range(95)
+    ]
+    assert sum(bool(r.message) for r in response.results) == 16  # the rest carry their status only
+    assert max(core.add_calls) <= 10  # the core got the adds a slice at a time
+    assert sorted(core.ledgers[3].entries) == list(range(0, 95, 2))
