@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult
 from bookie.bookie import Bookie
-from bookie.handlers.add_entries import parse_add_entries
+from bookie.handlers.add_entries import AddEntriesDecoder
 from bookie.handlers.common import HandlerLimits
 from bookie.handlers.servicer import BookieServicer
 from bookie.stats import RequestStats
@@ -57,6 +57,16 @@ class SimBookie(Bookie):
         return await super().add_entries(ops)
 
 
+class _PeerContext:
+    """What the handlers ask of grpc's ServicerContext: who the peer is (per-peer budgets)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._peer = f"ipv4:{conn.client}:{conn.cid}"
+
+    def peer(self) -> str:
+        return self._peer
+
+
 class _ServerStream:
     """The bookie end of one bidi stream: requests in through ``push``, responses out."""
 
@@ -84,13 +94,12 @@ class _ServerStream:
         servicer = self._node.servicer
         assert servicer is not None
         responses: AsyncIterator[Any]
+        context: Any = _PeerContext(self._conn)
         if method == "AddEntries":
-            responses = servicer.AddEntries(self._requests(parse_add_entries), None)  # type: ignore[arg-type]
+            decode = AddEntriesDecoder(HandlerLimits().max_adds_per_message)  # as the service registers it
+            responses = servicer.AddEntries(self._requests(decode), context)
         else:
-            responses = servicer.ReadStream(
-                self._requests(bookie_pb2.ReadStreamRequest.FromString),
-                None,  # type: ignore[arg-type]
-            )
+            responses = servicer.ReadStream(self._requests(bookie_pb2.ReadStreamRequest.FromString), context)
         async for response in responses:
             if not self._node.serves(self._conn):
                 return
@@ -160,7 +169,7 @@ class BookieNode:
     ) -> None:
         servicer = self.servicer
         assert servicer is not None
-        response = await getattr(servicer, method)(request, None)
+        response = await getattr(servicer, method)(request, _PeerContext(conn))
         if self.serves(conn):
             reply(response.SerializeToString())
 
