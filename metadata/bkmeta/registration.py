@@ -328,7 +328,9 @@ class BookieWatcher:
             log.exception("cannot list bookies under %s; will retry on reconnect", path)
             return
         current = self._readonly if readonly else self._writable
-        names = {c for c in children if c != READONLY_ZNODE}
+        # sorted, not a set: a set's order changes with the process's hash seed, and the order
+        # of the fetches below must not (the deterministic simulation replays runs exactly)
+        names = sorted(c for c in children if c != READONLY_ZNODE)
         fresh: dict[str, BookieServiceInfo] = {n: current[n] for n in names if n in current}
         missing = [n for n in names if n not in current]
 
