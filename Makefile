@@ -42,7 +42,7 @@ integration: $(STAMP)
 sim: $(STAMP)
 	$(PY) -m tests.sim campaign --seeds 1..300
 
-test: lint unit integration
+test: lint unit integration sim
 
 # deploy/docker-compose.yml for real, against a Docker engine the script starts or installs.
 test-compose: $(STAMP)
