@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-compose lint unit integration install proto clean
+.PHONY: run test test-compose lint unit integration sim install proto clean
 
 install: $(STAMP)
 
@@ -37,7 +37,12 @@ unit: $(STAMP)
 integration: $(STAMP)
 	@$(call run_pytest,tests/integration -q)
 
-test: lint unit integration
+# The deterministic simulation's CI campaign (issue 26): 300 seeds, a few minutes. A long one:
+# `python -m tests.sim campaign --seeds 1..100000`; replay a seed with `python -m tests.sim run`.
+sim: $(STAMP)
+	$(PY) -m tests.sim campaign --seeds 1..300
+
+test: lint unit integration sim
 
 # deploy/docker-compose.yml for real, against a Docker engine the script starts or installs.
 test-compose: $(STAMP)

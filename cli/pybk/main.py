@@ -22,6 +22,7 @@ COMMAND_MODULES: dict[str, str] = {
     "pybk.cmd_localcluster": "localcluster",
     "pybk.cmd_zookeeper": "zookeeper",
     "pybk.shell": "shell",
+    "pybk.cmd_verify": "verify",
 }
 
 # Packages of the ``server`` extra: a client-only install lacks them.

@@ -245,6 +245,11 @@ class ReadHandle:
         changed = asyncio.ensure_future(self._metadata_changed.wait())
         try:
             await asyncio.wait((poll, changed), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # Cancelled (the tail's consumer gave up): the poll goes too, or its later failure
+            # would be an exception nobody retrieves.
+            poll.cancel()
+            raise
         finally:
             changed.cancel()
         if poll.done():

@@ -153,27 +153,49 @@ class BookieRegistration:
             log.info("bookie %s registered at %s", self._info.bookie_id, self.path)
 
     async def _create_own_node(self, path: str) -> None:
+        """Create ``path`` as our ephemeral, waiting up to the stale wait for another session's
+        node (probably our previous incarnation's, after a kill -9) to expire.
+
+        The wait counts from the moment the other owner is seen, and starts over whenever our
+        connection came back: ZooKeeper expires nothing while it is down or out of reach, and a
+        restarted ZooKeeper gives every restored session a fresh timeout."""
         data = self._info.to_bytes()
-        deadline = self._clock.monotonic() + self._stale_wait_s
-        while True:
-            try:
-                await self._zk.create(path, data, ephemeral=True, makepath=True)
-                return
-            except ZkNodeExistsError:
-                pass
-            try:
-                _, stat = await self._zk.get(path)
-            except ZkNoNodeError:
-                continue
-            if stat.ephemeralOwner == self._zk.session_id:
-                return  # already ours (e.g. re-register raced with a reconnect)
-            if self._clock.monotonic() > deadline:
-                raise BookieIdInUseError(
-                    f"{path} is held by another ZooKeeper session (0x{stat.ephemeralOwner:x}): is another "
-                    f"bookie running as {self._info.bookie_id}?"
-                )
-            # Probably our previous incarnation (kill -9, quick restart): wait for its session to expire.
-            await asyncio.sleep(0.25)
+        deadline: float | None = None
+        owner: int | None = None
+        reconnected = False
+
+        def on_session_event(event: SessionEvent) -> None:
+            nonlocal reconnected
+            if event in (SessionEvent.RECONNECTED, SessionEvent.NEW_SESSION):
+                reconnected = True
+
+        self._zk.add_session_listener(on_session_event)
+        try:
+            while True:
+                try:
+                    await self._zk.create(path, data, ephemeral=True, makepath=True)
+                    return
+                except ZkNodeExistsError:
+                    pass
+                try:
+                    _, stat = await self._zk.get(path)
+                except ZkNoNodeError:
+                    continue
+                if stat.ephemeralOwner == self._zk.session_id:
+                    return  # already ours (e.g. re-register raced with a reconnect)
+                now = self._clock.monotonic()
+                if deadline is None or reconnected or stat.ephemeralOwner != owner:
+                    deadline, owner, reconnected = now + self._stale_wait_s, stat.ephemeralOwner, False
+                if now > deadline:
+                    raise BookieIdInUseError(
+                        f"{path} is held by another ZooKeeper session (0x{stat.ephemeralOwner:x}): is "
+                        f"another bookie running as {self._info.bookie_id}?"
+                    )
+                # Probably our previous incarnation (kill -9, quick restart): wait for its session to
+                # expire.
+                await asyncio.sleep(0.25)
+        finally:
+            self._zk.remove_session_listener(on_session_event)
 
     async def set_read_only(self, read_only: bool) -> None:
         """Move the registration between ``available/`` and ``available/readonly/``.
@@ -306,7 +328,9 @@ class BookieWatcher:
             log.exception("cannot list bookies under %s; will retry on reconnect", path)
             return
         current = self._readonly if readonly else self._writable
-        names = {c for c in children if c != READONLY_ZNODE}
+        # sorted, not a set: a set's order changes with the process's hash seed, and the order
+        # of the fetches below must not (the deterministic simulation replays runs exactly)
+        names = sorted(c for c in children if c != READONLY_ZNODE)
         fresh: dict[str, BookieServiceInfo] = {n: current[n] for n in names if n in current}
         missing = [n for n in names if n not in current]
 

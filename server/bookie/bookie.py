@@ -15,6 +15,7 @@ journal dirs); the per-entry work is a header unpack, a few compares, a dict ins
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from types import TracebackType
 from bkproto.entry_format import HEADER, HEADER_SIZE, LAC_HEADER, MASTER_KEY_SIZE
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo
+from bookie.breakage import SKIP_FENCE_CHECK, SKIP_JOURNAL, deliberate_breakage
 from bookie.errors import BookieError, bad_request, no_entry, no_ledger
 from bookie.lac_waiters import LacWaiters
 from bookie.ledger_descriptor import LedgerDescriptor, LedgerDescriptors
@@ -72,6 +74,10 @@ class Bookie:
         self._ledgers = LedgerDescriptors(storage)
         self._read_only = False
         self._high_priority_writes = True
+        # Only ever True in pybk verify's honesty tests (see bookie.breakage).
+        breakage = deliberate_breakage()
+        self._ignore_fence = SKIP_FENCE_CHECK in breakage
+        self._skip_journal = SKIP_JOURNAL in breakage
         self._started = False
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -163,7 +169,10 @@ class Bookie:
                 return results
             durable = self.storage.write(updates, accepted)
             self._publish_lacs(lacs)
-            await durable
+            if self._skip_journal:
+                _never_journaled(durable)
+            else:
+                await durable
         except BookieError as exc:
             return _failed(results, AddResult(exc.status, exc.message))
         except Exception as exc:
@@ -226,7 +235,7 @@ class Bookie:
             ):
                 results[i] = AddResult(bookie_pb2.EUA, f"wrong master key for ledger {ledger_id}")
                 continue
-            if ledger.fenced and not op.recovery:
+            if ledger.fenced and not op.recovery and not self._ignore_fence:
                 results[i] = AddResult(bookie_pb2.EFENCED, f"ledger {ledger_id} is fenced")
                 continue
             accepted.append(op)
@@ -435,3 +444,9 @@ def _bad_add(op: AddOp) -> str:
         return f"master key is {len(op.master_key)} bytes, expected {MASTER_KEY_SIZE}"
     return f"entry body is {len(op.body)} bytes, shorter than its {HEADER_SIZE}-byte header"
 
+
+def _never_journaled(durable: Awaitable[None]) -> None:
+    """The ``skip-journal`` breakage (bookie.breakage): the journal submission, which starts only
+    when awaited, is dropped unstarted."""
+    if inspect.iscoroutine(durable):
+        durable.close()

@@ -23,10 +23,10 @@ from tests.support.localcluster import (
     READY_LINE,
     LocalClusterRun,
     alive,
-    pick_ports,
     running,
     shell,
 )
+from tests.support.ports import pick_ports
 
 pytestmark = pytest.mark.integration
 

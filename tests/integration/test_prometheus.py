@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support.localcluster import BOOKIES, LocalClusterRun, pick_ports, running, shell
+from tests.support.localcluster import BOOKIES, LocalClusterRun, running, shell
+from tests.support.ports import pick_ports
 from tests.support.prometheus import Prometheus, prometheus_server
 
 pytestmark = pytest.mark.integration

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -342,7 +343,12 @@ class DbLedgerStorage:
         try:
             await asyncio.to_thread(self._flush_sync, half, marks, self._pacer, flushed)
         except Exception as exc:
-            log.exception("write-cache flush failed")
+            if isinstance(exc, IndexWriteError) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+                # A full disk or RocksDB's own refusal: the message says why, in one line. A
+                # traceback would only show our call path, and reads as a crash in a log.
+                log.error("write-cache flush failed: %s", exc)
+            else:
+                log.exception("write-cache flush failed")
             self._keep_unflushed(half, flushed)
             self._report_failure(exc)
             raise

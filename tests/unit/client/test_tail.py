@@ -150,6 +150,41 @@ async def test_tail_of_deleted_ledger_raises() -> None:
     assert received == [0, 1]
 
 
+async def test_cancelled_tail_cancels_its_lac_long_poll() -> None:
+    """A tail cancelled while it waits in the quorum long poll (a caller's timeout, a shutdown)
+    must take that poll down with it: left running, the poll's later failure was logged as
+    "Task exception was never retrieved" (found by ``pybk verify``: a tailing reader's log held
+    that traceback after a bookie was partitioned)."""
+    ctx = make_cluster(3, long_poll_timeout_s=0.01)  # the stride polls give up at once
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    rh = open_handle(ctx, writer)
+    entered = asyncio.Event()
+    outcome: list[str] = []
+
+    async def parked_poll(previous_lac: int, timeout: float) -> None:  # noqa: ASYNC109
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+
+    rh.read_lac_long_poll = parked_poll  # type: ignore[assignment,method-assign]
+
+    async def consume() -> None:
+        async for _ in rh.tail(0):
+            pass
+
+    consumer = asyncio.ensure_future(consume())
+    await asyncio.wait_for(entered.wait(), 5)
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert outcome == ["cancelled"]
+
+
 async def test_steady_tail_costs_one_parked_poll_per_entry() -> None:
     ctx = make_cluster(3, long_poll_timeout_s=30.0)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))

@@ -228,7 +228,9 @@ async def test_a_failed_journal_makes_the_bookie_read_only_for_good(bookie: Book
         assert await bookie.read_entry(2, 0)  # reads go on
 
 
-async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(bookie: Bookie) -> None:
+async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(
+    bookie: Bookie, caplog: pytest.LogCaptureFixture
+) -> None:
     async with Harness(bookie) as h:
         await add_all(bookie, [add_op(4, 0)])
         directory = bookie.storage.dirs[0]
@@ -242,13 +244,18 @@ async def test_failing_flushes_make_the_bookie_read_only_until_one_succeeds(book
             await bookie.storage.checkpoint()
         await h.registered(True)
         assert "write-cache flushes" in h.state.describe()["readOnlyReasons"][0]
+        # A full disk is said in one line: a traceback in the log reads as a crash.
+        failures = [r for r in caplog.records if r.getMessage().startswith("write-cache flush failed")]
+        assert failures and all(r.exc_info is None for r in failures)
         directory.flush_ledgers = real_flush  # type: ignore[method-assign]
         await bookie.storage.checkpoint()  # e.g. garbage collection freed space
         await h.registered(False)
         assert await bookie.read_entry(4, 0) and await h.add_status(4, 1) == bookie_pb2.EOK
 
 
-async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path) -> None:
+async def test_a_failed_index_write_stops_flushes_until_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     config = make_config(tmp_path, write_cache_max_size_mb=1)
     async with make_bookie(config) as bookie, Harness(bookie) as h:
         try:
@@ -264,6 +271,10 @@ async def test_a_failed_index_write_stops_flushes_until_a_restart(tmp_path: Path
             await h.registered(True)
             assert "Writer has previous error" in h.state.describe()["readOnlyReasons"][0]
             assert not h.state.high_priority_writes
+            # Said in one line: a traceback in the log reads as a crash (pybk verify counts it).
+            failures = [r for r in caplog.records if r.getMessage().startswith("write-cache flush failed")]
+            assert failures and all(r.exc_info is None for r in failures)
+            assert "Writer has previous error" in failures[0].getMessage()
             log_end = directory.entry_logger.position().offset
             # no more flushes, so no more copies in the entry log; a full cache is an EIO
             big = [add_op(6, e, recovery=True, payload=bytes(64 * 1024)) for e in range(1, 40)]

@@ -1,0 +1,179 @@
+"""A bookie in the simulation: the real ``Bookie`` core and the real gRPC handlers
+(``bookie.handlers.servicer.BookieServicer``) over a :class:`~tests.sim.disk.SimDisk`.
+
+Requests arrive as serialized protobuf bytes, are parsed with the same deserializers the gRPC
+server registers, and are served by the servicer's handler objects; responses leave serialized.
+A crash cancels everything the process was doing, drops unsynced disk writes (``SimDisk.crash``)
+and ends its connections; a restart replays the journal into a fresh ``Bookie``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from bkproto.v1 import bookie_pb2
+from bookie.api import AddOp, AddResult
+from bookie.bookie import Bookie
+from bookie.handlers.add_entries import AddEntriesDecoder
+from bookie.handlers.common import HandlerLimits
+from bookie.handlers.servicer import BookieServicer
+from bookie.stats import RequestStats
+from bookie.storage.memory import MemoryLedgerStorage
+
+from .disk import SimDisk
+from .network import Connection, Network
+from .trace import Trace
+
+log = logging.getLogger(__name__)
+
+_UNARY_REQUESTS: dict[str, Any] = {
+    "ReadEntry": bookie_pb2.ReadRequest,
+    "ReadEntries": bookie_pb2.ReadEntriesRequest,
+    "ReadLac": bookie_pb2.ReadLacRequest,
+    "WriteLac": bookie_pb2.WriteLacRequest,
+    "ForceLedger": bookie_pb2.ForceLedgerRequest,
+    "GetBookieInfo": bookie_pb2.GetBookieInfoRequest,
+}
+
+
+class SimBookie(Bookie):
+    """The real ``Bookie``; ``skip_fence_check`` is the test-only broken variant: adds to a fenced
+    ledger are accepted."""
+
+    def __init__(
+        self, storage: MemoryLedgerStorage, wall_clock_ms: Callable[[], int], skip_fence_check: bool = False
+    ) -> None:
+        super().__init__(storage, wall_clock_ms=wall_clock_ms)
+        self._skip_fence_check = skip_fence_check
+
+    async def add_entries(self, ops: Sequence[AddOp]) -> list[AddResult]:
+        if self._skip_fence_check:
+            ops = [op._replace(recovery=True) for op in ops]
+        return await super().add_entries(ops)
+
+
+class _PeerContext:
+    """What the handlers ask of grpc's ServicerContext: who the peer is (per-peer budgets)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._peer = f"ipv4:{conn.client}:{conn.cid}"
+
+    def peer(self) -> str:
+        return self._peer
+
+
+class _ServerStream:
+    """The bookie end of one bidi stream: requests in through ``push``, responses out."""
+
+    def __init__(
+        self, node: BookieNode, conn: Connection, method: str, send: Callable[[bytes | None], None]
+    ) -> None:
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._node = node
+        self._conn = conn
+        self._send = send
+        self._task = node.spawn(self._run(method), f"{method}-stream")
+        conn.on_reset(self.cancel)  # gRPC cancels the server side of a call whose connection dropped
+
+    def push(self, data: bytes) -> None:
+        self._queue.put_nowait(data)
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+    async def _requests(self, parse: Callable[[bytes], Any]) -> AsyncIterator[Any]:
+        while (data := await self._queue.get()) is not None:
+            yield parse(data)
+
+    async def _run(self, method: str) -> None:
+        servicer = self._node.servicer
+        assert servicer is not None
+        responses: AsyncIterator[Any]
+        context: Any = _PeerContext(self._conn)
+        if method == "AddEntries":
+            decode = AddEntriesDecoder(HandlerLimits().max_adds_per_message)  # as the service registers it
+            responses = servicer.AddEntries(self._requests(decode), context)
+        else:
+            responses = servicer.ReadStream(self._requests(bookie_pb2.ReadStreamRequest.FromString), context)
+        async for response in responses:
+            if not self._node.serves(self._conn):
+                return
+            self._send(response.SerializeToString())
+        if self._node.serves(self._conn):
+            self._send(None)
+
+
+class BookieNode:
+    def __init__(self, bookie_id: str, network: Network, disk: SimDisk, trace: Trace) -> None:
+        self.bookie_id = bookie_id
+        self.network = network
+        self.disk = disk
+        self.trace = trace
+        self.core: SimBookie | None = None
+        self.servicer: BookieServicer | None = None
+        self.up = False
+        self.epoch = 0
+        self.skip_fence_check = False
+        self.wall_clock_ms: Callable[[], int] = lambda: 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def serves(self, conn: Connection) -> bool:
+        return self.up and conn.epoch == self.epoch
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.bookie_id}-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def start(self) -> None:
+        self.network.server_started(self.bookie_id)
+        self.epoch = self.network.epoch(self.bookie_id)
+        storage = self.disk.open()
+        self.core = SimBookie(storage, self.wall_clock_ms, self.skip_fence_check)
+        await self.core.start()
+        self.servicer = BookieServicer(self.core, RequestStats(CollectorRegistry()), HandlerLimits())
+        self.up = True
+        self.trace.event(
+            f"bookie {self.bookie_id} started (epoch {self.epoch}, replayed {storage.replayed_records})"
+        )
+
+    def crash(self, host_down: bool) -> None:
+        """The process dies: no more answers, unsynced writes lost, connections end."""
+        if not self.up:
+            return
+        self.up = False
+        self.trace.event(f"bookie {self.bookie_id} crashed{' (host down)' if host_down else ''}")
+        for task in sorted(self._tasks, key=lambda t: getattr(t, "sim_id", 0)):
+            task.cancel()
+        if self.core is not None:
+            self.core.waiters.cancel_all()
+        self.disk.crash()  # the storage stops; the disk keeps what was synced, maybe a little more
+        self.network.server_crashed(self.bookie_id, host_down)
+        self.core = None
+        self.servicer = None
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def serve_unary(self, conn: Connection, method: str, data: bytes, reply: Callable[[bytes], None]) -> None:
+        request = _UNARY_REQUESTS[method].FromString(data)
+        self.spawn(self._unary(conn, method, request, reply), method)
+
+    async def _unary(
+        self, conn: Connection, method: str, request: Any, reply: Callable[[bytes], None]
+    ) -> None:
+        servicer = self.servicer
+        assert servicer is not None
+        response = await getattr(servicer, method)(request, _PeerContext(conn))
+        if self.serves(conn):
+            reply(response.SerializeToString())
+
+    def open_stream(
+        self, conn: Connection, method: str, send: Callable[[bytes | None], None]
+    ) -> _ServerStream:
+        return _ServerStream(self, conn, method, send)
