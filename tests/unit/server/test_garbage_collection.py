@@ -512,19 +512,3 @@ async def test_closing_does_not_wait_for_slow_metadata_reads(tmp_path: Path) -> 
         assert time.monotonic() - started < 0.5
         assert await bookie.local_ledger_ids() == set(range(1, 21))  # nothing was deleted
 
-
-async def test_a_compaction_pass_stops_at_its_max_time_and_the_next_one_goes_on(tmp_path: Path) -> None:
-    # majorCompactionMaxTimeMillis: at 1 kB/s the first batch cannot be copied within the limit
-    config = _config(tmp_path)
-    metadata = FakeMetadata({1, 2})
-    async with make_bookie(config) as bookie:
-        await _write_interleaved(bookie, (1, 2), 120, 20)
-        metadata.ledgers.discard(1)
-        limited = _collector(bookie, metadata, rate_bytes=1000, major_max_time_s=0.05)
-        before = _log_files(config)
-        run = await limited.collect(force_major=True)
-        assert run is not None and run.compaction == "major" and run.compacted.logs == 0
-        assert set(_log_files(config)) >= set(before)  # the log being copied stays whole
-        run = await _collector(bookie, metadata).collect(force_major=True)
-        assert run is not None and run.compacted.logs > 0
-        await _assert_readable(bookie, 2, 120)
