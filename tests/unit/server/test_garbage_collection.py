@@ -511,4 +511,3 @@ async def test_closing_does_not_wait_for_slow_metadata_reads(tmp_path: Path) -> 
         await collector.close()
         assert time.monotonic() - started < 0.5
         assert await bookie.local_ledger_ids() == set(range(1, 21))  # nothing was deleted
-
