@@ -21,6 +21,7 @@ from bookie.config import ConfigError, load_config
 from bookie.config_report import effective_settings, render_json, render_text
 from bookie.config_sources import ignored_line
 from bookie.main import run_daemon
+from pybk.log_level import add_log_level
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--bind", help="listen address (bindAddress, default 0.0.0.0)")
     parser.add_argument("--advertised-address", help="address clients use (advertisedAddress)")
     parser.add_argument("--rack", help="network location advertised for rack-aware placement (bookieRack)")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    add_log_level(parser)
     parser.add_argument(
         "--print-config", action="store_true",
         help="print the effective configuration, each key with where its value came from (default,"
