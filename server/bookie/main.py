@@ -19,7 +19,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from bkproto.errors import BKError
 from bookie.api import BookieCore
@@ -260,7 +260,9 @@ async def _logged(step: Awaitable[None], what: str) -> None:
 
 async def run_daemon(config: BookieConfig, core_factory: CoreFactory = storage_core) -> int:
     """Run until SIGTERM/SIGINT; returns the process exit code."""
-    daemon = BookieDaemon(config, core_factory, freeze_startup_heap=True)
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)  # the bookie's own process: CPU, memory, file descriptors
+    daemon = BookieDaemon(config, core_factory, registry, freeze_startup_heap=True)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)
