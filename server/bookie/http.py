@@ -229,7 +229,12 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if not self._allowed(Right.ADMIN):
             return
-        if path == "/api/v1/bookie/gc" and self.server.gc is not None:
+        if path == "/api/v1/config/server_config" and self.server.server_config is not None:
+            # BookKeeper sets a property in memory, seen by whatever reads it later; here every
+            # setting is read once at start, so a change would be reported and not take effect
+            self._json(501, {"error": "settings are read once at start: change the configuration"
+                                      " file or BK_ variable and restart the bookie"})
+        elif path == "/api/v1/bookie/gc" and self.server.gc is not None:
             try:
                 flags = _gc_flags(self._body())
             except ValueError as exc:

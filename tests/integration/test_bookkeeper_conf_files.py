@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -54,8 +55,18 @@ async def test_stock_file_starts_a_bookie(
     for key, value in expected.items():
         assert served.get(key) == value, key
     assert served["journalDirectories"] == ",".join(map(str, bookie.journal_dirs))
+    # BookKeeper's PUT changes a setting at runtime; here settings are read once: 501, saying so
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        await asyncio.to_thread(http_put, bookie.http_port, "/api/v1/config/server_config", b'{"a": "1"}')
+    assert refused.value.code == 501 and "restart" in json.loads(refused.value.read())["error"]
 
 
 def http_get(port: int | None, path: str) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+        return reply.read().decode()
+
+
+def http_put(port: int | None, path: str, body: bytes) -> str:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as reply:
         return reply.read().decode()
