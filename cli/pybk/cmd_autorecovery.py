@@ -35,6 +35,7 @@ from bkmeta.bookie_presence import zk_security_of
 from bookie.config import BookieConfig, ConfigError, load_config
 from bookie.http import BookieHttpServer
 from bookie.security import BookieSecurity
+from pybk.log_level import add_log_level
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers)")
     parser.add_argument("--http-port", type=int,
                         help="serve /heartbeat and Prometheus /metrics on this port (0 = any; default off)")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    add_log_level(parser)
     parser.set_defaults(func=run)
 
 

@@ -18,7 +18,10 @@ from typing import Any
 from bkmeta import BookiePresence
 from bookie import main as bookie_main
 from bookie.config import ConfigError, load_config
+from bookie.config_report import effective_settings, render_json, render_text
+from bookie.config_sources import ignored_line
 from bookie.main import run_daemon
+from pybk.log_level import add_log_level
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--bind", help="listen address (bindAddress, default 0.0.0.0)")
     parser.add_argument("--advertised-address", help="address clients use (advertisedAddress)")
     parser.add_argument("--rack", help="network location advertised for rack-aware placement (bookieRack)")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    add_log_level(parser)
+    parser.add_argument(
+        "--print-config", action="store_true",
+        help="print the effective configuration, each key with where its value came from (default,"
+        " file:line, BK_ variable, command line), and exit without starting",
+    )
+    parser.add_argument("--json", action="store_true", help="with --print-config: print JSON")
     parser.set_defaults(func=run)
 
 
@@ -118,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(args.conf, os.environ, flag_overrides(args))
+        if args.print_config:
+            rows = effective_settings(config)
+            print(render_json(rows) if args.json else render_text(rows), end="" if not args.json else "\n")
+            return 0
+        if config.ignored:
+            log.info("%s", ignored_line(config.ignored))
         bookie_main.registration_factory = BookiePresence.from_bookie_config  # cookie + registration
         return asyncio.run(run_daemon(config))
     except ConfigError as exc:

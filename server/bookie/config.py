@@ -1,24 +1,33 @@
 """Bookie configuration: a ``bk_server.conf``-style file with BookKeeper's key names, overridden by
 ``BK_<key>`` environment variables, overridden by command-line flags.
 
-Everything is typed and validated before the bookie starts: an unknown key or a bad value is a
-:class:`ConfigError` naming the key, the value and where it came from, never a silent default.
+Everything is typed and validated before the bookie starts: a key unknown to BookKeeper too, or a
+bad value, is a :class:`ConfigError` naming the key, the value and where it came from, never a
+silent default.
 Keys that tune storage are handed to :class:`bookie.storage.config.StorageConfig` only when set, so
 the storage layer keeps the defaults it was sized for.
 
-Environment: every ``BK_<key>`` whose key starts with a lower-case letter is read as a key (as
-BookKeeper's docker image does: ``BK_journalDirectories=/data/journal``). Upper-case names such as
-``BK_HOME`` belong to scripts and are left alone.
+Where settings come from, and which BookKeeper keys are accepted without being used, is
+:mod:`bookie.config_sources`; an empty value leaves a key at its default, as in BookKeeper.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bookie.config_sources import (
+    ConfigError,
+    Setting,
+    env_settings,
+    flag_settings,
+    parse_conf_file,
+    sort_settings,
+)
 from bookie.gc.collector import GcSettings
 from bookie.limits import ListenerLimits
 from bookie.security import SecuritySettings, settings_from
@@ -27,15 +36,13 @@ from bookie.storage.config import StorageConfig
 
 log = logging.getLogger(__name__)
 
-ENV_PREFIX = "BK_"
+# ConfigError is re-exported: callers import it from here
+__all__ = ["KEYS", "AutoRecoverySettings", "BookieConfig", "ConfigError", "load_config"]
+
 DEFAULT_JOURNAL_DIR = "/tmp/bk-txn"  # BookKeeper's defaults
 DEFAULT_LEDGER_DIR = "/tmp/bk-data"
 DEFAULT_ZK_SERVERS = "localhost:2181"
 NO_ZK = "none"  # zkServers / --zk value that runs the bookie unregistered
-
-
-class ConfigError(ValueError):
-    """A configuration problem the operator must fix; the daemon exits with code 2."""
 
 
 def _int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
@@ -65,11 +72,29 @@ def _float(minimum: float) -> Callable[[str], float]:
     return parse
 
 
+# parsers of keys written in milliseconds whose value is kept in seconds (--print-config turns
+# a default back into milliseconds)
+MS_PARSERS: set[Callable[[str], float]] = set()
+
+
 def _seconds_from_ms(minimum_ms: int) -> Callable[[str], float]:
     def parse(text: str) -> float:
         return _int(minimum_ms)(text) / 1000.0
 
+    MS_PARSERS.add(parse)
     return parse
+
+
+def _time_limit_from_ms(text: str) -> float:
+    """Milliseconds to seconds; zero or less means no limit (-1.0), as BookKeeper reads it."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError("expected an integer") from None
+    return value / 1000.0 if value > 0 else -1.0
+
+
+MS_PARSERS.add(_time_limit_from_ms)
 
 
 def _placement(text: str) -> str:
@@ -272,11 +297,11 @@ KEYS: dict[str, Key] = {
         help="entries/s compaction may copy, besides compactionRateByBytes (0: no limit)",
     ),
     "minorCompactionMaxTimeMillis": Key(
-        _seconds_from_ms(-1), help="ms a minor compaction pass may run, the least used logs first"
+        _time_limit_from_ms, help="ms a minor compaction pass may run, the least used logs first"
         " (-1: no limit)", gc_field="minor_max_time_s",
     ),
     "majorCompactionMaxTimeMillis": Key(
-        _seconds_from_ms(-1), help="ms a major compaction pass may run, the least used logs first"
+        _time_limit_from_ms, help="ms a major compaction pass may run, the least used logs first"
         " (-1: no limit)", gc_field="major_max_time_s",
     ),
     "isForceGCAllowWhenNoSpace": Key(
@@ -374,7 +399,10 @@ KEYS: dict[str, Key] = {
     "journalBufferedWritesThreshold": Key(_int(1), "journal_buffered_writes_threshold"),
     "journalFlushWhenQueueEmpty": Key(_bool, "journal_flush_when_queue_empty"),
     "journalSyncData": Key(_bool, "journal_sync_data"),
-    "journalRemovePagesFromCache": Key(_bool, "journal_remove_pages_from_cache"),
+    "journalRemoveFromPageCache": Key(_bool, "journal_remove_pages_from_cache"),
+    "journalRemovePagesFromCache": Key(
+        _bool, "journal_remove_pages_from_cache", help="older pybookkeeper name of journalRemoveFromPageCache"
+    ),
     "journalPreAllocSizeMB": Key(_int(1), "journal_pre_alloc_size_mb"),
     "journalMaxSizeMB": Key(_int(1), "journal_max_size_mb"),
     "journalMaxBackups": Key(_int(0), "journal_max_backups"),
@@ -384,6 +412,19 @@ KEYS: dict[str, Key] = {
     "dbStorage_maxThrottleTimeMs": Key(_int(0), "max_throttle_time_ms"),
     "dbStorage_readAheadCacheMaxSizeMb": Key(_int(1), "read_ahead_cache_max_size_mb"),
     "dbStorage_readAheadCacheBatchSize": Key(_int(1), "read_ahead_batch_size"),
+    # RocksDB options of the ledger and location indexes (BookKeeper's DbLedgerStorage keys)
+    "dbStorage_rocksDB_blockCacheSize": Key(
+        _int(0), "rocksdb_block_cache_bytes", help="bytes of RocksDB block cache per index (RocksDB's 8 MiB)"
+    ),
+    "dbStorage_rocksDB_writeBufferSizeMB": Key(
+        _int(1), "rocksdb_write_buffer_mb", help="MiB of RocksDB memtable per index (RocksDB's 64)"
+    ),
+    "dbStorage_rocksDB_blockSize": Key(
+        _int(1024), "rocksdb_block_size", help="bytes per RocksDB data block (RocksDB's 4096)"
+    ),
+    "dbStorage_rocksDB_bloomFilterBitsPerKey": Key(
+        _int(0), "rocksdb_bloom_bits_per_key", help="bits per key of the RocksDB bloom filter (0: none)"
+    ),
     "logSizeLimit": Key(_int(1024 * 1024), "entry_log_size_limit"),
     "minUsableSizeForEntryLogCreation": Key(
         _int(0), "min_usable_for_entry_log_bytes",
@@ -445,6 +486,10 @@ class BookieConfig:
     zk_tls_trust: Path | None = None  # zkTlsTrustStore
     zk_tls_cert: Path | None = None  # zkTlsCertificatePath
     zk_tls_key: Path | None = None  # zkTlsKeyStore
+    # the keys set (file, BK_ variable or flag) with their text and origin, for --print-config and
+    # /api/v1/config/server_config; and BookKeeper's keys that were set but that pybookkeeper ignores
+    settings: Mapping[str, Setting] = field(default_factory=dict, compare=False)
+    ignored: Mapping[str, Setting] = field(default_factory=dict, compare=False)
 
     @property
     def bookie_id(self) -> str:
@@ -458,63 +503,54 @@ class BookieConfig:
         )
 
 
-def parse_conf_file(path: Path) -> dict[str, tuple[str, str]]:
-    """``key -> (value, where)`` from a properties file: ``key=value`` lines, ``#``/``!`` comments."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-    settings: dict[str, tuple[str, str]] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
-        settings[key.strip()] = (value.strip(), f"{path}:{number}")
-    return settings
-
-
-def env_settings(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
-    settings: dict[str, tuple[str, str]] = {}
-    for name, value in environ.items():
-        if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX) : len(ENV_PREFIX) + 1].islower():
-            settings[name[len(ENV_PREFIX) :]] = (value.strip(), f"environment variable {name}")
-    return settings
-
-
 def load_config(
     conf_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, str] | None = None,
 ) -> BookieConfig:
     """Merge file < environment < ``overrides`` (command-line flags, by BookKeeper key name)."""
-    layers: list[dict[str, tuple[str, str]]] = []
+    layers: list[Mapping[str, Setting]] = []
     if conf_file is not None:
         layers.append(parse_conf_file(conf_file))
     layers.append(env_settings(environ or {}))
-    layers.append({key: (value, "command line") for key, value in (overrides or {}).items()})
-    values = _typed(layer for layer in layers)
-    return _build(values)
+    layers.append(flag_settings(overrides or {}))
+    settings = sort_settings(layers, KEYS)
+    _drop_overridden_aliases(settings.used)
+    config = _build(_typed(settings.used))
+    return dataclasses.replace(config, settings=settings.used, ignored=settings.ignored)
 
 
-def _typed(layers: Iterable[dict[str, tuple[str, str]]]) -> dict[str, Any]:
+def _typed(settings: Mapping[str, Setting]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for layer in layers:
-        for key, (text, where) in layer.items():
-            spec = KEYS.get(key)
-            if spec is None:
-                raise ConfigError(f"{where}: unknown configuration key {key!r}")
-            try:
-                value = spec.parse(text)
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: bad value {text!r} for {key}: {exc}") from None
-            if key in ("journalDirectory", "journalDirectories"):
-                values.pop("journalDirectory", None)
-                values.pop("journalDirectories", None)
-            values[key] = value
+    for key, setting in settings.items():
+        try:
+            values[key] = KEYS[key].parse(setting.text)
+        except ConfigError as exc:
+            raise ConfigError(f"{setting.where}: bad value {setting.text!r} for {key}: {exc}") from None
     return values
+
+
+# older key -> the key that replaced it; with both set, the one set last is the one that counts
+_ALIASES = {
+    "journalDirectory": "journalDirectories",
+    "journalRemovePagesFromCache": "journalRemoveFromPageCache",
+}
+
+
+def _drop_overridden_aliases(settings: dict[str, Setting]) -> None:
+    for older, newer in _ALIASES.items():
+        if older in settings and newer in settings:
+            del settings[min((older, newer), key=lambda k: _rank(settings[k].where))]
+
+
+def _rank(where: str) -> tuple[int, int]:
+    """Orders two settings' origins: file lines by number, then the environment, then flags."""
+    if where == "command line":
+        return (2, 0)
+    if where.startswith("environment variable"):
+        return (1, 0)
+    line = where.rpartition(":")[2]
+    return (0, int(line) if line.isdigit() else 0)
 
 
 def _build(values: dict[str, Any]) -> BookieConfig:

@@ -8,7 +8,8 @@ text of the bookie's own registry (BookKeeper's ``/heartbeat`` and ``/metrics``)
 ``/api/v1/bookie/state/readonly`` (``GET``, and ``PUT {"readOnly": true|false}``). The daemon
 also gives ``GET /api/v1/bookie/is_ready`` (200 once the bookie serves and is registered, 503
 before and while it shuts down: a readiness probe) and ``GET /api/v1/bookie/info`` (free and
-total bytes of the ledger directories' disks).
+total bytes of the ledger directories' disks), and ``GET /api/v1/config/server_config`` (the
+effective configuration as BookKeeper answers it, a JSON object of key -> value string).
 
 With TLS (``bookie.security``) it speaks HTTPS, the handshake done on the request's own thread;
 with authentication on, every request needs an identity (client certificate, or ``Authorization:
@@ -31,7 +32,7 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
@@ -93,6 +94,7 @@ class _AdminServer(ThreadingHTTPServer):
     readiness: Callable[[], str | None] | None = None  # why the bookie is not ready (None: it is)
     disk_info: Callable[[], DiskInfo] | None = None
     security: BookieSecurity | None = None
+    server_config: Callable[[], Mapping[str, str]] | None = None  # GET /api/v1/config/server_config
 
     def limit_hit(self, limit: str) -> None:
         if self.limit_stats is not None:
@@ -198,6 +200,8 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
                 self._reply(200, b"", "text/plain; charset=utf-8")
             else:
                 self._reply(503, f"bookie is not ready: {why_not}\n".encode(), "text/plain; charset=utf-8")
+        elif path == "/api/v1/config/server_config" and self.server.server_config is not None:
+            self._json(200, dict(self.server.server_config()))
         elif path == "/api/v1/bookie/info" and self.server.disk_info is not None:
             try:
                 info = self.server.disk_info()
@@ -225,7 +229,12 @@ class _AdminRequestHandler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if not self._allowed(Right.ADMIN):
             return
-        if path == "/api/v1/bookie/gc" and self.server.gc is not None:
+        if path == "/api/v1/config/server_config" and self.server.server_config is not None:
+            # BookKeeper sets a property in memory, seen by whatever reads it later; here every
+            # setting is read once at start, so a change would be reported and not take effect
+            self._json(501, {"error": "settings are read once at start: change the configuration"
+                                      " file or BK_ variable and restart the bookie"})
+        elif path == "/api/v1/bookie/gc" and self.server.gc is not None:
             try:
                 flags = _gc_flags(self._body())
             except ValueError as exc:
@@ -354,6 +363,7 @@ class BookieHttpServer:
         readiness: Callable[[], str | None] | None = None,
         disk_info: Callable[[], DiskInfo] | None = None,
         security: BookieSecurity | None = None,
+        server_config: Callable[[], Mapping[str, str]] | None = None,
         limits: ListenerLimits | None = None,
         limit_stats: LimitStats | None = None,
     ) -> None:
@@ -361,6 +371,7 @@ class BookieHttpServer:
         gives the space for ``/api/v1/bookie/info``; ``security`` TLS and who may call;
         ``limit_stats`` counts refused and cut-off connections."""
         self._security = security
+        self._server_config = server_config
         self._limits = limits or ListenerLimits()
         self._limit_stats = limit_stats
         self._last_log_marks = last_log_marks
@@ -386,6 +397,7 @@ class BookieHttpServer:
         server.readiness = self._readiness
         server.disk_info = self._disk_info
         server.security = self._security
+        server.server_config = self._server_config
         if self._security is not None and self._security.ssl_context is not None:
             server.socket = self._security.ssl_context.wrap_socket(
                 server.socket, server_side=True, do_handshake_on_connect=False

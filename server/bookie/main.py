@@ -19,11 +19,12 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from bkproto.errors import BKError
 from bookie.api import BookieCore
 from bookie.config import BookieConfig, ConfigError
+from bookie.config_report import server_config
 from bookie.disk_monitor import DiskMonitor, DiskStatus
 from bookie.gc import GarbageCollector, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
@@ -140,6 +141,7 @@ class BookieDaemon:
                                          last_log_marks=self.core.last_log_marks, gc=self.gc,
                                          state=self.state, readiness=lambda: self._not_ready,
                                          disk_info=self.core.disk_info, security=security,
+                                         server_config=lambda: server_config(self.config),
                                          limits=config.limits, limit_stats=stats.limits)
             http_port = await asyncio.to_thread(self.http.start)
         if self._freeze_startup_heap:
@@ -258,7 +260,9 @@ async def _logged(step: Awaitable[None], what: str) -> None:
 
 async def run_daemon(config: BookieConfig, core_factory: CoreFactory = storage_core) -> int:
     """Run until SIGTERM/SIGINT; returns the process exit code."""
-    daemon = BookieDaemon(config, core_factory, freeze_startup_heap=True)
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)  # the bookie's own process: CPU, memory, file descriptors
+    daemon = BookieDaemon(config, core_factory, registry, freeze_startup_heap=True)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)

@@ -67,7 +67,8 @@ def test_http_heartbeat_and_metrics(bookie: BookieProcess, stub: bookie_pb2_grpc
     assert http_get(bookie, "/heartbeat") == "OK\n"
     metrics = http_get(bookie, "/metrics")
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 3.0' in metrics
-    assert "bookkeeper_server_READ_ENTRY_REQUEST_bucket" in metrics
+    assert 'bookkeeper_server_READ_ENTRY_REQUEST{quantile="0.999",success="true"}' in metrics
+    assert 'bookie_journal_JOURNAL_SYNC_count{success="true"}' in metrics
     assert http_get(bookie, "/api/v1/bookie/is_ready") == ""  # 200: serving and registered
     info = json.loads(http_get(bookie, "/api/v1/bookie/info"))
     grpc_info = stub.GetBookieInfo(S.GetBookieInfoRequest(requested=S.TOTAL_DISK_CAPACITY))

@@ -11,13 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.test_localcluster import (
-    BOOKIES,
-    SHELL_TIMEOUT_S,
-    LocalClusterRun,
-    pick_ports,
-    running,
-)
+from tests.support.localcluster import BOOKIES, SHELL_TIMEOUT_S, LocalClusterRun, running
+from tests.support.ports import pick_ports
 
 from bkproto import security as wire
 

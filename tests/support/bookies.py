@@ -85,14 +85,17 @@ class BookieProcess:
         http: bool = True,
         extra_args: tuple[str, ...] = (),
         grpc_credentials: grpc.ChannelCredentials | None = None,
+        conf_file: Path | None = None,
     ) -> None:
+        """``conf_file``: run with this file as it is (a stock BookKeeper file), the flags still
+        setting the directories, ports and ZooKeeper; otherwise ``conf`` is written to one."""
         self.base_dir = base_dir
         self.grpc_credentials = grpc_credentials  # a TLS bookie's health is asked over TLS
         base_dir.mkdir(parents=True, exist_ok=True)
         self.zk = zk
         self.journal_dirs = [base_dir / f"journal{i}" for i in range(journal_dirs)]
         self.ledger_dirs = [base_dir / f"ledgers{i}" for i in range(ledger_dirs)]
-        self.conf_path = base_dir / "bk_server.conf"
+        self.conf_path = conf_file or base_dir / "bk_server.conf"
         self.log_path = base_dir / "bookie.log"
         self.http = http
         self.extra_args = extra_args
@@ -102,7 +105,8 @@ class BookieProcess:
         self.bookie_id = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._run_log_offset = 0
-        self.write_conf(conf or {})
+        if conf_file is None:
+            self.write_conf(conf or {})
 
     # -- configuration ------------------------------------------------------------------------
 

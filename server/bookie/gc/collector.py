@@ -29,11 +29,11 @@ from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from bookie.stats import OpLatency, OpStats
 from bookie.storage.compaction import Compacted
 from bookie.storage.log_garbage import LogFacts, LogUsage
-from bookie.storage.stats import LATENCY_BUCKETS_MS
 
 from .explain import GcState, explain, summary
 
@@ -168,10 +168,8 @@ class GcStats:
             "Entry-log bytes no live ledger uses (freed once their logs are deleted or compacted),"
             " at the last collection", registry=registry,
         )
-        self.runtime = Histogram(
-            "bookie_gc_THREAD_RUNTIME", "Duration of one garbage collection (ms)",
-            buckets=LATENCY_BUCKETS_MS, registry=registry,
-        )
+        self.runtime = OpLatency("bookie_gc_THREAD_RUNTIME", "Duration of one garbage collection (ms)")
+        OpStats(registry, [self.runtime])
 
 
 class GarbageCollector:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .kv import RocksTuning
+
 
 def _paths(values: list[Path] | list[str] | tuple[Path | str, ...]) -> list[Path]:
     return [Path(v) for v in values]
@@ -28,7 +30,7 @@ class StorageConfig:
     journal_flush_when_queue_empty: bool = False
     # journalSyncData (true): fdatasync before acknowledging
     journal_sync_data: bool = True
-    # journalRemovePagesFromCache (true): synced journal pages leave the OS page cache
+    # journalRemoveFromPageCache (true): synced journal pages leave the OS page cache
     journal_remove_pages_from_cache: bool = True
     # journalPreAllocSizeMB (16): journal files grow in zero-filled chunks of this size
     journal_pre_alloc_size_mb: int = 16
@@ -61,6 +63,12 @@ class StorageConfig:
     compaction_rate_entries: int = 0
     # flushInterval (10000 ms): write cache is flushed (checkpoint) at least this often
     flush_interval_ms: int = 10_000
+    # dbStorage_rocksDB_blockCacheSize, _writeBufferSizeMB, _blockSize, _bloomFilterBitsPerKey:
+    # options of each RocksDB index; None keeps RocksDB's own default
+    rocksdb_block_cache_bytes: int | None = None
+    rocksdb_write_buffer_mb: int | None = None
+    rocksdb_block_size: int | None = None
+    rocksdb_bloom_bits_per_key: int | None = None
     # not a BookKeeper key: long-poll reads parked at once before new ones are refused
     max_lac_waiters: int = 10_000
 
@@ -71,6 +79,14 @@ class StorageConfig:
             raise ValueError("at least one journal dir and one ledger dir are needed")
         if self.write_cache_max_size_mb < 1:
             raise ValueError("write_cache_max_size_mb must be >= 1")
+
+    def rocksdb_tuning(self) -> RocksTuning:
+        return RocksTuning(
+            block_cache_bytes=self.rocksdb_block_cache_bytes,
+            write_buffer_bytes=_mib(self.rocksdb_write_buffer_mb),
+            block_size=self.rocksdb_block_size,
+            bloom_bits_per_key=self.rocksdb_bloom_bits_per_key,
+        )
 
     @property
     def entry_log_reserve_bytes(self) -> int:
@@ -89,3 +105,7 @@ class StorageConfig:
     @property
     def read_cache_bytes(self) -> int:
         return self.read_ahead_cache_max_size_mb * 1024 * 1024
+
+
+def _mib(value: int | None) -> int | None:
+    return None if value is None else value << 20

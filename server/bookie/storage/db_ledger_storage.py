@@ -35,8 +35,9 @@ from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, HURRY_AT_ACTIVE_SHARE, Flush
 from .health import StorageHealth
 from .journal import Journal, JournalSettings
 from .journal_format import RECORD_HEADER_SIZE, RecordType, entry_record_header, record_update, update_record
+from .kv import RocksTuning
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
-from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv
+from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv, tuned_rocks_kv
 from .log_garbage import LogFacts, LogUsage
 from .read_cache import ReadCache
 from .stats import StorageStats
@@ -49,7 +50,10 @@ class DbLedgerStorage:
     def __init__(self, config: StorageConfig, stats: StorageStats, kv_factory: KvFactory = rocks_kv) -> None:
         self.config = config
         self.stats = stats
-        self._kv_factory = kv_factory
+        tuning = config.rocksdb_tuning()
+        # the operator's RocksDB options apply to the real indexes; a test's factory is left alone
+        tuned = kv_factory is rocks_kv and tuning != RocksTuning()
+        self._kv_factory = tuned_rocks_kv(tuning) if tuned else kv_factory
         self.health = StorageHealth()
         self.dirs: list[LedgerDirectory] = []
         # One journal per journal dir, each with its own writer thread and LastLogMark; a ledger's

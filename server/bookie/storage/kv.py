@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
 
 
 class KeyValueStorage(Protocol):
@@ -44,12 +54,41 @@ class KeyValueStorage(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class RocksTuning:
+    """RocksDB options an operator may set (BookKeeper's ``dbStorage_rocksDB_*`` keys); None keeps
+    RocksDB's default."""
+
+    block_cache_bytes: int | None = None
+    write_buffer_bytes: int | None = None
+    block_size: int | None = None
+    bloom_bits_per_key: int | None = None
+
+    def apply(self, options: Options) -> None:
+        if self.write_buffer_bytes is not None:
+            options.set_write_buffer_size(self.write_buffer_bytes)
+        if self.block_cache_bytes is None and self.block_size is None and self.bloom_bits_per_key is None:
+            return
+        table = BlockBasedOptions()
+        if self.block_cache_bytes is not None:
+            table.set_block_cache(Cache(self.block_cache_bytes))
+        if self.block_size is not None:
+            table.set_block_size(self.block_size)
+        if self.bloom_bits_per_key:
+            table.set_bloom_filter(self.bloom_bits_per_key, False)
+        options.set_block_based_table_factory(table)
+
+
 class RocksKeyValueStorage:
-    def __init__(self, path: Path, *, create: bool = True, read_only: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, create: bool = True, read_only: bool = False, tuning: RocksTuning | None = None
+    ) -> None:
         """``create=False`` refuses a missing index (RocksDB raises) rather than start an empty one.
         ``read_only`` takes no lock and writes nothing, not even its recovery of the log (for
         inspection tools, which hold the lock themselves); such a store refuses writes."""
         options = Options(raw_mode=True)
+        if tuning is not None:
+            tuning.apply(options)
         options.create_if_missing(create and not read_only)
         access = AccessType.read_only() if read_only else AccessType.read_write()
         self._db = Rdict(str(path), options, access_type=access)

@@ -20,7 +20,7 @@ from typing import Protocol
 from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
 from .flush_pacer import FLUSH_SLICE_ENTRIES, INDEX_WORK_PER_BYTE, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
-from .kv import KeyValueStorage, RocksKeyValueStorage
+from .kv import KeyValueStorage, RocksKeyValueStorage, RocksTuning
 from .log_garbage import EntryLogGarbage
 
 CURRENT = "current"  # BookKeeper keeps a directory's files under current/
@@ -47,10 +47,19 @@ def _require_index(path: Path) -> None:
         raise LostIndexError(f"{path} holds no index (no CURRENT file)")
 
 
-def rocks_kv(path: Path, *, create: bool = True) -> KeyValueStorage:
+def rocks_kv(path: Path, *, create: bool = True, tuning: RocksTuning | None = None) -> KeyValueStorage:
     if not create:
         _require_index(path)
-    return RocksKeyValueStorage(path, create=create)
+    return RocksKeyValueStorage(path, create=create, tuning=tuning)
+
+
+def tuned_rocks_kv(tuning: RocksTuning) -> KvFactory:
+    """``rocks_kv`` with the operator's RocksDB options."""
+
+    def factory(path: Path, *, create: bool = True) -> KeyValueStorage:
+        return rocks_kv(path, create=create, tuning=tuning)
+
+    return factory
 
 
 def read_only_kv(path: Path, *, create: bool = False) -> KeyValueStorage:

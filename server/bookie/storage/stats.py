@@ -1,33 +1,26 @@
 """Storage metrics with BookKeeper's names (``BookKeeperServerStats`` / ``DbLedgerStorageStats``).
 
 Registered on the registry given to the bookie, so several bookies can live in one process.
-Latencies are histograms in milliseconds with sub-millisecond buckets (a journal fdatasync on a
-good disk is a fraction of a millisecond). Hot paths observe once per batch or group, never per entry.
+Latencies are BookKeeper op stats (``bookie.stats.OpLatency``: summaries in milliseconds labelled
+``success``, as BookKeeper's Prometheus provider writes them). Hot paths observe once per batch or
+group, never per entry.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-LATENCY_BUCKETS_MS: tuple[float, ...] = (
-    0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 25.0, 50.0, 100.0,
-    250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
-)  # fmt: skip
+from bookie.stats import OpLatency, OpStats
 
 
 class StorageStats:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.journal_add_entry = Histogram(
+        self.journal_add_entry = OpLatency(
             "bookie_journal_JOURNAL_ADD_ENTRY",
             "Journal add latency (ms): enqueue to durable, observed once per batch",
-            buckets=LATENCY_BUCKETS_MS,
-            registry=registry,
         )
-        self.journal_sync = Histogram(
-            "bookie_journal_JOURNAL_SYNC",
-            "Journal group write + fdatasync latency (ms)",
-            buckets=LATENCY_BUCKETS_MS,
-            registry=registry,
+        self.journal_sync = OpLatency(
+            "bookie_journal_JOURNAL_SYNC", "Journal group write + fdatasync latency (ms)"
         )
         self.journal_queue_size = Gauge(
             "bookie_journal_JOURNAL_QUEUE_SIZE", "Journal records waiting to be written", registry=registry
@@ -38,12 +31,8 @@ class StorageStats:
         self.write_cache_size = Gauge(
             "bookie_write_cache_size", "Bytes in the write cache (both halves)", registry=registry
         )
-        self.flush = Histogram(
-            "bookie_flush",
-            "Write-cache flush latency (ms): entry log + index + checkpoint",
-            buckets=LATENCY_BUCKETS_MS,
-            registry=registry,
-        )
+        self.flush = OpLatency("bookie_flush", "Write-cache flush latency (ms): entry log, index, mark")
+        OpStats(registry, [self.journal_add_entry, self.journal_sync, self.flush])
         self.throttled_adds = Counter(
             "bookie_throttled_write_requests", "Adds that waited for write-cache room", registry=registry
         )

@@ -61,7 +61,7 @@ def option_value(argv: list[str], flag: str) -> str:
 
 def test_compose_uses_current_spec_and_expected_services(compose: dict[str, Any]) -> None:
     assert "version" not in compose, "top-level version is obsolete in the compose spec"
-    assert set(compose["services"]) == {"zookeeper", *PYBK_SERVICES, "prometheus"}
+    assert set(compose["services"]) == {"zookeeper", *PYBK_SERVICES, "prometheus", "grafana"}
 
 
 def test_the_image_is_built_once_and_shared(services: dict[str, Any]) -> None:
@@ -160,3 +160,16 @@ def test_the_image_installs_from_the_wheelhouse_only() -> None:
     assert re.search(r'^ENTRYPOINT \["pybk"\]', text, flags=re.MULTILINE)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert ignored[-2:] == ["*", "!deploy/wheels/"], "the build context must not carry .venv or data"
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(services: dict[str, Any]) -> None:
+    mounts = {m.split(":")[1]: (DEPLOY / m.split(":")[0]).resolve() for m in services["grafana"]["volumes"]
+              if m.startswith("./")}
+    provisioning = mounts["/etc/grafana/provisioning"]
+    source = load_yaml(str(provisioning.relative_to(DEPLOY) / "datasources" / "prometheus.yml"))
+    assert source["datasources"][0]["url"] == "http://127.0.0.1:9090"  # the compose Prometheus
+    provider = load_yaml(str(provisioning.relative_to(DEPLOY) / "dashboards" / "pybookkeeper.yml"))
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    assert (mounts["/var/lib/grafana/dashboards"] / "pybookkeeper.json").is_file()
+    rules_mount = next(m for m in services["prometheus"]["volumes"] if m.endswith("prometheus-rules.yml:ro"))
+    assert load_yaml("prometheus.yml")["rule_files"] == [rules_mount.split(":")[1]]

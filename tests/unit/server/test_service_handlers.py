@@ -310,7 +310,10 @@ async def test_health_and_metrics(harness: Harness) -> None:
     text = generate_latest(harness.registry).decode()
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 1.0' in text
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="false"} 1.0' in text
-    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_bucket{le="0.25",success="true"}' in text
+    # BookKeeper's op stat shape: a summary with quantiles, NaN for an outcome not seen lately
+    assert "# TYPE bookkeeper_server_ADD_ENTRY_REQUEST summary" in text
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST{quantile="0.99",success="true"}' in text
+    assert 'bookkeeper_server_READ_ENTRY_REQUEST{quantile="0.5",success="true"} NaN' in text
 
 
 async def test_stop_answers_started_batches_then_ends_the_stream(harness: Harness) -> None:
