@@ -31,7 +31,13 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from bkmeta.named_log import LogCommit, LogSegment
 from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
@@ -132,13 +138,18 @@ def _batch(ledger_id: int, entry_ids: list[int], values: list[bytes]) -> pa.Reco
     )
 
 
-class LogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """The driver's side of a streaming read: offsets, limits, partitions (see the module)."""
 
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
         self.source = SourceOptions.parse(dict(opts.source))
         self._bk: BookKeeper | None = None  # the driver's client, kept across micro-batches
+        self._target: int | None = None  # trigger(availableNow=True): the head when it began
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Read up to the log's head as it is now, in micro-batches the rate limits allow."""
+        self._target = self._next_seq()
 
     def _client(self) -> BookKeeper:
         if self._bk is None:
@@ -174,6 +185,9 @@ class LogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         """The log's head, or with a limit the end of the whole commits it allows from ``start``."""
         commits = self._commits()
         head = commits[-1].seq + 1 if commits else self._next_seq()
+        if self._target is not None:
+            head = min(head, self._target)
+            commits = [c for c in commits if c.seq < head]
         if start is None or limit is None or isinstance(limit, ReadAllAvailable):
             return {"commit": max(head, start["commit"] if start else 0)}
         first = int(start["commit"])
