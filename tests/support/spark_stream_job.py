@@ -1,6 +1,6 @@
 """A streaming driver for the Spark tests: ``readStream.format("bookkeeper")`` -> upper-case ->
-``writeStream.format("bookkeeper")`` with a checkpoint. Run as a script (see
-:func:`tests.support.spark_logs.start_stream_job`)."""
+``writeStream.format("bookkeeper")`` with a checkpoint, the format found by Spark's data-source
+discovery. Run as a script (see :func:`tests.support.spark_logs.start_stream_job`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import tempfile
 def main(zk: str, source: str, sink: str, checkpoint: str, mode: str) -> None:
     from pyspark.sql import SparkSession
 
-    from bkclient.spark import BookKeeperDataSource
-
     spark = (
         SparkSession.builder.master("local[2]").appName("pybk-stream-job")
         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
@@ -20,7 +18,7 @@ def main(zk: str, source: str, sink: str, checkpoint: str, mode: str) -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(BookKeeperDataSource)
+    # No spark.dataSource.register: Spark finds format("bookkeeper") through pyspark_bookkeeper.
     stream = (
         spark.readStream.format("bookkeeper").option("zkServers", zk)
         .option("maxEntriesPerTrigger", "1").load(source)
