@@ -208,11 +208,6 @@ def close_worker_clients() -> None:
             bk.close()
 
 
-def worker_clients_open() -> int:
-    """How many shared clients this process holds."""
-    return len(_clients)
-
-
 def new_write_id() -> str:
     return uuid.uuid4().hex
 

@@ -43,6 +43,7 @@ from bkmeta.named_log import LogCommit, LogSegment
 from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
 
 from .spark_sink import SinkOptions
+from .spark_sink import _int as int_option
 from .sync import BookKeeper
 
 __all__ = ["EntryRange", "LogStreamReader", "SourceOptions", "entry_batches", "plan_partitions"]
@@ -82,16 +83,8 @@ class SourceOptions:
 
 
 def _positive(raw: Mapping[str, str], key: str) -> int | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise IncorrectParameterError(f"option {key!r} must be an integer, got {value!r}") from None
-    if number < 1:
-        raise IncorrectParameterError(f"option {key!r} must be at least 1, got {number}")
-    return number
+    """An optional integer option of at least 1 (checked as the sink checks its own)."""
+    return int_option(raw, key, 1) if key in raw else None
 
 
 @dataclass(frozen=True)
@@ -217,7 +210,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
         missing = sorted(set(range(first, stop)) - {c.seq for c in commits})
         if missing:
             what = (
-                f"log {self.opts.log!r}: commits {_ranges(missing)} of this micro-batch's "
+                f"log {self.opts.log!r}: commits {commit_ranges(missing)} of this micro-batch's "
                 f"{first}..{stop - 1} are gone (truncated by retention or replaced by an "
                 "overwrite) before this query read them"
             )
@@ -243,7 +236,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
             self._bk = None
 
 
-def _ranges(numbers: list[int]) -> str:
+def commit_ranges(numbers: list[int]) -> str:
     """``[1, 2, 3, 7]`` as ``1..3, 7``."""
     parts: list[str] = []
     run_start = prev = numbers[0]
