@@ -30,6 +30,7 @@ from bkmeta.named_log import (
     LOGS_ROOT,
     WRITE_ID_KEY,
     CommitResult,
+    LogCommit,
     LogSegment,
     LogStore,
     PendingLedger,
@@ -139,6 +140,14 @@ class NamedLogs:
     async def segments(self, name: str) -> list[LogSegment]:
         return await self.store.segments(name)
 
+    async def commits(self, name: str) -> list[LogCommit]:
+        """The log's commits in order, each with its number and segments."""
+        return await self.store.commits(name)
+
+    async def next_seq(self, name: str) -> int:
+        """The number the log's next commit will get (0 if the log does not exist yet)."""
+        return await self.store.next_seq(name)
+
     async def pending(self, name: str) -> dict[int, PendingLedger]:
         """Ledgers registered to writes not committed yet (or whose writer died)."""
         return await self.store.pending(name)
@@ -240,12 +249,16 @@ class NamedLogs:
             async for entry in self.read_segment(seg, password):
                 yield entry
 
-    async def read_segment(self, seg: LogSegment, password: bytes = b"") -> AsyncIterator[LedgerEntry]:
-        if seg.entries == 0:
+    async def read_segment(
+        self, seg: LogSegment, password: bytes = b"", first: int = 0, last: int | None = None
+    ) -> AsyncIterator[LedgerEntry]:
+        """Entries ``first .. last`` of a segment (by default all of them), in order."""
+        last = seg.entries - 1 if last is None else min(last, seg.entries - 1)
+        if first > last:
             return
         handle = await self._bk.open_ledger(seg.ledger_id, password, recovery=False)
         try:
-            async for entry in handle.read(0, seg.entries - 1):
+            async for entry in handle.read(first, last):
                 yield entry
         finally:
             await handle.close()

@@ -16,8 +16,14 @@ version under an app id (``txnAppId``, by default the checkpoint location), so a
 replays after a failure is not appended twice. Batch writes can do the same with ``txnAppId`` and
 ``txnVersion`` (Delta Lake's options for idempotent ``foreachBatch`` writes).
 
-Reads give ``ledger_id``, ``entry_id`` and ``value`` (binary), one partition per segment, in the
-log's order.
+Reads give ``ledger_id``, ``entry_id`` and ``value`` (binary), one partition per segment (a long
+segment split into entry ranges), in the log's order. ``spark.readStream.format("bookkeeper")``
+streams a log commit by commit (:mod:`bkclient.spark_source`: offsets, ``startingOffsets``,
+``failOnDataLoss``, rate limits).
+
+Both directions go through Arrow: writers take the ``value`` column of each Arrow record batch
+in one call to the client, readers yield record batches. Each Python worker keeps one client
+(ZooKeeper session and bookie connections) for all the tasks it runs.
 
 Executors need ``bkclient`` installed and Spark's Python data sources need ``pyarrow``; both come
 with ``pip install 'pybookkeeper[spark]'``.
@@ -30,10 +36,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
@@ -44,7 +54,8 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from bkmeta.named_log import LogSegment
 from bkproto.errors import IncorrectParameterError, UnexpectedConditionError
 
-from .spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
+from .spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition_batches
+from .spark_source import EntryRange, LogStreamReader, SourceOptions, entry_batches, plan_partitions
 
 __all__ = ["BookKeeperDataSource", "SegmentWritten"]
 
@@ -70,6 +81,9 @@ class BookKeeperDataSource(DataSource):  # type: ignore[misc]
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _LogReader(SinkOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogStreamReader(SinkOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         opts = SinkOptions.parse(self.options)
@@ -110,9 +124,21 @@ def value_index(schema: StructType) -> int:
     )
 
 
-def _values(rows: Iterator[Any], index: int) -> Iterator[object]:
-    for row in rows:
-        yield row[index]
+def _value_batches(batches: Iterator[pa.RecordBatch], task: int) -> Iterator[list[bytes]]:
+    """Each Arrow batch's ``value`` column as entry bytes (strings as their UTF-8 bytes: Arrow
+    stores them so, the cast copies no text)."""
+    rows = 0
+    for batch in batches:
+        column = batch.column(batch.schema.get_field_index("value"))
+        if column.null_count:
+            row = rows + column.to_pylist().index(None)
+            raise IncorrectParameterError(
+                f"partition {task}, row {row}: 'value' is null; an entry needs bytes"
+            )
+        rows += len(column)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            column = column.cast(pa.binary() if pa.types.is_string(column.type) else pa.large_binary())
+        yield column.to_pylist()
 
 
 def _task() -> int:
@@ -125,7 +151,7 @@ def _segments(messages: list[WriterCommitMessage | None]) -> list[LogSegment | N
     return [m.segment if isinstance(m, SegmentWritten) else None for m in messages]
 
 
-class _BatchWriter(DataSourceWriter):  # type: ignore[misc]
+class _BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, opts: SinkOptions, index: int, overwrite: bool, write_id: str) -> None:
         self.opts = opts
         self.index = index
@@ -134,7 +160,8 @@ class _BatchWriter(DataSourceWriter):  # type: ignore[misc]
 
     def write(self, iterator: Iterator[Any]) -> SegmentWritten:
         task = _task()
-        return SegmentWritten(write_partition(self.opts, self.write_id, task, _values(iterator, self.index)))
+        values = _value_batches(iterator, task)
+        return SegmentWritten(write_partition_batches(self.opts, self.write_id, task, values))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         commit_write(self.opts, self.write_id, _segments(messages), overwrite=self.overwrite)
@@ -143,7 +170,7 @@ class _BatchWriter(DataSourceWriter):  # type: ignore[misc]
         abort_write(self.opts, self.write_id)
 
 
-class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+class _StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     """One write id per micro-batch, so a batch's commit sweeps only that batch's leftovers.
 
     The id is derived from (app id, batch id), not drawn at random: Spark makes the writer more
@@ -165,7 +192,9 @@ class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
         if batch_id is None:
             raise UnexpectedConditionError("no micro-batch id in this streaming task's context")
-        segment = write_partition(self.opts, self._write_id(batch_id), _task(), _values(iterator, self.index))
+        task = _task()
+        values = _value_batches(iterator, task)
+        segment = write_partition_batches(self.opts, self._write_id(batch_id), task, values)
         return SegmentWritten(segment)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -187,23 +216,16 @@ class _StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         abort_write(self.opts, self._write_id(batchId))
 
 
-@dataclass
-class _SegmentPartition(InputPartition):  # type: ignore[misc]
-    segment: LogSegment
-
-
 class _LogReader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
+        self.source = SourceOptions.parse(dict(opts.source))
 
-    def partitions(self) -> list[_SegmentPartition]:
+    def partitions(self) -> list[EntryRange]:
         with self.opts.client() as bk:
             segments = bk.logs(self.opts.logs_root).segments(self.opts.log)
-        return [_SegmentPartition(seg) for seg in segments if seg.entries > 0]
+        return plan_partitions(segments, self.source.max_entries_per_partition)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, bytes]]:
-        assert isinstance(partition, _SegmentPartition)
-        with self.opts.client() as bk:
-            logs = bk.logs(self.opts.logs_root)
-            for entry in logs.read_segment(partition.segment, self.opts.segment.password):
-                yield entry.ledger_id, entry.entry_id, entry.data
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, EntryRange)
+        return entry_batches(self.opts, partition)

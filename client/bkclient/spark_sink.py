@@ -17,9 +17,12 @@ transaction (:mod:`bkmeta.named_log`), so readers see all of a write or none of 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
+import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bkmeta.model import DigestType
@@ -29,7 +32,7 @@ from bkproto.errors import IncorrectParameterError
 
 from .config import ClientConfig
 from .named_log import SegmentOptions
-from .sync import BookKeeper
+from .sync import BookKeeper, SegmentWriter
 from .tls import security_from_settings
 
 log = logging.getLogger(__name__)
@@ -41,11 +44,16 @@ SECURITY_OPTIONS = (
     "tlsHostnameVerificationEnabled", "zkEnableSecurity", "zkDigestAuthFile", "zkTlsTrustStore",
     "zkTlsCertificatePath", "zkTlsKeyStore",
 )
+# The streaming reader's (``bkclient.spark_source``); kept as text here, parsed there.
+SOURCE_OPTIONS = (
+    "startingOffsets", "failOnDataLoss", "maxEntriesPerTrigger", "maxBytesPerTrigger",
+    "maxEntriesPerPartition",
+)
 # Spark hands options over case-insensitively (lower-cased); documented spellings are these.
 _KNOWN = (
     "zkServers", "log", "path", "ensembleSize", "writeQuorumSize", "ackQuorumSize", "digestType",
     "password", "logsRootPath", "maxOutstandingAdds", "txnAppId", "txnVersion", "checkpointLocation",
-    *SECURITY_OPTIONS,
+    *SECURITY_OPTIONS, *SOURCE_OPTIONS,
 )
 _BY_LOWER = {k.lower(): k for k in _KNOWN}
 
@@ -62,6 +70,7 @@ class SinkOptions:
     checkpoint_location: str | None = None
     # SECURITY_OPTIONS given (kept as text: the options travel pickled to executors)
     security: tuple[tuple[str, str], ...] = ()
+    source: tuple[tuple[str, str], ...] = ()  # SOURCE_OPTIONS given
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -103,6 +112,7 @@ class SinkOptions:
             txn_version=txn_version,
             checkpoint_location=raw.get("checkpointLocation") or None,
             security=tuple((k, raw[k]) for k in SECURITY_OPTIONS if k in raw),
+            source=tuple((k, raw[k]) for k in SOURCE_OPTIONS if k in raw),
         )
 
     def client_config(self) -> ClientConfig:
@@ -117,6 +127,11 @@ class SinkOptions:
 
     def client(self) -> BookKeeper:
         return BookKeeper(self.zk_servers, self.client_config())
+
+    def worker_client(self) -> contextlib.AbstractContextManager[BookKeeper]:
+        """This process's client for these options, made once and reused by every task the
+        Python worker runs (Spark reuses workers), closed when the worker exits."""
+        return _worker_client(self)
 
     def check_batch(self) -> None:
         """A batch write versions itself only with both options (a stream uses its batch ids)."""
@@ -154,6 +169,45 @@ def _digest(value: str) -> DigestType:
         raise IncorrectParameterError(f"option 'digestType' must be one of {names}, got {value!r}") from None
 
 
+# One client per (cluster, client settings) per process: a ZooKeeper session and bookie
+# connections cost more to open than a small task's whole write.
+_clients: dict[tuple[object, ...], BookKeeper] = {}
+_clients_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _worker_client(opts: SinkOptions) -> Iterator[BookKeeper]:
+    key = (opts.zk_servers, opts.max_outstanding_adds, opts.security)
+    with _clients_lock:
+        bk = _clients.get(key)
+        if bk is None:
+            if not _clients:
+                atexit.register(close_worker_clients)
+            bk = _clients[key] = opts.client()
+    try:
+        yield bk
+    except IncorrectParameterError:
+        raise  # the input's fault; the client is fine
+    except BaseException:
+        # The client may be what failed (its session expired, say): the next task starts afresh.
+        with _clients_lock:
+            if _clients.get(key) is bk:
+                del _clients[key]
+        with contextlib.suppress(Exception):
+            bk.close()
+        raise
+
+
+def close_worker_clients() -> None:
+    """Close this process's shared clients (at exit, or by a test)."""
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for bk in clients:
+        with contextlib.suppress(Exception):
+            bk.close()
+
+
 def new_write_id() -> str:
     return uuid.uuid4().hex
 
@@ -182,13 +236,42 @@ def write_partition(
     first = next(iterator, _END)
     if first is _END:
         return None
-    with opts.client() as bk:
+    def append_rows(writer: SegmentWriter) -> None:
+        writer.append(as_entry(first, task, 0))
+        for row, value in enumerate(iterator, start=1):
+            writer.append(as_entry(value, task, row))
+
+    return _write_segment(opts, write_id, task, append_rows)
+
+
+def write_partition_batches(
+    opts: SinkOptions, write_id: str, task: int, batches: Iterable[Sequence[bytes]]
+) -> LogSegment | None:
+    """Like :func:`write_partition`, for values that come in batches (an Arrow batch's column):
+    each batch goes to the client in one call, and is sent while the next is made."""
+    iterator = (batch for batch in batches if len(batch) > 0)
+    first = next(iterator, None)
+    if first is None:
+        return None
+
+    def append_batches(writer: SegmentWriter) -> None:
+        writer.append_batch(first)
+        for batch in iterator:
+            writer.append_batch(batch)
+
+    return _write_segment(opts, write_id, task, append_batches)
+
+
+def _write_segment(
+    opts: SinkOptions, write_id: str, task: int, fill: Callable[[SegmentWriter], None]
+) -> LogSegment:
+    """One ledger of the log, filled by ``fill``; on failure the ledger is deleted (best effort;
+    the commit or abort sweeps it otherwise)."""
+    with opts.worker_client() as bk:
         logs = bk.logs(opts.logs_root)
         writer = logs.open_segment(opts.log, write_id, task, opts.segment)
         try:
-            writer.append(as_entry(first, task, 0))
-            for row, value in enumerate(iterator, start=1):
-                writer.append(as_entry(value, task, row))
+            fill(writer)
             return writer.close()
         except BaseException:
             try:

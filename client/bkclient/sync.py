@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from bkmeta.log_retention import Truncation
 from bkmeta.model import DigestType, LedgerMetadata, Versioned
-from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, PendingLedger
+from bkmeta.named_log import LOGS_ROOT, CommitResult, LogCommit, LogSegment, PendingLedger
 from bkproto.errors import BKError
 
 from . import bookkeeper as aio
@@ -361,6 +361,7 @@ class SegmentWriter:
         self._writer = writer
         self._batch: list[bytes] = []
         self._batch_bytes = 0
+        self._pending: concurrent.futures.Future[None] | None = None
 
     @property
     def ledger_id(self) -> int:
@@ -375,10 +376,24 @@ class SegmentWriter:
     def _send(self) -> None:
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         if batch:
+            self._wait_pending()
             self._runner.run(self._writer.append_many(batch))
+
+    def append_batch(self, values: Sequence[bytes]) -> None:
+        """Send a whole batch (an Arrow batch's values) while the caller builds the next: the
+        previous batch's sending is waited for first, so at most one is in flight here."""
+        self._send()
+        self._wait_pending()
+        self._pending = self._runner.submit(self._writer.append_many(values))
+
+    def _wait_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def close(self) -> LogSegment:
         self._send()
+        self._wait_pending()
         return self._runner.run(self._writer.close())
 
 
@@ -394,6 +409,12 @@ class NamedLogs:
 
     def segments(self, name: str) -> list[LogSegment]:
         return self._runner.run(self._logs.segments(name))
+
+    def commits(self, name: str) -> list[LogCommit]:
+        return self._runner.run(self._logs.commits(name))
+
+    def next_seq(self, name: str) -> int:
+        return self._runner.run(self._logs.next_seq(name))
 
     def pending(self, name: str) -> dict[int, PendingLedger]:
         return self._runner.run(self._logs.pending(name))
@@ -429,5 +450,7 @@ class NamedLogs:
     def read(self, name: str, password: bytes = b"") -> Iterator[LedgerEntry]:
         return self._runner.iterate(self._logs.read(name, password))
 
-    def read_segment(self, segment: LogSegment, password: bytes = b"") -> Iterator[LedgerEntry]:
-        return self._runner.iterate(self._logs.read_segment(segment, password))
+    def read_segment(
+        self, segment: LogSegment, password: bytes = b"", first: int = 0, last: int | None = None
+    ) -> Iterator[LedgerEntry]:
+        return self._runner.iterate(self._logs.read_segment(segment, password, first, last))

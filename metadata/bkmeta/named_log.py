@@ -191,6 +191,13 @@ class LogStore:
     async def exists(self, name: str) -> bool:
         return await self._zk.exists(self.path(name)) is not None
 
+    async def next_seq(self, name: str) -> int:
+        """The number the log's next commit will get (0 for a log not made yet). Commits are
+        numbered without gaps, so a number below this one that no commit carries was removed
+        (truncated or overwritten): a streaming reader's offsets rest on this."""
+        got = await self._get_or_none(self.path(name))
+        return 0 if got is None else _LogHeader.from_bytes(got[0], self.path(name)).next
+
     # ---- writers ---------------------------------------------------------------------------
 
     async def register_pending(self, name: str, ledger_id: int, write_id: str) -> None:
