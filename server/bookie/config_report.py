@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bookie.config import KEYS, MS_PARSERS, BookieConfig
+from bookie.config import BookieConfig
+from bookie.config_keys import KEYS, MS_PARSERS
 
 DEFAULT = "default"
 IGNORED = "ignored"  # set, known to BookKeeper, unused by pybookkeeper
