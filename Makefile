@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required" if sys.version_info < (3, 11) else 0)'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[server,spark,dev]'
+	$(PY) -m pip install -q -e '.[server,spark,verify,dev]'
 	touch $(STAMP)
 
 # Starts a local cluster (real ZooKeeper + 3 bookies) in the foreground until Ctrl-C.
