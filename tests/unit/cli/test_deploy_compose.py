@@ -163,6 +163,7 @@ def test_the_image_installs_from_the_wheelhouse_only() -> None:
 
 
 def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(services: dict[str, Any]) -> None:
+    assert services["grafana"]["profiles"] == ["grafana"], "no stand-in image: opt-in only"
     mounts = {m.split(":")[1]: (DEPLOY / m.split(":")[0]).resolve() for m in services["grafana"]["volumes"]
               if m.startswith("./")}
     provisioning = mounts["/etc/grafana/provisioning"]
