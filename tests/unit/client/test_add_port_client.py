@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.unit.server.fake_bookie_core import FakeBookieCore
+from tests.support.fake_bookie_core import FakeBookieCore
 from tests.unit.server.test_service_handlers import body
 
 from bkclient.bookie_client import BookieClient, BookieClientOptions

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.unit.server.storage_helpers import BookieHost, InMemoryHost, OnDiskHost, make_config
+from tests.support.storage_helpers import BookieHost, InMemoryHost, OnDiskHost, make_config
 
 
 @pytest.fixture(params=["db", "memory"])

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.unit.server.fake_bookie_core import FakeBookieCore
+from tests.support.fake_bookie_core import FakeBookieCore
 from tests.unit.server.test_service_handlers import add, body
 
 from bkproto.add_port import FRAME_HEADER, MAX_FRAME_BYTES, PREFACE, frame, read_frame

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tests.unit.server.storage_helpers import (
+from tests.support.storage_helpers import (
     KEY,
     BookieHost,
     add_all,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.unit.server.storage_helpers import (
+from tests.support.storage_helpers import (
     KEY,
     OTHER_KEY,
     BookieHost,

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.unit.server.page_cache import PAGE, resident
+from tests.support.page_cache import PAGE, resident
 
 from bookie.config import load_config
 from bookie.storage.entry_logger import LOCATION, RECORD_HEADER_SIZE, EntryLogger, log_name

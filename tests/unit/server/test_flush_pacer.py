@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.unit.server.storage_helpers import add_all, add_op, make_config
+from tests.support.storage_helpers import add_all, add_op, make_config
 
 from bookie.on_disk import bookie_on_disk
 from bookie.storage.flush_pacer import FlushPacer

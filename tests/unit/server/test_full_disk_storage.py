@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import pytest
-from tests.unit.server.storage_helpers import add_all, add_op, make_bookie, make_config
+from tests.support.storage_helpers import add_all, add_op, make_bookie, make_config
 
 from bookie.bookie import Bookie
 from bookie.storage import journal as journal_module

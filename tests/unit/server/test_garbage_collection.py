@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.unit.server.storage_helpers import add_all, add_op, body, make_bookie, make_config
+from tests.support.storage_helpers import add_all, add_op, body, make_bookie, make_config
 
 from bkproto.v1 import bookie_pb2
 from bookie.bookie import Bookie

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.unit.server.page_cache import PAGE, resident
+from tests.support.page_cache import PAGE, resident
 
 from bookie.storage.journal_file import JournalFile
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.unit.server.fake_bookie_core import FakeBookieCore
+from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2

@@ -7,7 +7,7 @@ import asyncio
 import random
 
 import pytest
-from tests.unit.server.storage_helpers import (
+from tests.support.storage_helpers import (
     KEY,
     OTHER_KEY,
     GatedSync,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.unit.server.storage_helpers import KEY, add_all, add_op, body, lac_body, make_bookie, make_config
+from tests.support.storage_helpers import KEY, add_all, add_op, body, lac_body, make_bookie, make_config
 
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 from tests.support.memory_zk import READONLY, WRITABLE, bookie_znodes, zookeeper_with_faults
-from tests.unit.server.storage_helpers import add_all, add_op, make_bookie, make_config
+from tests.support.storage_helpers import add_all, add_op, make_bookie, make_config
 
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
 from bkproto.v1 import bookie_pb2

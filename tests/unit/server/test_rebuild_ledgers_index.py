@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.unit.server.storage_helpers import KEY, OTHER_KEY, add_all, add_op, body, make_bookie, make_config
+from tests.support.storage_helpers import KEY, OTHER_KEY, add_all, add_op, body, make_bookie, make_config
 
 from bkproto.v1 import bookie_pb2
 from bookie.errors import BookieError

@@ -11,7 +11,7 @@ import urllib.request
 
 import grpc.aio
 import pytest
-from tests.unit.server.fake_bookie_core import FakeBookieCore
+from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc

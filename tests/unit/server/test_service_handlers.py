@@ -11,7 +11,7 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, generate_latest
-from tests.unit.server.fake_bookie_core import FakeBookieCore
+from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkproto.entry_format import HEADER, LAC_HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.unit.server.storage_helpers import add_all, add_op, body, make_bookie, make_config
+from tests.support.storage_helpers import add_all, add_op, body, make_bookie, make_config
 
 from bkproto.v1 import bookie_pb2
 from bookie.bookie import Bookie
