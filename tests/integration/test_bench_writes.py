@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
+from tests.support.client_cluster import ClientCluster, client_cluster
 
 from bkclient import LedgerState
 from pybk.main import main

@@ -10,7 +10,7 @@ import os
 import signal
 
 import pytest
-from tests.integration.test_client_read_cluster import (
+from tests.support.client_cluster import (
     PASSWORD,
     ClientCluster,
     client_cluster,

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.integration.test_client_read_cluster import (
+from tests.support.client_cluster import (
     PASSWORD,
     ClientCluster,
     client_cluster,
@@ -84,7 +84,7 @@ WRITER_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     from bkclient import BookKeeper, DigestType
-    from tests.integration.test_client_read_cluster import PASSWORD, payload
+    from tests.support.client_cluster import PASSWORD, payload
 
     async def main(zk):
         bk = await BookKeeper.connect(zk)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.integration.test_client_read_cluster import (
+from tests.support.client_cluster import (
     PASSWORD,
     ClientCluster,
     client_cluster,

@@ -9,7 +9,7 @@ import signal
 import threading
 
 import pytest
-from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
+from tests.support.client_cluster import ClientCluster, client_cluster
 
 from bkclient import (
     BadRequestError,

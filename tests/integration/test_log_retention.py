@@ -8,8 +8,8 @@ import asyncio
 import json
 
 import pytest
-from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
 from tests.integration.test_named_log import shell
+from tests.support.client_cluster import ClientCluster, client_cluster
 
 from bkclient import IncorrectParameterError, MetadataVersionError, NoSuchLedgerError
 from bkclient.bookkeeper import BookKeeper

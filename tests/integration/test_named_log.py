@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
+from tests.support.client_cluster import ClientCluster, client_cluster
 
 from bkclient import IncorrectParameterError, LedgerFencedError, MetadataStoreError, NoSuchLedgerError
 from bkclient import sync as bksync

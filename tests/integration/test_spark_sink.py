@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
+from tests.support.client_cluster import ClientCluster, client_cluster
 
 from bkclient import sync as bksync
 from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition

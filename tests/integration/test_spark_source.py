@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.test_client_read_cluster import ClientCluster, client_cluster
 from tests.integration.test_spark_sink import spark
+from tests.support.client_cluster import ClientCluster, client_cluster
 from tests.support.spark_logs import (
     append_commit,
     commit_count,

@@ -8,7 +8,7 @@ ensemble). It then waits for a line on stdin (the test pauses a bookie meanwhile
 every entry acknowledged to it, until it is killed. Its add timeout is long, so it never changes the
 ensemble on its own: whatever a paused bookie did not get stays on the other replica only.
 
-Entry ``i`` carries ``payload(i)``, with the password of ``tests.integration.test_client_read_cluster``.
+Entry ``i`` carries ``payload(i)``, with the password of ``tests.support.client_cluster``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _ADD_TIMEOUT_S = 600.0  # the test kills the writer long before
 
 
 async def _main(zk_hosts: str, acked_first: int, appended_after: int) -> None:
-    from tests.integration.test_client_read_cluster import PASSWORD, payload
+    from tests.support.client_cluster import PASSWORD, payload
 
     bk = await BookKeeper.connect(zk_hosts, ClientConfig(add_entry_timeout_s=_ADD_TIMEOUT_S))
     await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) >= 3, 30)

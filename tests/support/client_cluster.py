@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from tests.support.bookies import BookieFactory, BookieProcess
 
 from bkclient import BookKeeper, ClientConfig
 from bkmeta import MetadataClient
+from tests.support.bookies import BookieFactory, BookieProcess
 
 pytestmark = pytest.mark.integration
 
