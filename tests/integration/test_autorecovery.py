@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from tests.integration.test_recover_bookie import (
+from tests.support.bookies import BookieFactory, BookieProcess
+from tests.support.recover_cluster import (
     FAST_EXPIRY,
     PASSWORD,
-    _ledger_on,
-    _replicas_hold_every_entry,
+    ledger_on,
     new_cluster,
+    replicas_hold_every_entry,
 )
-from tests.support.bookies import BookieFactory, BookieProcess
 
 from autorecovery import LeaderElection
 from bkclient import BookKeeper, BookKeeperAdmin, LedgerFencedError
@@ -105,12 +105,12 @@ async def test_a_lost_bookie_is_re_replicated_without_an_operator(
                                auditorPeriodicBookieCheckInterval="0") as (bookies, bk, service):
         addresses = {b.bookie_id: b.address for b in bookies}
         victim = bookies[0]
-        closed = await _ledger_on(bk, victim.bookie_id)
+        closed = await ledger_on(bk, victim.bookie_id)
         data = [os.urandom(200) for _ in range(50)]
         for payload in data:
             await closed.append(payload)
         await closed.close()
-        idle = await _ledger_on(bk, victim.bookie_id)  # open, and its writer adds nothing more
+        idle = await ledger_on(bk, victim.bookie_id)  # open, and its writer adds nothing more
         for payload in data[:20]:
             await idle.append(payload)
 
@@ -129,7 +129,7 @@ async def test_a_lost_bookie_is_re_replicated_without_an_operator(
         for md, ledger_id, expected in expected_data:
             reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
             assert [e.data async for e in reader.read(0, md.last_entry_id)] == expected
-            await asyncio.to_thread(_replicas_hold_every_entry, md, ledger_id, addresses)
+            await asyncio.to_thread(replicas_hold_every_entry, md, ledger_id, addresses)
         metrics = await asyncio.to_thread(_metrics, log_path)
         assert metrics["autorecovery_leader"] == 1.0
         assert metrics["autorecovery_ledgers_rereplicated_total"] == 2
@@ -148,7 +148,7 @@ async def test_a_bookie_back_within_the_delay_is_left_alone(
         bookies, bk, _,
     ):
         victim = bookies[0]
-        ledger = await _ledger_on(bk, victim.bookie_id)
+        ledger = await ledger_on(bk, victim.bookie_id)
         await ledger.append(b"kept where it is")
         await ledger.close()
         await asyncio.to_thread(victim.kill9)

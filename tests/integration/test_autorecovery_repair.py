@@ -19,14 +19,14 @@ from typing import NamedTuple
 import pytest
 from tests.integration.test_autorecovery import _start_autorecovery
 from tests.integration.test_cookie_commands import format_args
-from tests.integration.test_recover_bookie import (
-    PASSWORD,
-    _replicas_hold_every_entry,
-    new_cluster,
-    pybk_shell,
-)
 from tests.support.autorecovery import served_entries, service_metrics, should_hold
 from tests.support.bookies import BookieFactory, BookieProcess
+from tests.support.recover_cluster import (
+    PASSWORD,
+    new_cluster,
+    pybk_shell,
+    replicas_hold_every_entry,
+)
 
 from bkclient import BookKeeper, DigestType
 from bkmeta.model import LedgerMetadata
@@ -127,7 +127,7 @@ async def _check_all_there(bk: BookKeeper, bookies: list[BookieProcess], ledger_
                            md: LedgerMetadata) -> None:
     assert await bk.ledger_metadata(ledger_id) == md  # repaired in place: the ensemble is unchanged
     addresses = {b.bookie_id: b.address for b in bookies}
-    await asyncio.to_thread(_replicas_hold_every_entry, md, ledger_id, addresses)
+    await asyncio.to_thread(replicas_hold_every_entry, md, ledger_id, addresses)
     reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
     assert [e.data async for e in reader.read(0, ENTRIES - 1)] == data
 

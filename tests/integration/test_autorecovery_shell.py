@@ -8,7 +8,7 @@ import asyncio
 import json
 
 import pytest
-from tests.integration.test_recover_bookie import pybk_shell
+from tests.support.recover_cluster import pybk_shell
 
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.underreplication import UnderreplicationIndex

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 from tests.integration.test_autorecovery import _logged, _metrics, watched_cluster
-from tests.integration.test_recover_bookie import _ledger_on, pybk_shell
 from tests.support.bookies import BookieFactory
+from tests.support.recover_cluster import ledger_on, pybk_shell
 
 from autorecovery import AutoRecovery
 from autorecovery import service as service_module
@@ -106,7 +106,7 @@ async def test_disabled_autorecovery_copies_nothing_until_enabled(
     ) as (bookies, bk, _):
         victim = bookies[0]
         await asyncio.to_thread(_json, zk_hosts, "autorecovery", "--disable")  # say, a rolling restart
-        ledger = await _ledger_on(bk, victim.bookie_id)
+        ledger = await ledger_on(bk, victim.bookie_id)
         for i in range(20):
             await ledger.append(b"entry %d" % i)
         await ledger.close()
@@ -138,7 +138,7 @@ async def test_the_clusters_delay_overrides_the_configured_one_at_runtime(
     async with watched_cluster(zk_hosts, bookie_factory, log_path, lostBookieRecoveryDelay="3600",
                                auditorPeriodicBookieCheckInterval="0") as (bookies, bk, service):
         victim = bookies[0]
-        ledger = await _ledger_on(bk, victim.bookie_id)
+        ledger = await ledger_on(bk, victim.bookie_id)
         await ledger.append(b"copied once the operator says so")
         await ledger.close()
         # the leader seeds the cluster's value from its configuration

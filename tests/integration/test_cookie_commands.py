@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.integration.test_recover_bookie import new_cluster, pybk_shell
 from tests.support.bookies import BookieFactory, BookieProcess, BookieStartError
+from tests.support.recover_cluster import new_cluster, pybk_shell
 
 from bkclient import BookKeeper, DigestType
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from tests.integration.test_bookie_gc import ENTRY, PASSWORD, _collected, _fetch, _http, _trigger
-from tests.integration.test_recover_bookie import pybk_shell
 from tests.support.bookies import BookieFactory
+from tests.support.recover_cluster import pybk_shell
 
 from bkclient import BookKeeper, DigestType
 from bkmeta.metadata_client import MetadataClient

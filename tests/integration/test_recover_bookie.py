@@ -9,62 +9,22 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 
-import grpc
 import pytest
-from tests.support.bookies import BookieFactory, BookieProcess, BookieStartError
+from tests.support.bookies import BookieFactory, BookieStartError
+from tests.support.recover_cluster import (
+    FAST_EXPIRY,
+    PASSWORD,
+    ledger_on,
+    new_cluster,
+    pybk_shell,
+    replicas_hold_every_entry,
+)
 
-from bkclient import BookKeeper, DigestType, LedgerState, WriteHandle
-from bkclient.distribution import RoundRobinDistribution
+from bkclient import BookKeeper, DigestType, LedgerState
 from bkmeta.metadata_client import MetadataClient
-from bkmeta.model import LedgerMetadata
-from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 pytestmark = pytest.mark.integration
-
-PASSWORD = b"recover"
-FAST_EXPIRY = {"zkTimeout": "4000"}  # a killed bookie's registration goes 4 s after a kill -9
-
-
-def pybk_shell(zk: str, *args: str, as_json: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pybk", "shell", "--zk", zk, *(["--json"] if as_json else []), *args],
-        check=False, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )
-
-
-async def _ledger_on(bk: BookKeeper, bookie_id: str) -> WriteHandle:
-    """A new E3 Qw2 Qa2 ledger whose ensemble holds ``bookie_id``."""
-    for _ in range(50):
-        handle = await bk.create_ledger(3, 2, 2, DigestType.CRC32C, PASSWORD)
-        if bookie_id in handle.ensemble:
-            return handle
-        await handle.close()
-    raise AssertionError(f"no ensemble with {bookie_id} in 50 tries")
-
-
-async def new_cluster(
-    zk_hosts: str, bookie_factory: BookieFactory, count: int, conf: dict[str, str] | None = None
-) -> list[BookieProcess]:
-    """A fresh cluster's metadata and ``count`` bookie processes on it."""
-    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
-        await meta.init_new_cluster()
-    return [await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=conf) for _ in range(count)]
-
-
-def _replicas_hold_every_entry(md: LedgerMetadata, ledger_id: int, addresses: dict[str, str]) -> None:
-    """Each entry is on every bookie its write set names (raw reads, one bookie at a time)."""
-    distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
-    for entry_id in range(md.last_entry_id + 1):
-        ensemble = md.ensemble_for(entry_id)
-        for slot in distribution.write_set(entry_id):
-            with grpc.insecure_channel(addresses[ensemble[slot]]) as channel:
-                reply = bookie_pb2_grpc.BookieStub(channel).ReadEntry(
-                    bookie_pb2.ReadRequest(ledger_id=ledger_id, entry_id=entry_id), timeout=10
-                )
-            assert reply.status == bookie_pb2.EOK, (ledger_id, entry_id, ensemble[slot])
 
 
 async def test_a_dead_bookie_is_re_replicated_and_writers_carry_on(
@@ -76,15 +36,15 @@ async def test_a_dead_bookie_is_re_replicated_and_writers_carry_on(
     data = {name: [os.urandom(300) for _ in range(60)] for name in ("closed", "moved", "orphan")}
     async with await BookKeeper.connect(zk_hosts) as bk:
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
-        closed = await _ledger_on(bk, victim.bookie_id)
-        moved = await _ledger_on(bk, victim.bookie_id)
+        closed = await ledger_on(bk, victim.bookie_id)
+        moved = await ledger_on(bk, victim.bookie_id)
         for payload in data["closed"]:
             await closed.append(payload)
         await closed.close()
         for payload in data["moved"][:30]:
             await moved.append(payload)
         async with await BookKeeper.connect(zk_hosts) as gone:  # a writer that dies: never closes
-            orphan = await _ledger_on(gone, victim.bookie_id)
+            orphan = await ledger_on(gone, victim.bookie_id)
             for payload in data["orphan"]:
                 await orphan.append(payload)
 
@@ -116,7 +76,7 @@ async def test_a_dead_bookie_is_re_replicated_and_writers_carry_on(
             assert md.is_closed and victim.bookie_id not in md.all_bookies(), (name, md.segments)
             reader = await bk.open_ledger(handle.ledger_id, PASSWORD, recovery=False)
             assert [e.data async for e in reader.read(0, md.last_entry_id)] == data[name], name
-            await asyncio.to_thread(_replicas_hold_every_entry, md, handle.ledger_id, addresses)
+            await asyncio.to_thread(replicas_hold_every_entry, md, handle.ledger_id, addresses)
 
         again = await asyncio.to_thread(pybk_shell, zk_hosts, "recover", victim.bookie_id, "-f")
         assert again.returncode == 0 and json.loads(again.stdout)["ledgers"] == []  # nothing left
@@ -160,7 +120,7 @@ async def test_decommissioning_a_stopped_bookie_moves_its_data_and_retires_its_i
         retired = bookies[0]
         async with await BookKeeper.connect(zk_hosts) as bk:
             await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
-            ledger = await _ledger_on(bk, retired.bookie_id)
+            ledger = await ledger_on(bk, retired.bookie_id)
             data = [os.urandom(100) for _ in range(30)]
             for payload in data:
                 await ledger.append(payload)
@@ -183,7 +143,7 @@ async def test_decommissioning_a_stopped_bookie_moves_its_data_and_retires_its_i
             assert retired.bookie_id not in md.all_bookies()
             reader = await bk.open_ledger(ledger.ledger_id, PASSWORD, recovery=False)
             assert [e.data async for e in reader.read(0, md.last_entry_id)] == data
-            await asyncio.to_thread(_replicas_hold_every_entry, md, ledger.ledger_id, addresses)
+            await asyncio.to_thread(replicas_hold_every_entry, md, ledger.ledger_id, addresses)
         assert await meta.zk.exists(meta.layout.cookie(retired.bookie_id)) is None
     # its old directories cannot rejoin: their cookie no longer matches the cluster's
     with pytest.raises(BookieStartError, match=r"hold a cookie but \S+ does not exist"):
@@ -197,7 +157,7 @@ async def test_listunderreplicated_and_friends_name_what_a_lost_bookie_leaves_sh
     victim, other = bookies[0], bookies[1]
     async with await BookKeeper.connect(zk_hosts) as bk:
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
-        short = [await _ledger_on(bk, victim.bookie_id) for _ in range(2)]
+        short = [await ledger_on(bk, victim.bookie_id) for _ in range(2)]
         spared = await bk.create_ledger(2, 2, 2, DigestType.CRC32C, PASSWORD)
         while victim.bookie_id in spared.ensemble:  # one the lost bookie holds nothing of
             await spared.close()
