@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 GRPC_ENDPOINT_ID = "bookie"
 HTTP_ENDPOINT_ID = "http"
 DEFAULT_RACK = "/default-rack"
+_REREGISTER_RETRY_S = 1.0  # between attempts to re-register after a session expiry
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class BookieRegistration:
         self._stale_wait_s = stale_wait_s or zk.session_timeout_s * 1.5 + 1.0
         self._read_only = False
         self._registered = False
+        self._reregister_pending = False  # a re-registration failed while disconnected
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -216,17 +218,36 @@ class BookieRegistration:
                 log.info("bookie %s is now %s", self._info.bookie_id, now)
 
     def _on_session_event(self, event: SessionEvent) -> None:
-        if event != SessionEvent.NEW_SESSION:
+        retry = event == SessionEvent.RECONNECTED and self._reregister_pending
+        if event != SessionEvent.NEW_SESSION and not retry:
             return
+        self._reregister_pending = False
         task = asyncio.ensure_future(self._reregister())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _reregister(self) -> None:
-        try:
-            await self.register()
-        except MetadataStoreError:
-            log.exception("bookie %s could not re-register after session expiry", self._info.bookie_id)
+        """Register on the new session, and again after a retriable failure (a connection loss
+        with the create in flight): once reconnected if the connection is down, after a pause
+        if not. Nothing else would put the ephemeral back: a session that survives a
+        connection loss brings no NEW_SESSION."""
+        while True:
+            try:
+                await self.register()
+                return
+            except MetadataStoreError as exc:
+                if not exc.retriable:
+                    log.exception("bookie %s could not re-register after session expiry",
+                                  self._info.bookie_id)
+                    return
+                if not self._zk.connected:
+                    log.warning("bookie %s could not re-register after session expiry: %s; retrying "
+                                "once reconnected", self._info.bookie_id, exc)
+                    self._reregister_pending = True
+                    return
+                log.warning("bookie %s could not re-register after session expiry: %s; retrying",
+                            self._info.bookie_id, exc)
+            await asyncio.sleep(_REREGISTER_RETRY_S)
 
     async def close(self) -> None:
         """Unregister (delete the ephemeral now rather than at session end)."""

@@ -15,6 +15,7 @@ from .network import LinkProfile
 from .trace import Trace
 from .workload import PASSWORD, Reader, Writer
 from .world import Broken, SeedTree, Swarm, World
+from .zk import ZK
 
 FIXED_SWARM = Swarm(
     bookies=4,
@@ -80,3 +81,29 @@ async def recovery_dies_after_its_ensemble_change(world: World) -> tuple[int, in
     checker = Reader(world, "checker")
     reopened = await (await checker.client()).open_ledger(ledger_id, password=PASSWORD)
     return last_acked, reopened.metadata.last_entry_id
+
+
+async def reregistration_cut_off_from_zookeeper(world: World) -> tuple[bool, bool]:
+    """Seed 2581 (found at a7a6703): a bookie's session expires while its link to ZooKeeper is
+    slow, so its re-registration's create is still on the way when a partition cuts the bookie
+    from ZooKeeper. The create fails with a connection loss, and the partition heals before the
+    session times out: the session survives (RECONNECTED, no NEW_SESSION), without its
+    ephemeral. Returns whether the session survived the partition (what the scenario needs) and
+    whether the bookie is registered again once everything healed."""
+    bookie = sorted(world.bookies)[0]
+    slow = LinkProfile(latency_ms=1000.0, jitter_ms=0.0)  # an operation takes 2 s
+    world.network.links[(bookie, ZK)] = world.network.links[(ZK, bookie)] = slow
+    world.expire_bookie_session(bookie)  # its ephemeral goes; the re-registration begins
+    await asyncio.sleep(0.5)  # its create is on the way
+    session = world.registrations[bookie].zk
+    renewed_id = session.session_id
+    world.network.partition({bookie}, {bookie, ZK})
+    await asyncio.sleep(3.0)  # the create arrives cut off; the session has not expired yet
+    world.network.heal()
+    world.network.links.clear()
+    survived = session.connected and session.session_id == renewed_id
+    try:
+        await world.all_registered(timeout_s=300.0)
+    except TimeoutError:
+        return survived, False
+    return survived, True

@@ -16,7 +16,11 @@ import pytest
 from tests.sim.checkers import Final, no_ack_after_fence
 from tests.sim.report import failure_report
 from tests.sim.runner import run_seed
-from tests.sim.scenarios import recovery_dies_after_its_ensemble_change, run_scenario
+from tests.sim.scenarios import (
+    recovery_dies_after_its_ensemble_change,
+    reregistration_cut_off_from_zookeeper,
+    run_scenario,
+)
 from tests.sim.trace import HistoryOp
 from tests.sim.world import World
 
@@ -111,3 +115,19 @@ def test_seed_1466_an_add_to_a_deleted_ledger_may_be_acknowledged_after_its_fenc
     assert no_ack_after_fence(history, final) == []
     final.deleted = set()
     assert [v.checker for v in no_ack_after_fence(history, final)] == ["no_ack_after_fence"]
+
+
+def test_seed_2581_a_bookie_whose_re_registration_is_cut_off_registers_once_reconnected() -> None:
+    """Seed 2581 (at a7a6703): after a session expiry, the bookie's re-registration failed with
+    a connection loss and was never retried, since its session then survived the partition (no
+    new session, so no new re-registration): the bookie stayed unregistered for good.
+    ``BookieRegistration`` now retries a failed re-registration once reconnected."""
+    outcome: dict[str, tuple[bool, bool]] = {}
+
+    async def scenario(world: World) -> None:
+        outcome["result"] = await reregistration_cut_off_from_zookeeper(world)
+
+    run_scenario(scenario)
+    session_survived, registered = outcome["result"]
+    assert session_survived  # else a new session re-registers anyway and this tests nothing
+    assert registered
