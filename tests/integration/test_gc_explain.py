@@ -65,11 +65,14 @@ async def test_the_explainer_names_the_pinning_ledgers_and_what_deleting_them_fr
             assert log["live_bytes"] == live and log["reclaimable_bytes"] == log["size_bytes"] - live
             if log["live_share"] >= 0.4:
                 assert log["verdict"] == "above_threshold", log
-                assert f"above the major threshold 0.4 by {log['live_share'] - 0.4:.3f}" in log["why"]
+                # the report rounds the share to 4 places, the sentence the margin to 3: compare loosely
+                margin = float(log["why"].split("above the major threshold 0.4 by ")[1].split()[0])
+                assert abs(margin - (log["live_share"] - 0.4)) < 0.0011, log["why"]
                 named = log["would_free_it"]["delete_ledgers"]
                 assert named and set(named) <= longs
-            else:
-                assert log["verdict"] == "waiting_major", log
+            else:  # a log the interleaving left nearly empty is the next minor compaction's
+                kind = "minor" if log["live_share"] < 0.1 else "major"
+                assert log["verdict"] == f"waiting_{kind}", log
         pinned = [log for log in report if log["verdict"] == "above_threshold"]
         assert len(pinned) >= 2, report  # the seed's case: logs kept by a few long-lived ledgers
         # sorted by what could be reclaimed
