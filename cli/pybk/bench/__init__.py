@@ -7,19 +7,21 @@ Each target lives in its own module with ``register(subparsers)``; all report th
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Any
 
-BENCH_MODULES: tuple[str, ...] = (
-    "pybk.bench.writes",
-    "pybk.bench.bookie",
-    "pybk.bench.reads",
-    "pybk.bench.tail",
-    "pybk.bench.metadata",
-    "pybk.bench.journal_disk",
-    "pybk.bench.auditcheck",
-    "pybk.bench.rereplicate",
-)
+from pybk.extras import register_commands
+
+# Module -> target name (known without importing it, for a target whose extra is missing).
+BENCH_MODULES: dict[str, str] = {
+    "pybk.bench.writes": "writes",
+    "pybk.bench.bookie": "bookie",
+    "pybk.bench.reads": "reads",
+    "pybk.bench.tail": "tail",
+    "pybk.bench.metadata": "metadata",
+    "pybk.bench.journal_disk": "journal-disk",
+    "pybk.bench.auditcheck": "auditcheck",
+    "pybk.bench.rereplicate": "rereplicate",
+}
 
 
 def register(subparsers: Any) -> None:
@@ -28,5 +30,4 @@ def register(subparsers: Any) -> None:
         help="run a benchmark (bookie, writes, reads, tail, metadata, journal-disk, auditcheck, rereplicate)",
     )
     targets = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
-    for name in BENCH_MODULES:
-        importlib.import_module(name).register(targets)
+    register_commands(targets, BENCH_MODULES)
