@@ -31,7 +31,6 @@ def register(targets: Any) -> None:
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     async with await BookKeeper.connect(args.zk) as bk:
-        await asyncio.sleep(1.0)  # the bookie watcher's first view
         checker = LedgerChecker(bk, args.rate)
         total = LedgerCheckResult()
         passes = 0

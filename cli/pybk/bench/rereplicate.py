@@ -33,7 +33,6 @@ def register(targets: Any) -> None:
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     async with await BookKeeper.connect(args.zk) as bk:
-        await asyncio.sleep(1.0)  # the bookie watcher's first view
         bookie = args.bookie or sorted(bk.ctx.bookie_watcher.writable_bookies())[0]
         throttle = ByteRateLimiter(args.rate_bytes) if args.rate_bytes > 0 else None
         entries = nbytes = 0
