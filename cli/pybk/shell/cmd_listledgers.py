@@ -7,10 +7,11 @@ import argparse
 import asyncio
 from typing import Any
 
+from bkclient.admin_views import metadata_dict
 from bkmeta import CorruptLedgerMetadataError
 from bkproto.errors import NoSuchLedgerError
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import bookie_id, metadata_dict, metadata_lines
+from pybk.shell.ledger_view import bookie_id, metadata_lines
 
 # Metadata reads in flight at once with -m: enough to hide ZooKeeper round trips, bounded so a
 # cluster with a million ledgers does not queue a million requests.
