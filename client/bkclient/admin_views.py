@@ -1,6 +1,7 @@
 """What the shell (``pybk shell``) and the HTTP admin API (``bookie.http``) both answer, written
-once: a ledger's metadata as a JSON-ready dict, the cluster at a glance, each bookie's disk space,
-the under-replicated ledgers, triggering an audit, and a bookie's sanity check.
+once: a ledger's metadata as a JSON-ready dict (and reading many of them), the cluster at a
+glance, each bookie's disk space, the under-replicated ledgers, triggering an audit, and a
+bookie's sanity check.
 
 Each function works on a connected :class:`~bkclient.BookKeeper` (or its metadata) and returns
 plain data; the shell prints it as text or ``--json``, the HTTP API in BookKeeper's shapes.
@@ -15,16 +16,18 @@ import contextlib
 import datetime
 import os
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from bkclient.admin import BookKeeperAdmin
 from bkclient.bookkeeper import BookKeeper
 from bkclient.placement import BookieRacks
-from bkmeta.model import LedgerMetadata
+from bkmeta.ledger_manager import LedgerManager
+from bkmeta.model import LedgerMetadata, Versioned
 from bkmeta.replication_control import ReplicationControl
+from bkmeta.serde import CorruptLedgerMetadataError
 from bkmeta.underreplication import UnderreplicationIndex
-from bkproto.errors import BKError, NotEnoughBookiesError
+from bkproto.errors import BKError, NoSuchLedgerError, NotEnoughBookiesError
 
 INFO_TIMEOUT_S = 10.0  # how long one bookie may take to tell its disk space
 SANITY_PASSWORD = b"bookiesanity"
@@ -192,3 +195,29 @@ async def _write_read_delete(bk: BookKeeper, entries: int) -> None:
             await bk.delete_ledger(writer.ledger_id)
         raise
     await bk.delete_ledger(writer.ledger_id)
+
+
+# Metadata reads in flight at once when listing many ledgers: enough to hide ZooKeeper round
+# trips, bounded so a cluster with a million ledgers does not queue a million requests.
+METADATA_READ_CONCURRENCY = 32
+
+
+async def read_metadata_many(
+    manager: LedgerManager, ledger_ids: Sequence[int], on_corrupt: Callable[[int, Exception], None],
+) -> list[tuple[int, Versioned[LedgerMetadata]]]:
+    """The metadata of each of ``ledger_ids`` that still exists, in their order; a ledger deleted
+    meanwhile is left out, one whose metadata is corrupt too, after ``on_corrupt`` (one bad znode
+    must not hide the others)."""
+    limit = asyncio.Semaphore(METADATA_READ_CONCURRENCY)
+
+    async def read(ledger_id: int) -> tuple[int, Versioned[LedgerMetadata]] | None:
+        async with limit:
+            try:
+                return ledger_id, await manager.read_ledger_metadata(ledger_id)
+            except NoSuchLedgerError:
+                return None  # deleted between listing and reading
+            except CorruptLedgerMetadataError as exc:
+                on_corrupt(ledger_id, exc)
+                return None
+
+    return [found for found in await asyncio.gather(*(read(i) for i in ledger_ids)) if found is not None]
