@@ -61,6 +61,14 @@ def status_of(exc: Exception) -> int:
     return 500
 
 
+def message_of(exc: Exception) -> str:
+    """The error text of an answer: the API's own refusals speak for themselves, other errors
+    are named by their kind (BookKeeper's, as NoSuchLedgerError)."""
+    if isinstance(exc, BadRequest | Conflict | Unavailable):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 async def json_object(request: web.Request, example: str) -> dict[str, Any]:
     """The request's body as a JSON object (the server has read it already, bounded)."""
     body = await request.read()

@@ -37,7 +37,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from bkproto import security as wire
-from bookie.http.replies import error_reply, status_of
+from bookie.http.replies import error_reply, message_of, status_of
 from bookie.limits import ConnectionCounter, LimitStats, ListenerLimits, peer_host
 from bookie.security import BookieSecurity, Right
 
@@ -230,7 +230,7 @@ class AdminHttpServer:
             if status >= 500:
                 log.warning("http %s %s failed: %s", request.method, request.path, exc,
                             exc_info=status == 500)
-            return error_reply(status, f"{type(exc).__name__}: {exc}")
+            return error_reply(status, message_of(exc))
 
     def _why(self, request: web.Request, exc: web.HTTPException) -> str:
         if exc.status == 405:
