@@ -112,6 +112,10 @@ def autorecovery_routes(cluster: ClusterAccess, job: BackgroundJob, rate_bytes: 
         delete_cookie = flag(body.get("delete_cookie"), "delete_cookie", False)
         # bookie_dest is accepted and ignored, as BookKeeper does: the placement policy picks
         bk = await cluster.client()
+        if delete_cookie:  # a running bookie without its cookie could not restart
+            running = [b for b in sources if await bk.ctx.bookie_watcher.is_registered(b)]
+            if running:
+                raise Conflict(f"{', '.join(running)} still registered: stop it before deleting its cookie")
         what = f"recovering {', '.join(sources)}"
         job.start(what, lambda: _recover(bk, sources, delete_cookie, rate_bytes))
         return text_reply("Success send recover request command")

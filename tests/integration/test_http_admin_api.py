@@ -201,6 +201,9 @@ async def test_every_autorecovery_endpoint_on_the_autorecovery_process(
         still_there = await call(http.call, "PUT", "/api/v1/autorecovery/decommission",
                                  {"bookie_src": alive.bookie_id})
         assert still_there.status == 409 and "still registered" in still_there.json()["error"]
+        keep_cookie = await call(http.call, "PUT", "/api/v1/autorecovery/bookie",
+                                 {"bookie_src": [alive.bookie_id], "delete_cookie": True})
+        assert keep_cookie.status == 409 and "still registered" in keep_cookie.json()["error"]
         decommission = await call(http.call, "PUT", "/api/v1/autorecovery/decommission",
                                   {"bookie_src": lost.bookie_id})
         assert (decommission.status, decommission.text) == (
