@@ -11,6 +11,10 @@ Security, as BookKeeper's AutoRecoveryMain, from the same keys as a bookie's: it
 (``tlsTrustStore``, ``tlsCertificatePath``, ``tlsKeyStore``) are the client's towards the
 bookies, and ``zkEnableSecurity`` / ``zkDigestAuthFile`` its ZooKeeper identity. Without them,
 the client settings of the environment apply (``PYBK_CLIENT_CONF``, ``bkclient.tls``).
+
+With ``--http-port`` it serves BookKeeper's ``/api/v1/autorecovery/*`` admin calls, ``/heartbeat``
+and ``/metrics`` (docs/http-api.md) on ``httpServerHost`` (127.0.0.1), with the bookie's TLS,
+authentication (every call that changes something needs the admin right) and HTTP limits.
 """
 
 from __future__ import annotations
