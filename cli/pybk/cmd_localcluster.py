@@ -33,9 +33,9 @@ replicated ledger as a self-check, print what runs where, and stay up until Ctrl
 then stop every process (bookies first) and exit 0.
 
 Files under --data-dir D: D/zookeeper, D/bookie-<i>/{journal,ledgers}, D/logs/<process>.log.
-Bookie i listens on BASE_PORT+i (gRPC) and BASE_PORT+100+i (HTTP: /heartbeat, /metrics).
+Bookie i listens on BASE_PORT+i (gRPC) and BASE_PORT+100+i (HTTP admin API and /metrics).
 With --autorecovery, a `pybk autorecovery` process re-replicates the data of a bookie that stays
-down (lostBookieRecoveryDelay 0); its metrics are on BASE_PORT+99, its log in D/logs.
+down (lostBookieRecoveryDelay 0); its admin API and metrics are on BASE_PORT+99, its log in D/logs.
 With --tls, a throw-away CA and certificates go to D/tls: every listener speaks TLS and takes
 the caller's identity from its client certificate; clients and tools find theirs through
 PYBK_CLIENT_CONF=D/tls/client.conf (the banner says so).
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, metavar="D",
                         help="where data and logs live; kept across runs (default: a temporary directory)")
     parser.add_argument("--autorecovery", action="store_true",
-                        help="also run pybk autorecovery (metrics on BASE_PORT+99)")
+                        help="also run pybk autorecovery (admin API and metrics on BASE_PORT+99)")
     parser.add_argument("--tls", action="store_true",
                         help="TLS with client certificates on every bookie listener (certificates in D/tls)")
     parser.add_argument("--grace", type=float, default=10.0, metavar="S",

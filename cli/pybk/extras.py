@@ -18,6 +18,7 @@ EXTRA_OF_MODULE: Mapping[str, str] = {
     "grpc_health": "server",
     "grpc_reflection": "server",
     "cryptography": "server",
+    "aiohttp": "server",
     "pyspark": "spark",
     "pyarrow": "spark",
 }

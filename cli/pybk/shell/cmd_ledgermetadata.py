@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bkclient.admin_views import metadata_dict
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import metadata_dict, metadata_lines, non_negative
+from pybk.shell.ledger_view import metadata_lines, non_negative
 
 
 def register(commands: Any) -> None:

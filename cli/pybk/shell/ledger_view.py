@@ -2,7 +2,8 @@
 bookiesanity, deleteledger): a client on the shell's metadata session, and one way to show ledger
 metadata and entries, as JSON-ready dicts and as text lines.
 
-Passwords are never printed (``has_password`` only), as BookKeeper's ``toSafeString`` does.
+Passwords are never printed (``has_password`` only), as BookKeeper's ``toSafeString`` does;
+``metadata_dict`` is :mod:`bkclient.admin_views`' (the HTTP admin API answers it too).
 """
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import datetime
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from bkclient import BookKeeper, ClientConfig, IncorrectParameterError, LedgerEntry, LedgerMetadata
+from bkclient import BookKeeper, ClientConfig, IncorrectParameterError, LedgerEntry
 from bkclient.admin import check_bookie_id
 from bkclient.context import ClientContext
 from pybk.shell.context import ShellContext
@@ -95,38 +95,6 @@ def add_rate_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate-bytes", type=non_negative, default=0, metavar="N",
                         help="copy at most N bytes of entries per second (BookKeeper's"
                              " replicationRateByBytes; default 0: no limit)")
-
-
-def _custom_value(raw: bytes) -> str:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return "base64:" + base64.b64encode(raw).decode()
-    return text if text.isprintable() else "base64:" + base64.b64encode(raw).decode()
-
-
-def _ctime(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).isoformat(timespec="milliseconds")
-
-
-def metadata_dict(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]:
-    return {
-        "ledger_id": ledger_id,
-        "state": md.state.name,
-        "ensemble_size": md.ensemble_size,
-        "write_quorum_size": md.write_quorum_size,
-        "ack_quorum_size": md.ack_quorum_size,
-        "last_entry_id": md.last_entry_id,
-        "length": md.length,
-        "digest_type": md.digest_type.name,
-        "has_password": bool(md.password),
-        "ctime": md.ctime,
-        "ctime_iso": _ctime(md.ctime),
-        "custom_metadata": {k: _custom_value(v) for k, v in sorted(md.custom_metadata.items())},
-        "segments": [
-            {"first_entry_id": s.first_entry_id, "bookies": list(s.bookies)} for s in md.segments
-        ],
-    }
 
 
 def metadata_lines(data: Mapping[str, Any]) -> list[str]:
