@@ -35,6 +35,7 @@ from bkmeta.bookie_presence import zk_security_of
 from bookie.config import BookieConfig, ConfigError, load_config
 from bookie.http import BookieHttpServer
 from bookie.security import BookieSecurity
+from pybk.help_text import description_from
 from pybk.log_level import add_log_level
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "autorecovery",
         help="re-replicate the data of lost bookies automatically (run one or more per cluster)",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=description_from(__doc__),
     )
     parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers)")

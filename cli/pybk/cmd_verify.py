@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pybk.json_option import add_json_option
 from pybk.localcluster.cluster import StartupError
 from pybk.localcluster.layout import ClusterLayout, LayoutError
 from pybk.verify.nemesis import ALL_KINDS
@@ -74,7 +75,7 @@ def register(subparsers: Any) -> None:
                         help="how long the cluster may take to be healthy after faults heal (default 60)")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="D",
                         help="keep data, logs and histories here (default: a temporary directory, removed)")
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_json_option(parser, "print the summary as one JSON object")
     parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                         help="draw throughput and latency over time with the faults marked")
     parser.set_defaults(func=run, parser=parser)

@@ -14,6 +14,7 @@ from typing import Any
 
 from autorecovery.checks import LedgerChecker, LedgerCheckResult
 from bkclient import BookKeeper
+from pybk.arg_types import non_negative, non_negative_float
 
 
 def register(targets: Any) -> None:
@@ -21,10 +22,11 @@ def register(targets: Any) -> None:
         "auditcheck", help="time autorecovery's ledger check over every closed ledger"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("--rate", type=int, default=10_000,
+    parser.add_argument("--rate", type=non_negative, default=10_000,
                         help="entries compared per second at most (auditorLedgerCheckEntriesPerSecond;"
                         " default 10000, 0: no limit)")
-    parser.add_argument("--time", type=float, default=0.0, help="check again and again for this long (s)")
+    parser.add_argument("--time", type=non_negative_float, default=0.0,
+                        help="check again and again for this long (s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
 

@@ -30,6 +30,7 @@ import grpc.aio
 from bkclient.tls import security_from_environ
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from pybk.arg_types import non_negative, positive
 from pybk.bench.report import BenchResult, Progress, percentile
 
 MiB = 1024 * 1024
@@ -46,26 +47,17 @@ def register(subparsers: Any) -> None:
         "bookie", help="add throughput and latency of one bookie (like BookKeeper's BenchBookie)"
     )
     parser.add_argument("--bookie", required=True, help="HOST:PORT of the bookie")
-    parser.add_argument("--entries", type=int, default=100_000, help="entries in the throughput phase")
-    parser.add_argument("--size", type=int, default=1024, help="payload bytes per entry")
-    parser.add_argument("--window", type=int, default=10_000, help="max entries outstanding")
-    parser.add_argument("--batch", type=int, default=500, help="max entries per stream message")
-    parser.add_argument("--latency-entries", type=int, default=2000, help="single-outstanding adds")
-    parser.add_argument("--warmup", type=int, default=2000, help="warm-up entries (not reported)")
+    parser.add_argument("--entries", type=positive, default=100_000, help="entries in the throughput phase")
+    parser.add_argument("--size", type=positive, default=1024, help="payload bytes per entry")
+    parser.add_argument("--window", type=positive, default=10_000, help="max entries outstanding")
+    parser.add_argument("--batch", type=positive, default=500, help="max entries per stream message")
+    parser.add_argument("--latency-entries", type=non_negative, default=2000, help="single-outstanding adds")
+    parser.add_argument("--warmup", type=non_negative, default=2000, help="warm-up entries (not reported)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
 
-def _check(args: argparse.Namespace) -> None:
-    for name in ("entries", "size", "window", "batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"pybk bench bookie: --{name} must be >= 1")
-    if args.latency_entries < 0 or args.warmup < 0:
-        raise SystemExit("pybk bench bookie: --latency-entries and --warmup must be >= 0")
-
-
 def run(args: argparse.Namespace) -> int:
-    _check(args)
     return asyncio.run(_bench(args))
 
 

@@ -18,39 +18,41 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pybk.arg_types import existing_dir, non_negative_float, positive, positive_float
+
 from .report import BenchResult
 
 MiB = 1024 * 1024
 _PREALLOC_BYTES = 64 * MiB
 
 
+def _record_size(text: str) -> int:
+    size = positive(text)
+    if size > _PREALLOC_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most {_PREALLOC_BYTES} bytes, got {size}")
+    return size
+
+
 def register(targets: Any) -> None:
     parser: argparse.ArgumentParser = targets.add_parser(
         "journal-disk", help="fdatasync latency and stall time of the disk under a journal dir"
     )
-    parser.add_argument("--dir", required=True, type=Path, help="directory on the disk to test")
-    parser.add_argument("--time", type=float, default=10.0, help="seconds to run (default 10)")
-    parser.add_argument("--size", type=int, default=4096, help="bytes per synced write (default 4096)")
+    parser.add_argument("--dir", required=True, type=existing_dir, help="directory on the disk to test")
+    parser.add_argument("--time", type=positive_float, default=10.0, help="seconds to run (default 10)")
+    parser.add_argument("--size", type=_record_size, default=4096,
+                        help="bytes per synced write (default 4096)")
     parser.add_argument(
-        "--interval-ms", type=float, default=1.0, help="pause between writes, ms (default 1)"
+        "--interval-ms", type=non_negative_float, default=1.0, help="pause between writes, ms (default 1)"
     )
     parser.add_argument(
-        "--stall-ms", type=float, default=20.0, help="a sync slower than this is a stall (default 20)"
+        "--stall-ms", type=positive_float, default=20.0,
+        help="a sync slower than this is a stall (default 20)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("time", "size", "stall_ms"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
-    if args.interval_ms < 0:
-        raise SystemExit(f"--interval-ms must be >= 0, got {args.interval_ms}")
-    if args.size > _PREALLOC_BYTES:
-        raise SystemExit(f"--size must be at most {_PREALLOC_BYTES} bytes, got {args.size}")
-    if not args.dir.is_dir():
-        raise SystemExit(f"--dir {args.dir} is not a directory")
     result = run_probe(args.dir, args.time, args.size, args.interval_ms / 1000.0, args.stall_ms)
     result.print(args.json, "bench journal-disk")
     return 0

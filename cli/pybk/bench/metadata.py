@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bkmeta import DigestType, LedgerMetadata, LedgerState, MetadataClient, Segment, init_new_cluster
+from pybk.arg_types import positive
 
 from .report import BenchResult, Progress
 
@@ -31,16 +32,15 @@ def register(targets: Any) -> None:
         "metadata", help="ledger metadata create and read rates against ZooKeeper"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("--ops", type=int, default=5000, help="ledgers to create, then read (default 5000)")
-    parser.add_argument("--concurrency", type=int, default=64, help="concurrent async calls (default 64)")
+    parser.add_argument("--ops", type=positive, default=5000,
+                        help="ledgers to create, then read (default 5000)")
+    parser.add_argument("--concurrency", type=positive, default=64,
+                        help="concurrent async calls (default 64)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("ops", "concurrency"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {getattr(args, name)}")
     result = asyncio.run(run_metadata_bench(args.zk, args.ops, args.concurrency))
     result.print(args.json, "bench metadata (creates)")
     return 1 if result.errors else 0

@@ -19,6 +19,7 @@ import random
 from typing import Any
 
 from bkclient import BookKeeper, ClientConfig, DigestType
+from pybk.arg_types import non_negative, positive
 
 from .report import BenchResult, Progress
 
@@ -30,17 +31,18 @@ def register(targets: Any) -> None:
         "reads", help="catch-up read of a closed ledger, and single-entry read latency"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("--ledger", type=int, help="read this existing ledger instead of writing one")
+    parser.add_argument("--ledger", type=non_negative,
+                        help="read this existing ledger instead of writing one")
     parser.add_argument("--password", default="bench", help="ledger password (default: bench)")
-    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
-    parser.add_argument("-w", "--write-quorum", type=int, default=3, help="write quorum Qw (default 3)")
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
-    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    parser.add_argument("-e", "--ensemble", type=positive, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=positive, default=3, help="write quorum Qw (default 3)")
+    parser.add_argument("-a", "--ack-quorum", type=positive, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=positive, default=1024, help="entry size in bytes (default 1024)")
     parser.add_argument(
-        "--entries", type=int, default=100_000, help="entries to write, then read (default 100000)"
+        "--entries", type=positive, default=100_000, help="entries to write, then read (default 100000)"
     )
     parser.add_argument(
-        "--samples", type=int, default=500, help="random single-entry reads for latency (default 500)"
+        "--samples", type=positive, default=500, help="random single-entry reads for latency (default 500)"
     )
     parser.add_argument(
         "--digest", choices=[d.name.lower() for d in DigestType], default="crc32c", help="digest type"
@@ -50,9 +52,6 @@ def register(targets: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("entries", "size", "samples"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {getattr(args, name)}")
     result = asyncio.run(run_reads(args))
     result.print(args.json, "bench reads")
     return 1 if result.errors else 0

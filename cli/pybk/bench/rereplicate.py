@@ -17,6 +17,7 @@ from autorecovery.checks import expected_entries
 from autorecovery.restore import EntryRestorer
 from bkclient import BookKeeper
 from bkclient.rate_limiter import ByteRateLimiter
+from pybk.arg_types import non_negative, positive_float
 
 
 def register(targets: Any) -> None:
@@ -25,8 +26,10 @@ def register(targets: Any) -> None:
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
     parser.add_argument("--bookie", help="the bookie to restore (default: the first registered)")
-    parser.add_argument("--rate-bytes", type=int, default=0, help="bytes/s at most (default 0: no limit)")
-    parser.add_argument("--time", type=float, default=30.0, help="stop after this long (s; default 30)")
+    parser.add_argument("--rate-bytes", type=non_negative, default=0,
+                        help="bytes/s at most (default 0: no limit)")
+    parser.add_argument("--time", type=positive_float, default=30.0,
+                        help="stop after this long (s; default 30)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
 

@@ -27,6 +27,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from bkclient import BookKeeper, DigestType
+from pybk.arg_types import positive, positive_float
 
 from .report import BenchResult, Progress, percentile
 
@@ -40,14 +41,15 @@ def register(targets: Any) -> None:
         "tail", help="writer-ack to tailing-reader-receipt latency at a steady write rate"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
-    parser.add_argument("-w", "--write-quorum", type=int, default=2, help="write quorum Qw (default 2)")
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
-    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
-    parser.add_argument("--rate", type=float, default=1000.0, help="entries per second (default 1000)")
+    parser.add_argument("-e", "--ensemble", type=positive, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=positive, default=2, help="write quorum Qw (default 2)")
+    parser.add_argument("-a", "--ack-quorum", type=positive, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=positive, default=1024, help="entry size in bytes (default 1024)")
+    parser.add_argument("--rate", type=positive_float, default=1000.0,
+                        help="entries per second (default 1000)")
     amount = parser.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--entries", type=int, help="number of entries to write")
-    amount.add_argument("--time", type=float, help="seconds to write for")
+    amount.add_argument("--entries", type=positive, help="number of entries to write")
+    amount.add_argument("--time", type=positive_float, help="seconds to write for")
     parser.add_argument(
         "--same-process",
         action="store_true",
@@ -70,10 +72,6 @@ async def _receive(conn: Connection, ready: asyncio.Event) -> list[tuple[int, fl
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("entries", "time", "size", "rate"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {value}")
     result = asyncio.run(run_tail(args))
     result.print(args.json, "bench tail")
     return 1 if result.errors else 0

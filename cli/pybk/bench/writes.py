@@ -17,6 +17,7 @@ from typing import Any
 
 from bkclient import BKError, BookKeeper, ClientConfig, DigestType
 from bkclient.ops.add import AddCompletion
+from pybk.arg_types import non_negative, non_negative_float, positive, positive_float
 
 from .report import BenchResult, Progress
 
@@ -28,23 +29,25 @@ def register(targets: Any) -> None:
         "writes", help="append entries to ledgers through the replicating client"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
-    parser.add_argument("-w", "--write-quorum", type=int, default=2, help="write quorum Qw (default 2)")
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
-    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    parser.add_argument("-e", "--ensemble", type=positive, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=positive, default=2, help="write quorum Qw (default 2)")
+    parser.add_argument("-a", "--ack-quorum", type=positive, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=positive, default=1024, help="entry size in bytes (default 1024)")
     amount = parser.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--entries", type=int, help="number of entries to write")
-    amount.add_argument("--time", type=float, help="seconds to write for")
+    amount.add_argument("--entries", type=positive, help="number of entries to write")
+    amount.add_argument("--time", type=positive_float, help="seconds to write for")
     parser.add_argument(
-        "--throttle", type=int, default=10000, help="max outstanding adds over all ledgers (default 10000)"
+        "--throttle", type=positive, default=10000,
+        help="max outstanding adds over all ledgers (default 10000)"
     )
     parser.add_argument(
-        "--rate", type=float, default=0, help="target entries/s over all ledgers (default 0: unlimited)"
+        "--rate", type=non_negative_float, default=0,
+        help="target entries/s over all ledgers (default 0: unlimited)"
     )
-    parser.add_argument("--ledgers", type=int, default=1, help="ledgers written round-robin (default 1)")
+    parser.add_argument("--ledgers", type=positive, default=1, help="ledgers written round-robin (default 1)")
     parser.add_argument(
         "--warmup",
-        type=int,
+        type=non_negative,
         default=10000,
         help="entries written first, on separate ledgers, and not reported (default 10000; 0: none)",
     )
@@ -56,12 +59,6 @@ def register(targets: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("entries", "time", "throttle", "ledgers", "size"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {value}")
-    if args.warmup < 0:
-        raise SystemExit(f"--warmup must be >= 0, got {args.warmup}")
     result = asyncio.run(run_writes(args))
     result.print(args.json, "bench writes")
     return 1 if result.errors else 0

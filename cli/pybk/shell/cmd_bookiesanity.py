@@ -18,8 +18,9 @@ from typing import Any
 
 from bkclient import BKError, BookKeeper, ClientConfig, NotEnoughBookiesError
 from bkclient.placement import BookieRacks
+from pybk.arg_types import positive
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, positive, shell_client
+from pybk.shell.ledger_view import EXIT_FAILED, shell_client
 
 PASSWORD = b"bookiesanity"
 

@@ -13,8 +13,9 @@ import argparse
 import json
 from typing import Any
 
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import entry_dict, entry_line, non_negative, shell_client, usage_error
+from pybk.shell.ledger_view import entry_dict, entry_line, shell_client, usage_error
 
 
 def register(commands: Any) -> None:

@@ -14,12 +14,12 @@ import argparse
 from typing import Any
 
 from bkclient import BookKeeperAdmin, LedgerRecovery
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import (
     EXIT_FAILED,
     add_rate_option,
     bookie_id,
-    non_negative,
     refused,
     shell_client,
 )

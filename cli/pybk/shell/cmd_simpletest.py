@@ -11,8 +11,9 @@ import time
 from typing import Any
 
 from bkclient import DigestType
+from pybk.arg_types import positive
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, positive, shell_client, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, shell_client, usage_error
 
 PASSWORD = b""  # like BookKeeper's simpletest: anyone may read the test ledger back
 
