@@ -20,7 +20,8 @@ from typing import Any
 
 from pybk.arg_types import existing_dir, non_negative_float, positive, positive_float
 
-from .report import BenchResult
+from .plot import add_plot_option, print_and_plot
+from .report import BenchResult, LatencyRecorder
 
 MiB = 1024 * 1024
 _PREALLOC_BYTES = 64 * MiB
@@ -48,13 +49,13 @@ def register(targets: Any) -> None:
         "--stall-ms", type=positive_float, default=20.0,
         help="a sync slower than this is a stall (default 20)"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_plot_option(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     result = run_probe(args.dir, args.time, args.size, args.interval_ms / 1000.0, args.stall_ms)
-    result.print(args.json, "bench journal-disk")
+    print_and_plot(result, args, "bench journal-disk")
     return 0
 
 
@@ -64,31 +65,41 @@ def run_probe(directory: Path, seconds: float, size: int, interval_s: float, sta
     try:
         _preallocate(fd)
         record = os.urandom(size)
-        latencies: list[float] = []
         offset = 0
+        writes = 0
+        stalls = 0
+        stalled_ms = 0.0
         started = time.perf_counter()
+        latencies = LatencyRecorder(started)
         deadline = started + seconds
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
             os.pwrite(fd, record, offset)
             os.fdatasync(fd)
-            latencies.append((time.perf_counter() - t0) * 1000.0)
+            now = time.perf_counter()
+            ms = (now - t0) * 1000.0
+            latencies.record(ms, now)
+            writes += 1
+            if ms > stall_ms:
+                stalls += 1
+                stalled_ms += ms
             offset = (offset + size) % (_PREALLOC_BYTES - size + 1)
             if interval_s > 0:
                 time.sleep(interval_s)
-        elapsed = time.perf_counter() - started
+        end = time.perf_counter()
+        latencies.finish(end)
+        elapsed = end - started
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
-    stalls = [ms for ms in latencies if ms > stall_ms]
     extra: dict[str, Any] = {
         "size": size,
         "interval_ms": interval_s * 1000.0,
         "stall_ms": stall_ms,
-        "stalls": len(stalls),
-        "stalled_time_pct": round(sum(stalls) / 10.0 / elapsed, 2) if elapsed > 0 else 0.0,
+        "stalls": stalls,
+        "stalled_time_pct": round(stalled_ms / 10.0 / elapsed, 2) if elapsed > 0 else 0.0,
     }
-    return BenchResult(len(latencies), 0, elapsed, size, latencies, extra)
+    return BenchResult(writes, 0, elapsed, size, latencies, extra)
 
 
 def _preallocate(fd: int) -> None:

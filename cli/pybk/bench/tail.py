@@ -28,8 +28,10 @@ from typing import Any
 
 from bkclient import BookKeeper, DigestType
 from pybk.arg_types import positive, positive_float
+from pybk.progress import Progress
 
-from .report import BenchResult, Progress, percentile
+from .plot import add_plot_option, print_and_plot
+from .report import BenchResult, LatencyRecorder, summary_ms
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ def register(targets: Any) -> None:
         action="store_true",
         help="run the reader on the writer's event loop instead of in its own process",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_plot_option(parser)
     parser.set_defaults(func=main)
 
 
@@ -73,7 +75,7 @@ async def _receive(conn: Connection, ready: asyncio.Event) -> list[tuple[int, fl
 
 def main(args: argparse.Namespace) -> int:
     result = asyncio.run(run_tail(args))
-    result.print(args.json, "bench tail")
+    print_and_plot(result, args, "bench tail")
     return 1 if result.errors else 0
 
 
@@ -104,7 +106,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
     total = args.entries if args.entries is not None else int(args.time * args.rate)
     payload = os.urandom(args.size)
     acked_at: dict[int, float] = {}
-    add_latencies: list[float] = []
+    add_latencies = LatencyRecorder(loop.time())
     errors = 0
 
     def on_ack(sent: float, future: asyncio.Future[int]) -> None:
@@ -112,7 +114,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
         if future.exception() is None:
             now = loop.time()
             acked_at[future.result()] = now
-            add_latencies.append((now - sent) * 1000.0)
+            add_latencies.record((now - sent) * 1000.0, now)
         else:
             errors += 1
 
@@ -133,9 +135,10 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             child.close()
             follower = asyncio.ensure_future(_receive(parent, ready))
         await asyncio.wait_for(ready.wait(), 60)
-        progress = Progress(total)
+        progress = Progress(total, as_json=args.json)
         interval = 1.0 / args.rate
         started = loop.time()
+        add_latencies = LatencyRecorder(started)
         pending: list[asyncio.Future[int]] = []
         for i in range(total):
             delay = started + i * interval - loop.time()
@@ -157,12 +160,13 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             await asyncio.to_thread(process.join, 30)
     received = len(receipts)
     in_order = [entry_id for entry_id, _ in receipts] == list(range(received))
-    latencies = [
-        max(0.0, at - acked_at[entry_id]) * 1000.0
-        for entry_id, at in receipts
-        if entry_id in acked_at and entry_id < total - 1
-    ]
-    add_sorted = sorted(add_latencies)
+    latencies = LatencyRecorder(started)  # on the receipt clock, shared by both processes
+    for entry_id, at in receipts:
+        if entry_id in acked_at and entry_id < total - 1:
+            latencies.record(max(0.0, at - acked_at[entry_id]) * 1000.0, at)
+    latencies.finish(max((at for _, at in receipts), default=started))
+    add_latencies.finish(loop.time())
+    writer_add = summary_ms(add_latencies.histogram)
     if received != total or not in_order:
         errors += 1
         log.error("reader received %d of %d entries (in order: %s)", received, total, in_order)
@@ -171,7 +175,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
         errors=errors,
         elapsed_s=elapsed,
         entry_size=args.size,
-        latencies_ms=latencies,
+        latencies=latencies,
         extra={
             "rate": args.rate,
             "ensemble": args.ensemble,
@@ -179,9 +183,6 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             "ack_quorum": args.ack_quorum,
             "latency": "writer ack -> tailing reader receipt",
             # For context: how long the writer waited for its acks (disk stalls show here first).
-            "writer_add_latency_ms": {
-                "p50": round(percentile(add_sorted, 50), 3),
-                "p99": round(percentile(add_sorted, 99), 3),
-            },
+            "writer_add_latency_ms": {"p50": writer_add["p50"], "p99": writer_add["p99"]},
         },
     )
