@@ -15,6 +15,7 @@ from typing import Any
 from autorecovery.checks import LedgerChecker, LedgerCheckResult
 from bkclient import BookKeeper
 from pybk.arg_types import non_negative, non_negative_float
+from pybk.progress import Progress
 
 
 def register(targets: Any) -> None:
@@ -37,15 +38,18 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         total = LedgerCheckResult()
         passes = 0
         started = time.monotonic()
+        progress = Progress(None, unit="entries checked", quiet=args.json)
         while True:
             result = await checker.run()
             passes += 1
+            progress.advance(result.entries_checked)
             total.ledgers_checked += result.ledgers_checked
             total.entries_checked += result.entries_checked
             total.missing_entries += result.missing_entries
             total.unchecked += result.unchecked
             if time.monotonic() - started >= args.time:
                 break
+        progress.done()
         elapsed = time.monotonic() - started
     return {
         "passes": passes, "ledgers_checked": total.ledgers_checked, "entries_checked": total.entries_checked,

@@ -189,7 +189,7 @@ async def _bench(args: argparse.Namespace) -> int:
         if args.warmup:
             await PipelinedAdds(stub, maker, args.window, args.batch).run(base, args.warmup)
         adds = PipelinedAdds(stub, maker, args.window, args.batch)
-        with Progress(args.entries, as_json=args.json) as progress:
+        with Progress(args.entries, quiet=args.json) as progress:
             elapsed = await adds.run(base + 1, args.entries, progress)
         single = await _single_adds(stub, maker, base + 2, args.latency_entries)
     result = BenchResult(

@@ -71,7 +71,7 @@ async def _phase(
     latencies = LatencyRecorder(time.perf_counter())
     errors = 0
     next_index = 0
-    progress = Progress(ops, unit="ops", description=name, as_json=as_json)
+    progress = Progress(ops, unit="ops", description=name, quiet=as_json)
 
     async def worker() -> None:
         nonlocal next_index, errors

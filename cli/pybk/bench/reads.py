@@ -73,7 +73,7 @@ async def write_ledger(args: argparse.Namespace) -> int:
             DigestType[args.digest.upper()],
             args.password.encode(),
         )
-        with Progress(args.entries, description="writing", as_json=args.json) as progress:
+        with Progress(args.entries, description="writing", quiet=args.json) as progress:
             window: list[asyncio.Future[int]] = []
             for i in range(args.entries):
                 window.append(handle.append_async(payload))
@@ -98,7 +98,7 @@ async def run_reads(args: argparse.Namespace) -> BenchResult:
         size = 0
         started = loop.time()
         recorder = LatencyRecorder(started)
-        with Progress(last + 1, description="reading", as_json=args.json) as progress:
+        with Progress(last + 1, description="reading", quiet=args.json) as progress:
             async for entry in handle.read(0, last):
                 count += 1
                 size += len(entry.data)

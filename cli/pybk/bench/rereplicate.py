@@ -18,6 +18,7 @@ from autorecovery.restore import EntryRestorer
 from bkclient import BookKeeper
 from bkclient.rate_limiter import ByteRateLimiter
 from pybk.arg_types import non_negative, positive_float
+from pybk.progress import Progress
 
 
 def register(targets: Any) -> None:
@@ -40,9 +41,12 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         throttle = ByteRateLimiter(args.rate_bytes) if args.rate_bytes > 0 else None
         entries = nbytes = 0
         started = time.monotonic()
+        ledgers = await bk.list_ledgers()
+        progress = Progress(len(ledgers), unit="ledgers", quiet=args.json, min_total=2)
         try:
             async with asyncio.timeout(args.time):
-                for ledger_id in await bk.list_ledgers():
+                for looked_at, ledger_id in enumerate(ledgers):
+                    progress.update(looked_at)
                     md = await bk.ledger_metadata(ledger_id)
                     if not md.is_closed or bookie not in md.all_bookies():
                         continue
@@ -54,6 +58,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         nbytes += restorer.bytes_copied
         except TimeoutError:
             pass
+        finally:
+            progress.done()
         elapsed = time.monotonic() - started
     return {"bookie": bookie, "entries": entries, "bytes": nbytes, "elapsed_s": round(elapsed, 3),
             "entries_per_s": round(entries / elapsed, 1) if elapsed > 0 else 0.0}

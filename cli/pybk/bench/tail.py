@@ -135,7 +135,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             child.close()
             follower = asyncio.ensure_future(_receive(parent, ready))
         await asyncio.wait_for(ready.wait(), 60)
-        progress = Progress(total, as_json=args.json)
+        progress = Progress(total, quiet=args.json)
         interval = 1.0 / args.rate
         started = loop.time()
         add_latencies = LatencyRecorder(started)

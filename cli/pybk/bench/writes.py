@@ -186,7 +186,7 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
             if warm.first_error is not None:
                 log.error("first warm-up add error: %s", warm.first_error)
         tally = _Tally(loop, throttle)
-        with Progress(args.entries, as_json=args.json) as progress:
+        with Progress(args.entries, quiet=args.json) as progress:
             elapsed, changes = await _write_phase(bk, args, payload, tally, args.entries, args.time, progress)
     if tally.first_error is not None:
         log.error("first add error: %s", tally.first_error)
