@@ -7,41 +7,40 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TypeVar
+
+_Number = TypeVar("_Number", int, float)
+
+
+def _require(value: _Number, holds: bool, bound: str, text: str) -> _Number:
+    if not holds:
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+    return value
 
 
 def non_negative(text: str) -> int:
     value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return _require(value, value >= 0, ">= 0", text)
 
 
 def positive(text: str) -> int:
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return _require(value, value >= 1, ">= 1", text)
 
 
 def _finite(text: str) -> float:
     value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+    return _require(value, math.isfinite(value), "a finite number", text)
 
 
 def positive_float(text: str) -> float:
     value = _finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+    return _require(value, value > 0, "> 0", text)
 
 
 def non_negative_float(text: str) -> float:
     value = _finite(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+    return _require(value, value >= 0, ">= 0", text)
 
 
 def existing_dir(text: str) -> Path:
