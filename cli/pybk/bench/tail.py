@@ -7,8 +7,9 @@ a second client on the writer's event loop). Both stamp times with the system-wi
 An entry becomes visible to readers once its LAC reaches a bookie, piggybacked on a later entry;
 bookies publish that LAC as soon as the carrying entry arrives (before its journal fsync), so the
 floor of this latency is about one inter-arrival gap plus a bookie hop. The writer's own add
-latency is reported next to it (``writer_add_latency_ms``): a slow disk delays acks, and this
-figure starts at the ack. The final entry only becomes visible when the ledger is closed and is
+latency is reported next to it (``writer_add_latency_ms``, from each add's scheduled send time,
+so a writer held back by a stall counts the wait: coordinated omission): a slow disk delays acks,
+and this figure starts at the ack. The final entry only becomes visible when the ledger is closed and is
 left out of the latency figures.
 """
 
@@ -109,12 +110,12 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
     add_latencies = LatencyRecorder(loop.time())
     errors = 0
 
-    def on_ack(sent: float, future: asyncio.Future[int]) -> None:
+    def on_ack(due: float, future: asyncio.Future[int]) -> None:
         nonlocal errors
         if future.exception() is None:
             now = loop.time()
             acked_at[future.result()] = now
-            add_latencies.record((now - sent) * 1000.0, now)
+            add_latencies.record((now - due) * 1000.0, now)
         else:
             errors += 1
 
@@ -145,7 +146,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             if delay > 0:
                 await asyncio.sleep(delay)
             future = handle.append_async(payload)
-            future.add_done_callback(partial(on_ack, loop.time()))
+            future.add_done_callback(partial(on_ack, started + i * interval))
             pending.append(future)
             if len(pending) >= 1000:
                 pending = [f for f in pending if not f.done()]
