@@ -43,6 +43,17 @@ def non_negative_float(text: str) -> float:
     return _require(value, value >= 0, ">= 0", text)
 
 
+def tcp_port(text: str) -> int:
+    value = int(text)
+    return _require(value, 1 <= value <= 65535, "a TCP port, 1 to 65535", text)
+
+
+def tcp_port_or_any(text: str) -> int:
+    """A TCP port, or 0 for any free one."""
+    value = int(text)
+    return _require(value, 0 <= value <= 65535, "a TCP port, 0 (any) to 65535", text)
+
+
 def existing_dir(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():

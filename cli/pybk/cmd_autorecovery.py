@@ -35,6 +35,7 @@ from bkmeta.bookie_presence import zk_security_of
 from bookie.config import BookieConfig, ConfigError, load_config
 from bookie.http import BookieHttpServer
 from bookie.security import BookieSecurity
+from pybk.arg_types import tcp_port_or_any
 from pybk.help_text import description_from
 from pybk.log_level import add_log_level
 
@@ -49,7 +50,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers)")
-    parser.add_argument("--http-port", type=int,
+    parser.add_argument("--http-port", type=tcp_port_or_any,
                         help="serve /heartbeat and Prometheus /metrics on this port (0 = any; default off)")
     add_log_level(parser)
     parser.set_defaults(func=run)

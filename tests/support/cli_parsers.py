@@ -16,6 +16,7 @@ SAMPLE_BY_TYPE: dict[object, str] = {
     arg_types.positive: "1", arg_types.non_negative: "0",
     arg_types.positive_float: "1.5", arg_types.non_negative_float: "0",
     arg_types.existing_dir: "/tmp", bookie_id: "127.0.0.1:3181",
+    arg_types.tcp_port: "3181", arg_types.tcp_port_or_any: "0",
 }
 # Values each numeric type refuses (argparse exits 2).
 BAD_BY_TYPE: dict[object, tuple[str, ...]] = {
@@ -23,6 +24,7 @@ BAD_BY_TYPE: dict[object, tuple[str, ...]] = {
     arg_types.positive: ("0", "-1", "many"), arg_types.non_negative: ("-1", "many"),
     arg_types.positive_float: ("0", "-0.5", "nan", "many"),
     arg_types.non_negative_float: ("-1", "inf", "many"),
+    arg_types.tcp_port: ("0", "65536", "many"), arg_types.tcp_port_or_any: ("-1", "65536", "many"),
 }
 
 
