@@ -48,7 +48,8 @@ def register(targets: Any) -> None:
     )
     parser.add_argument(
         "--rate", type=non_negative_float, default=0,
-        help="target entries/s over all ledgers (default 0: unlimited)"
+        help="target entries/s over all ledgers (default 0: unlimited); latency then counts from"
+             " each add's scheduled send (coordinated omission), service_latency_ms from the actual one",
     )
     parser.add_argument("--ledgers", type=positive, default=1, help="ledgers written round-robin (default 1)")
     parser.add_argument(
