@@ -90,8 +90,10 @@ class LatencyRecorder:
 
     def record(self, latency_ms: float, now: float, count: int = 1) -> None:
         """``count`` operations that completed at ``now`` after ``latency_ms`` each."""
-        self._advance(now)
-        self._second_histogram.record_value(to_us(latency_ms), count)
+        if now - self.started >= self._second + 1:  # the hot path skips the call
+            self._advance(now)
+        us = int(latency_ms * 1000.0 + 0.5)
+        self._second_histogram.record_value(us if LOWEST_US <= us <= HIGHEST_US else to_us(latency_ms), count)
         self._second_ops += count
 
     def count(self, now: float, count: int = 1) -> None:
