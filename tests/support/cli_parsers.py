@@ -59,6 +59,8 @@ def leaf_commands(parser: argparse.ArgumentParser) -> list[Command]:
 def sample_value(action: argparse.Action) -> str:
     if action.choices:
         return str(next(iter(action.choices)))
+    if action.type not in SAMPLE_BY_TYPE:
+        raise LookupError(f"{action.dest}: add a valid sample of type {action.type!r} to SAMPLE_BY_TYPE")
     return SAMPLE_BY_TYPE[action.type]
 
 
