@@ -39,6 +39,8 @@ from bookie.http import AdminHttpServer, ClusterAccess
 from bookie.http.cluster import client_config_of
 from bookie.limits import LimitStats
 from bookie.security import BookieSecurity
+from pybk.arg_types import tcp_port_or_any
+from pybk.help_text import description_from
 from pybk.log_level import add_log_level
 
 log = logging.getLogger(__name__)
@@ -48,11 +50,11 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "autorecovery",
         help="re-replicate the data of lost bookies automatically (run one or more per cluster)",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=description_from(__doc__),
     )
     parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers)")
-    parser.add_argument("--http-port", type=int,
+    parser.add_argument("--http-port", type=tcp_port_or_any,
                         help="serve the admin API (/api/v1/autorecovery/*), /heartbeat and Prometheus"
                              " /metrics on this port (0 = any; default off)")
     add_log_level(parser)

@@ -19,6 +19,8 @@ EXTRA_OF_MODULE: Mapping[str, str] = {
     "grpc_reflection": "server",
     "cryptography": "server",
     "aiohttp": "server",
+    "hdrh": "server",
+    "tqdm": "server",
     "pyspark": "spark",
     "pyarrow": "spark",
 }

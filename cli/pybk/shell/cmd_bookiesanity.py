@@ -14,8 +14,9 @@ from typing import Any
 
 from bkclient import ClientConfig
 from bkclient.admin_views import bookie_sanity
+from pybk.arg_types import positive
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, positive, shell_client
+from pybk.shell.ledger_view import EXIT_FAILED, shell_client
 
 
 def register(commands: Any) -> None:

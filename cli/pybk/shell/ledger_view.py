@@ -18,6 +18,7 @@ from typing import Any
 from bkclient import BookKeeper, ClientConfig, IncorrectParameterError, LedgerEntry
 from bkclient.admin import check_bookie_id
 from bkclient.context import ClientContext
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
 
 # Exit codes every shell command uses (documented in ``pybk shell --help``).
@@ -65,20 +66,6 @@ def usage_error(ctx: ShellContext, message: str) -> int:
     """A bad argument value found after parsing: same exit code as argparse's own errors."""
     ctx.error(message)
     return EXIT_USAGE
-
-
-def non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def bookie_id(text: str) -> str:
