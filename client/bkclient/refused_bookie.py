@@ -37,6 +37,8 @@ class RefusedBookie:
     ) -> asyncio.Future[None]:
         refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         refused.set_exception(self.error)
+        # A caller that gave up on the add (the ledger failed meanwhile) need not retrieve it.
+        refused.add_done_callback(asyncio.Future.exception)
         return refused
 
     async def read_entry(self, ledger_id: int, entry_id: int, **_: object) -> ReadResult:
