@@ -54,12 +54,18 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         )
         futures: list[asyncio.Future[int]] = []
         with Progress(len(payloads), description="writing", quiet=ctx.as_json, stream=ctx.err) as progress:
-            for index, payload in enumerate(payloads, 1):
-                await writer.wait_writable()  # the client's outstanding-add limit paces us
-                futures.append(writer.append_async(payload))
-                if index % 256 == 0:  # sent; the client's limit keeps acks close behind
-                    progress.update(index)
-            await asyncio.gather(*futures)
+            try:
+                for index, payload in enumerate(payloads, 1):
+                    await writer.wait_writable()  # the client's outstanding-add limit paces us
+                    futures.append(writer.append_async(payload))
+                    if index % 256 == 0:  # sent; the client's limit keeps acks close behind
+                        progress.update(index)
+            finally:
+                # every add's outcome is taken (a failed ledger fails them all, and the loop too)
+                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
         await writer.close()
         write_s = time.monotonic() - started
         reader = await bk.open_ledger(writer.ledger_id, password=PASSWORD, recovery=False)
