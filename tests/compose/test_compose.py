@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.compose import REPO, ComposeProject, build_wheels, busy_host_ports
+from tests.support.compose import REPO, ComposeProject, running_cluster
 
 from bkclient import BookKeeper
 
@@ -30,18 +30,9 @@ PASSWORD = b"compose"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ComposeProject]:
-    busy = busy_host_ports()
-    assert not busy, f"ports the compose cluster uses are taken on this host: {busy}"
-    build_wheels()
     project = ComposeProject("pybk-compose-test", {"LOST_BOOKIE_RECOVERY_DELAY": "0"})
-    project.compose("build", timeout_s=1200)
-    try:
-        project.compose("up", "-d", timeout_s=600)
-        project.wait_healthy(["zookeeper", *BOOKIES, "autorecovery", "prometheus"], timeout_s=300)
+    with running_cluster(project):
         yield project
-    finally:
-        project.compose("down", "-v", "--remove-orphans", timeout_s=300)
-    assert project.leftovers() == []
 
 
 def _readme_python_example() -> str:

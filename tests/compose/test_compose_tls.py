@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.support.compose import TLS_OVERLAY, ComposeProject, build_wheels, busy_host_ports
+from tests.support.compose import TLS_OVERLAY, ComposeProject, running_cluster
 
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -31,18 +31,9 @@ INFO = bookie_pb2.GetBookieInfoRequest()
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ComposeProject]:
-    busy = busy_host_ports()
-    assert not busy, f"ports the compose cluster uses are taken on this host: {busy}"
-    build_wheels()
     project = ComposeProject("pybk-compose-tls-test", overlays=[TLS_OVERLAY], profiles=["tls"])
-    project.compose("build", timeout_s=1200)
-    try:
-        project.compose("up", "-d", timeout_s=600)
-        project.wait_healthy(["zookeeper", *BOOKIES, "autorecovery", "prometheus"], timeout_s=300)
+    with running_cluster(project):
         yield project
-    finally:
-        project.compose("down", "-v", "--remove-orphans", timeout_s=300)
-    assert project.leftovers() == []
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,3 +118,23 @@ class ComposeProject:
             out = _run(["docker", *kind.split(), "-q", "--filter", label], timeout_s=60)
             found += [f"{kind.split()[0]} {item}" for item in out.split()]
         return found
+
+
+SERVICES = ["zookeeper", "bookie-1", "bookie-2", "bookie-3", "bookie-4", "autorecovery", "prometheus"]
+
+
+@contextmanager
+def running_cluster(project: ComposeProject) -> Iterator[ComposeProject]:
+    """Build, ``up -d`` and wait until every service is healthy; ``down -v`` at the end and
+    check nothing of the project is left."""
+    busy = busy_host_ports()
+    assert not busy, f"ports the compose cluster uses are taken on this host: {busy}"
+    build_wheels()
+    project.compose("build", timeout_s=1200)
+    try:
+        project.compose("up", "-d", timeout_s=600)
+        project.wait_healthy(SERVICES, timeout_s=300)
+        yield project
+    finally:
+        project.compose("down", "-v", "--remove-orphans", timeout_s=300)
+    assert project.leftovers() == []
