@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pybk.allocator import keep_large_buffers
 from pybk.extras import DISTRIBUTION, register_commands
 
 # Module names under ``pybk`` that each add one sub-command with ``register(subparsers)``, and
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    keep_large_buffers()  # before a command starts its threads and its hot path (pybk.allocator)
     try:
         rc = args.func(args)
     except KeyboardInterrupt:
