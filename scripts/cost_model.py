@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -256,6 +257,10 @@ def main() -> int:
     parser.add_argument("--out", default="", help="directory for the profiles (default: a temp dir)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if shutil.which(args.pyspy) is None:
+        print(f"{args.pyspy} not found: pip install py-spy (the dev extra), or name it with --pyspy",
+              file=sys.stderr)
+        return 2
     out = Path(args.out or tempfile.mkdtemp(prefix="cost-model."))
     out.mkdir(parents=True, exist_ok=True)
     bookies = find_bookies(args.data_dir)
