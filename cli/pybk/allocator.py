@@ -9,8 +9,8 @@ threshold (128 KiB to start with, moved by glibc's own heuristics) each of those
 than copying the data itself, the most on a VM (docs/cost-model.md has the profile and the figures).
 With the threshold at the largest message either side handles, such buffers come from the heap
 and their pages are reused; the trim threshold keeps freed memory at the heap's top for the next
-message rather than handing it back to the kernel after each one. Both stay bounded: at most the
-trim threshold of free memory is kept, inside the bookie's RSS allowance.
+message rather than handing it back to the kernel after each one. Both stay bounded: the heap
+keeps at most the trim threshold of free memory at its top, inside the bookie's RSS allowance.
 
 The environment decides when it sets them itself (``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_ARENA_MAX`` or their ``GLIBC_TUNABLES``); elsewhere than glibc
@@ -25,6 +25,8 @@ import logging
 import os
 import sys
 
+from bkproto.add_port import MAX_FRAME_BYTES
+
 log = logging.getLogger(__name__)
 
 # glibc mallopt parameters
@@ -32,8 +34,8 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
-# bkproto.add_port.MAX_FRAME_BYTES, as gRPC's message limit: the largest message of either side.
-MMAP_THRESHOLD_BYTES = 16 * 1024 * 1024
+# The largest message of either side (the add port's frame limit, as gRPC's message limit).
+MMAP_THRESHOLD_BYTES = MAX_FRAME_BYTES
 TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
 
 
