@@ -188,6 +188,20 @@ def stage_shares(
     return threads
 
 
+def hottest_lines(profile: Path | None, count: int = 8) -> list[tuple[str, float]]:
+    """The innermost frames (function, file and line) with the most GIL samples, with their share
+    of all the process's samples in percent: the evidence behind a stage's figure."""
+    if profile is None or not profile.exists():
+        return []
+    leaves: Counter[str] = Counter()
+    for line in profile.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if samples.isdigit():
+            leaves[stack.rsplit(";", 1)[-1]] += int(samples)
+    total = sum(leaves.values()) or 1
+    return [(frame, round(100 * n / total, 1)) for frame, n in leaves.most_common(count)]
+
+
 def cost_table(proc: Process, entries: float, rules: list[tuple[str, tuple[str, ...]]]) -> dict[str, float]:
     """µs of CPU per entry by stage (and "total") in the CPU window.
 
@@ -321,6 +335,7 @@ def main() -> int:
                 for b, adds in zip(bookies, replicated, strict=True)
             },
         },
+        "hottest_lines": {p.name: hottest_lines(p.profile) for p in processes},
         "bookie_rss_mib": {b.name: _rss_mib(b.pid) for b in bookies},
         "bench": json.loads(result_line[-1]) if result_line else None,
         "profiles": str(out),
@@ -361,6 +376,10 @@ def print_report(report: dict[str, object]) -> None:
         for stage, us in table.items():
             print(f"  {stage:40s} {us:7.2f}")
     print(f"minor page faults per entry (client) / stored entry: {report['page_faults_per_entry']}")
+    for name, lines in report["hottest_lines"].items():  # type: ignore[attr-defined]
+        print(f"{name}: hottest lines (% of its GIL samples)")
+        for frame, share in lines:
+            print(f"  {share:5.1f}  {frame}")
     print(f"bookie RSS (MiB) at the end: {report['bookie_rss_mib']}")
     print(f"profiles (py-spy raw stacks): {report['profiles']}")
 
