@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pybk.allocator import keep_large_buffers
 from pybk.extras import DISTRIBUTION, register_commands
+from pybk.json_option import add_top_level_json_option, check_json_request
 
 # Module names under ``pybk`` that each add one sub-command with ``register(subparsers)``, and
 # that sub-command's name (known without importing it: see :mod:`pybk.extras`).
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pybk", description="pybookkeeper: Apache BookKeeper re-made in Python"
     )
     parser.add_argument("--version", action="version", version=f"pybk {version()} ({DISTRIBUTION})")
+    add_top_level_json_option(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_commands(subparsers, COMMAND_MODULES)
     return parser
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_json_request(parser, args)
     keep_large_buffers()  # before a command starts its threads and its hot path (pybk.allocator)
     try:
         rc = args.func(args)
