@@ -46,7 +46,7 @@ CLIENT_STAGES: list[tuple[str, tuple[str, ...]]] = [
                 "StreamReader.")),
     ("transport", ("AddStream._send_loop", "AddStream._take_batch", "AddPortCall.write", "frame (",
                    "StreamWriter.", "_SelectorSocketTransport.write", "AddPortCall._connected")),
-    ("application", ("pybk/bench/",)),
+    ("application", ("pybk/bench/", "hdrh/")),  # the benchmark: its loop, its latency histogram
     ("completion", ("_notify (", "PendingAddOp.add_complete", "WriteHandle.add_completed",
                     "_release_completed", "PendingAddOp.succeed", "PendingAddOp._call_back",
                     "AddStream._recv_loop")),
