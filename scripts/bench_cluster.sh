@@ -9,19 +9,7 @@ cd "$(dirname "$0")/.."
 PYBK=.venv/bin/pybk
 . scripts/local_cluster.sh
 start_local_cluster pybk-bench
-# The host's CPU speed, before and after: on a shared VM it has been seen to vary by 2x within an
-# hour, and every figure below moves with it.
-speed() {
-  .venv/bin/python - <<'PY'
-import time
-t = time.perf_counter()
-s = 0
-for i in range(10_000_000):
-    s += i
-print(f"== host speed: a 10M-step Python loop took {time.perf_counter() - t:.2f} s")
-PY
-}
-speed
+host_speed
 ZK=127.0.0.1:22181
 B=127.0.0.1:23181
 echo "== bench journal-disk $D";   $PYBK bench journal-disk --dir "$D" --time 10 --json
@@ -34,5 +22,5 @@ echo "== bench reads";                $PYBK bench reads --zk $ZK --entries 10000
 echo "== bench reads (striped, E3 Qw2)"; $PYBK bench reads --zk $ZK --entries 100000 -w 2 --json
 echo "== bench tail";                 $PYBK bench tail --zk $ZK --rate 1000 --time 10 --json
 echo "== bench metadata";             $PYBK bench metadata --zk $ZK --ops 5000 --concurrency 64 --json
-speed
+host_speed
 for p in $(pgrep -f "pybk bookie.*$D"); do echo "bookie pid $p VmRSS $(awk '/VmRSS/{print $2, $3}' /proc/$p/status)"; done

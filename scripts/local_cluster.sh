@@ -29,3 +29,16 @@ stop_local_cluster() {
   rm -rf "$D"
   LC=
 }
+
+# The host's CPU speed: on a shared VM it has been seen to vary by 2x within an hour, and every
+# figure a benchmark prints moves with it. PYTHON is the interpreter (default .venv/bin/python).
+host_speed() {
+  ${PYTHON:-.venv/bin/python} - <<'PY'
+import time
+t = time.perf_counter()
+s = 0
+for i in range(10_000_000):
+    s += i
+print(f"== host speed: a 10M-step Python loop took {time.perf_counter() - t:.2f} s")
+PY
+}

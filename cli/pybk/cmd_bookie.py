@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import logging
 import os
 import sys
@@ -21,6 +20,7 @@ from bookie.config import ConfigError, load_config
 from bookie.config_report import effective_settings, render_json, render_text
 from bookie.config_sources import ignored_line
 from bookie.main import run_daemon
+from pybk.allocator import limit_malloc_arenas
 from pybk.json_option import add_json_option
 from pybk.log_level import add_log_level
 
@@ -98,25 +98,6 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
         overrides["httpServerEnabled"] = "true"
         overrides["httpServerPort"] = str(args.http_port)
     return overrides
-
-
-M_ARENA_MAX = -8  # glibc mallopt parameter
-
-
-def limit_malloc_arenas(arenas: int = 2) -> None:
-    """Cap glibc's per-thread malloc arenas before the journal, flush and gRPC threads start.
-
-    Those threads each allocate entry-sized buffers; with one arena per thread, freed memory is
-    scattered and RSS grew higher under a large add window (docs/performance.md).
-    Same effect as MALLOC_ARENA_MAX=2; a no-op where glibc is not the allocator.
-    """
-    if sys.platform != "linux" or "MALLOC_ARENA_MAX" in os.environ:
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_ARENA_MAX, arenas)
-    except (OSError, AttributeError):
-        log.debug("mallopt unavailable; malloc arenas left as they are")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pybk.allocator import keep_large_buffers
 from pybk.extras import DISTRIBUTION, register_commands
 from pybk.json_option import add_top_level_json_option, check_json_request
 
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_json_request(parser, args)
+    keep_large_buffers()  # before a command starts its threads and its hot path (pybk.allocator)
     try:
         rc = args.func(args)
     except KeyboardInterrupt:
