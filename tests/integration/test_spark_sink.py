@@ -103,6 +103,38 @@ async def test_a_job_of_many_tasks_opens_few_zookeeper_sessions(
     assert opened <= 6, f"a 40-task job asked ZooKeeper for {opened} sessions"
 
 
+async def test_a_stream_of_many_micro_batches_opens_few_zookeeper_sessions(
+    spark: Any, client_cluster: ClientCluster, tmp_path: Path
+) -> None:
+    """Each micro-batch commits from a driver-side Python worker that Spark reuses: through that
+    worker's shared client, 12 micro-batches ask ZooKeeper for a few sessions, not one each."""
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+    source = tmp_path / "in"
+    source.mkdir()
+    for i in range(12):
+        (source / f"{i:02d}.txt").write_text(f"line-{i}\n")
+
+    def job() -> tuple[int, int]:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        before = zk_sessions_requested(zk)
+        query = (
+            spark.readStream.option("maxFilesPerTrigger", "1").text(str(source))
+            .writeStream.format("bookkeeper").option("zkServers", zk)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True).start("batches")
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None
+        opened = zk_sessions_requested(zk) - before
+        with bksync.BookKeeper(zk) as bk:
+            return opened, len(bk.logs().commits("batches"))
+
+    opened, commits = await asyncio.to_thread(job)
+    assert commits == 12  # one commit per micro-batch
+    assert opened <= 6, f"12 micro-batches asked ZooKeeper for {opened} sessions"
+
+
 async def test_failed_job_commits_nothing_and_leaves_no_ledger(
     spark: Any, client_cluster: ClientCluster
 ) -> None:
