@@ -11,6 +11,10 @@ Security, as BookKeeper's AutoRecoveryMain, from the same keys as a bookie's: it
 (``tlsTrustStore``, ``tlsCertificatePath``, ``tlsKeyStore``) are the client's towards the
 bookies, and ``zkEnableSecurity`` / ``zkDigestAuthFile`` its ZooKeeper identity. Without them,
 the client settings of the environment apply (``PYBK_CLIENT_CONF``, ``bkclient.tls``).
+
+With ``--http-port`` it serves BookKeeper's ``/api/v1/autorecovery/*`` admin calls, ``/heartbeat``
+and ``/metrics`` (docs/http-api.md) on ``httpServerHost`` (127.0.0.1), with the bookie's TLS,
+authentication (every call that changes something needs the admin right) and HTTP limits.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from autorecovery import AutoRecovery
+from autorecovery.http_routes import BackgroundJob, autorecovery_routes
 from bkclient import BKError, BookKeeper
-from bkclient.config import ClientConfig
-from bkclient.tls import ClientSecurity
-from bkmeta.bookie_presence import zk_security_of
 from bookie.config import BookieConfig, ConfigError, load_config
-from bookie.http import BookieHttpServer
+from bookie.http import AdminHttpServer, ClusterAccess
+from bookie.http.cluster import client_config_of
+from bookie.limits import LimitStats
 from bookie.security import BookieSecurity
+from pybk.arg_types import tcp_port_or_any
+from pybk.help_text import description_from
 from pybk.log_level import add_log_level
 
 log = logging.getLogger(__name__)
@@ -44,12 +50,13 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "autorecovery",
         help="re-replicate the data of lost bookies automatically (run one or more per cluster)",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=description_from(__doc__),
     )
     parser.add_argument("--conf", type=Path, help="bk_server.conf-style key=value file")
     parser.add_argument("--zk", help="ZooKeeper connect string (zkServers)")
-    parser.add_argument("--http-port", type=int,
-                        help="serve /heartbeat and Prometheus /metrics on this port (0 = any; default off)")
+    parser.add_argument("--http-port", type=tcp_port_or_any,
+                        help="serve the admin API (/api/v1/autorecovery/*), /heartbeat and Prometheus"
+                             " /metrics on this port (0 = any; default off)")
     add_log_level(parser)
     parser.set_defaults(func=run)
 
@@ -72,18 +79,6 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, config.zk_servers, args.http_port))
 
 
-def client_config(config: BookieConfig) -> ClientConfig:
-    """The recovery client's security from the bookie-style configuration (None: environment),
-    and the placement policy its copies follow."""
-    tls = config.security.tls
-    security = None
-    if tls is not None and tls.trust_path is not None:
-        security = ClientSecurity(tls.trust_path, tls.cert_path, tls.key_path)
-    return ClientConfig(security=security, zk_security=zk_security_of(config),
-                        placement_policy=config.autorecovery.placement_policy,
-                        min_racks_per_write_quorum=config.autorecovery.min_racks_per_write_quorum)
-
-
 async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -91,14 +86,23 @@ async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -
         loop.add_signal_handler(signum, stop.set)
     identity = f"{socket.gethostname()}:{os.getpid()}"
     registry = CollectorRegistry()
-    http: BookieHttpServer | None = None
+    http: AdminHttpServer | None = None
     if http_port is not None:
-        # TLS and who may look, as on the bookies' admin ports
-        http = BookieHttpServer(registry, config.bind_address, http_port,
-                                security=BookieSecurity(config.security, registry))
-        log.info("autorecovery metrics on http port %d", await asyncio.to_thread(http.start))
+        # TLS, who may call and the limits as on the bookies' admin ports (httpServer* keys)
+        cluster, job = ClusterAccess(zk_servers, client_config_of(config)), BackgroundJob()
+
+        async def close_routes() -> None:
+            await job.close()
+            await cluster.close()
+
+        routes = autorecovery_routes(cluster, job, config.autorecovery.replication_rate_bytes)
+        http = AdminHttpServer(registry, routes, bind_address=config.http_address, port=http_port,
+                               security=BookieSecurity(config.security, registry), limits=config.limits,
+                               limit_stats=LimitStats(registry), on_close=close_routes,
+                               thread_name="autorecovery-http")
+        log.info("autorecovery admin API and metrics on http port %d", await asyncio.to_thread(http.start))
     try:
-        async with await BookKeeper.connect(zk_servers, client_config(config)) as bk:
+        async with await BookKeeper.connect(zk_servers, client_config_of(config)) as bk:
             service = AutoRecovery(bk, config.autorecovery, identity, registry)
             await service.start()
             settings = config.autorecovery

@@ -21,6 +21,7 @@ from bookie.config import ConfigError, load_config
 from bookie.config_report import effective_settings, render_json, render_text
 from bookie.config_sources import ignored_line
 from bookie.main import run_daemon
+from pybk.json_option import add_json_option
 from pybk.log_level import add_log_level
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,8 @@ def register(subparsers: Any) -> None:
         help="print the effective configuration, each key with where its value came from (default,"
         " file:line, BK_ variable, command line), and exit without starting",
     )
-    parser.add_argument("--json", action="store_true", help="with --print-config: print JSON")
-    parser.set_defaults(func=run)
+    add_json_option(parser, "with --print-config: print JSON")
+    parser.set_defaults(func=run, parser=parser)
 
 
 def add_dir_options(parser: argparse.ArgumentParser) -> None:
@@ -119,6 +120,9 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json and not args.print_config:
+        parser: argparse.ArgumentParser = args.parser
+        parser.error("--json only applies to --print-config (the daemon logs, it prints no results)")
     limit_malloc_arenas()
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -11,17 +11,20 @@ written: nothing more can be signed, so throw the directory away and make a new 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+from pybk.help_text import description_from
+from pybk.json_option import add_json_option
 from pybk.localcluster.certs import make_cluster_tls
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "certs", help="make a throw-away CA and TLS certificates for a test cluster",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=description_from(__doc__),
     )
     parser.add_argument("--dir", type=Path, required=True, help="where the files go (created)")
     parser.add_argument("--host", action="append", default=[], metavar="NAME",
@@ -29,6 +32,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--world-readable", action="store_true",
                         help="keys readable by every user (containers running as different users"
                              " share them through a volume; throw-away material only)")
+    add_json_option(parser, "print the files made as one JSON object")
     parser.set_defaults(func=run)
 
 
@@ -38,5 +42,9 @@ def run(args: argparse.Namespace) -> int:
     if args.world_readable:
         for path in args.dir.iterdir():
             os.chmod(path, 0o644)
-    print(f"certificates in {args.dir}: export PYBK_CLIENT_CONF={tls.client_conf}")
+    if args.json:
+        print(json.dumps({"dir": str(args.dir), "client_conf": str(tls.client_conf),
+                          "files": sorted(path.name for path in args.dir.iterdir())}))
+    else:
+        print(f"certificates in {args.dir}: export PYBK_CLIENT_CONF={tls.client_conf}")
     return 0

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pybk.arg_types import positive, positive_float, tcp_port
 from pybk.localcluster.banner import render_banner
 from pybk.localcluster.certs import make_cluster_tls
 from pybk.localcluster.cluster import LocalCluster, run_until_signalled
@@ -33,9 +34,9 @@ replicated ledger as a self-check, print what runs where, and stay up until Ctrl
 then stop every process (bookies first) and exit 0.
 
 Files under --data-dir D: D/zookeeper, D/bookie-<i>/{journal,ledgers}, D/logs/<process>.log.
-Bookie i listens on BASE_PORT+i (gRPC) and BASE_PORT+100+i (HTTP: /heartbeat, /metrics).
+Bookie i listens on BASE_PORT+i (gRPC) and BASE_PORT+100+i (HTTP admin API and /metrics).
 With --autorecovery, a `pybk autorecovery` process re-replicates the data of a bookie that stays
-down (lostBookieRecoveryDelay 0); its metrics are on BASE_PORT+99, its log in D/logs.
+down (lostBookieRecoveryDelay 0); its admin API and metrics are on BASE_PORT+99, its log in D/logs.
 With --tls, a throw-away CA and certificates go to D/tls: every listener speaks TLS and takes
 the caller's identity from its client certificate; clients and tools find theirs through
 PYBK_CLIENT_CONF=D/tls/client.conf (the banner says so).
@@ -53,30 +54,28 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--bookies", type=int, default=3, metavar="N", help="number of bookies (default 3)")
-    parser.add_argument("--zk-port", type=int, default=2181, metavar="PORT",
+    parser.add_argument("--bookies", type=positive, default=3, metavar="N",
+                        help="number of bookies (default 3)")
+    parser.add_argument("--zk-port", type=tcp_port, default=2181, metavar="PORT",
                         help="ZooKeeper client port (default 2181)")
-    parser.add_argument("--base-port", type=int, default=3181, metavar="PORT",
+    parser.add_argument("--base-port", type=tcp_port, default=3181, metavar="PORT",
                         help="first bookie's gRPC port (default 3181); HTTP ports start at BASE_PORT+100, "
                              "add ports at BASE_PORT+200")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="D",
                         help="where data and logs live; kept across runs (default: a temporary directory)")
     parser.add_argument("--autorecovery", action="store_true",
-                        help="also run pybk autorecovery (metrics on BASE_PORT+99)")
+                        help="also run pybk autorecovery (admin API and metrics on BASE_PORT+99)")
     parser.add_argument("--tls", action="store_true",
                         help="TLS with client certificates on every bookie listener (certificates in D/tls)")
-    parser.add_argument("--grace", type=float, default=10.0, metavar="S",
+    parser.add_argument("--grace", type=positive_float, default=10.0, metavar="S",
                         help="seconds each process gets to stop after SIGTERM before SIGKILL (default 10)")
-    parser.set_defaults(func=run, parser=parser)
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The start-up steps' ZooKeeper sessions may see ZooKeeper go away at shutdown: not news.
     logging.getLogger("kazoo.client").setLevel(logging.ERROR)
-    parser: argparse.ArgumentParser = args.parser
-    if args.grace <= 0:
-        parser.error("--grace must be positive")
     temporary = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="pybk-localcluster-")) if temporary else args.data_dir
     try:

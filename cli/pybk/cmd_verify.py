@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pybk.arg_types import positive, positive_float, tcp_port
+from pybk.json_option import add_json_option
 from pybk.localcluster.cluster import StartupError
 from pybk.localcluster.layout import ClusterLayout, LayoutError
 from pybk.verify.nemesis import ALL_KINDS
@@ -48,33 +50,35 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--time", type=float, default=None, metavar="S",
+    amount.add_argument("--time", type=positive_float, default=None, metavar="S",
                         help="run for S seconds (default 60)")
-    amount.add_argument("--rounds", type=int, default=None, metavar="N", help="run N fault schedules")
+    amount.add_argument("--rounds", type=positive, default=None, metavar="N", help="run N fault schedules")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of every random choice (default: random, printed)")
-    parser.add_argument("--bookies", type=int, default=3, metavar="N", help="bookies to start (default 3)")
-    parser.add_argument("--zk-port", type=int, default=2281, metavar="PORT",
+    parser.add_argument("--bookies", type=positive, default=3, metavar="N",
+                        help="bookies to start (default 3)")
+    parser.add_argument("--zk-port", type=tcp_port, default=2281, metavar="PORT",
                         help="ZooKeeper port (default 2281)")
-    parser.add_argument("--base-port", type=int, default=3281, metavar="PORT",
+    parser.add_argument("--base-port", type=tcp_port, default=3281, metavar="PORT",
                         help="first bookie's gRPC port (default 3281; HTTP +100, add port +200)")
     parser.add_argument("--zk", default=None, metavar="HOST:PORT",
                         help="check an existing cluster instead: no cluster started, no faults injected")
     parser.add_argument("--faults", default=",".join(ALL_KINDS), metavar="KINDS",
                         help="comma-separated fault kinds to draw from (default: all of "
                              + ", ".join(ALL_KINDS) + ")")
-    parser.add_argument("--writers", type=int, default=2, metavar="N", help="writer processes (default 2)")
+    parser.add_argument("--writers", type=positive, default=2, metavar="N",
+                        help="writer processes (default 2)")
     parser.add_argument("--quorums", default=WorkloadOptions.quorums, metavar="E/Qw/Qa,...",
                         help=f"ledger shapes writers draw from (default {WorkloadOptions.quorums})")
-    parser.add_argument("--rate", type=float, default=100.0, metavar="R",
+    parser.add_argument("--rate", type=positive_float, default=100.0, metavar="R",
                         help="appends a second per writer, at most (default 100)")
-    parser.add_argument("--recover-every", type=float, default=4.0, metavar="S",
+    parser.add_argument("--recover-every", type=positive_float, default=4.0, metavar="S",
                         help="mean seconds between recovery opens racing the writers (default 4)")
-    parser.add_argument("--heal-timeout", type=float, default=60.0, metavar="S",
+    parser.add_argument("--heal-timeout", type=positive_float, default=60.0, metavar="S",
                         help="how long the cluster may take to be healthy after faults heal (default 60)")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="D",
                         help="keep data, logs and histories here (default: a temporary directory, removed)")
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_json_option(parser, "print the summary as one JSON object")
     parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                         help="draw throughput and latency over time with the faults marked")
     parser.set_defaults(func=run, parser=parser)
@@ -88,8 +92,6 @@ def run(args: argparse.Namespace) -> int:
     unknown = [k for k in kinds if k not in ALL_KINDS]
     if unknown or not kinds:
         parser.error(f"--faults: unknown kind(s) {', '.join(unknown)}; known: {', '.join(ALL_KINDS)}")
-    if (args.rounds is not None and args.rounds < 1) or (args.time is not None and args.time <= 0):
-        parser.error("--rounds and --time must be positive")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         # Said before the run, not after it.
         print("pybk verify: error: --plot needs matplotlib: pip install 'bookkeeper-python[verify]'",

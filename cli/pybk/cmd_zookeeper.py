@@ -15,6 +15,7 @@ from typing import Any
 
 from bkmeta.zookeeper_server import ZooKeeperConfig, ZooKeeperServer
 from bkproto.errors import MetadataStoreError
+from pybk.arg_types import positive, tcp_port
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,10 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "zookeeper", help="run a real ZooKeeper server (Java) in the foreground"
     )
-    parser.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    parser.add_argument("--port", type=tcp_port, default=2181, help="client port (default 2181)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--data-dir", type=Path, default=Path("./data/zookeeper"), help="data directory")
-    parser.add_argument("--heap-mb", type=int, default=128, help="JVM heap limit in MiB (default 128)")
+    parser.add_argument("--heap-mb", type=positive, default=128, help="JVM heap limit in MiB (default 128)")
     parser.set_defaults(func=run)
 
 

@@ -18,6 +18,9 @@ EXTRA_OF_MODULE: Mapping[str, str] = {
     "grpc_health": "server",
     "grpc_reflection": "server",
     "cryptography": "server",
+    "aiohttp": "server",
+    "hdrh": "server",
+    "tqdm": "server",
     "pyspark": "spark",
     "pyarrow": "spark",
 }

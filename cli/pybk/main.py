@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from pybk.extras import DISTRIBUTION, register_commands
+from pybk.json_option import add_top_level_json_option, check_json_request
 
 # Module names under ``pybk`` that each add one sub-command with ``register(subparsers)``, and
 # that sub-command's name (known without importing it: see :mod:`pybk.extras`).
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pybk", description="pybookkeeper: Apache BookKeeper re-made in Python"
     )
     parser.add_argument("--version", action="version", version=f"pybk {version()} ({DISTRIBUTION})")
+    add_top_level_json_option(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_commands(subparsers, COMMAND_MODULES)
     return parser
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_json_request(parser, args)
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

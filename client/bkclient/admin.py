@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from bkclient.bookkeeper import BookKeeper
@@ -115,12 +115,14 @@ class BookKeeperAdmin:
         dry_run: bool = False,
         skip_open_ledgers: bool = False,
         fence_open_ledgers: bool = True,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[LedgerRecovery]:
         """Re-replicate the data of the ``lost`` bookies (ids ``host:port``), in every ledger or
         in ``ledger_ids``; returns one report per ledger that named one of them. With
         ``dry_run`` nothing is copied, fenced or changed: the reports give the plan. Without
         ``fence_open_ledgers``, an open ledger still writing to a lost bookie is skipped (its
-        writer may yet replace it; autorecovery's grace period)."""
+        writer may yet replace it; autorecovery's grace period). ``progress(done, total)`` is
+        called after each ledger looked at (a progress bar of the shell's)."""
         lost_set = frozenset(lost)
         if not lost_set:
             raise IncorrectParameterError("name at least one bookie to recover")
@@ -128,12 +130,14 @@ class BookKeeperAdmin:
             check_bookie_id(bookie_id)
         ids = sorted(ledger_ids) if ledger_ids is not None else await self._bk.list_ledgers()
         reports = []
-        for ledger_id in ids:
+        for done, ledger_id in enumerate(ids, 1):
             report = await self.recover_ledger(ledger_id, lost_set, dry_run=dry_run,
                                                skip_open_ledgers=skip_open_ledgers,
                                                fence_open_ledgers=fence_open_ledgers)
             if report is not None:
                 reports.append(report)
+            if progress is not None:
+                progress(done, len(ids))
         return reports
 
     # -- audit (what BookKeeper's auditor finds) ------------------------------------------------
@@ -173,7 +177,9 @@ class BookKeeperAdmin:
                 ledgers.setdefault(ledger_id, set()).add(bookie_id)
         return ledgers
 
-    async def decommission_bookie(self, bookie_id: str) -> Decommission:
+    async def decommission_bookie(
+        self, bookie_id: str, progress: Callable[[int, int], None] | None = None
+    ) -> Decommission:
         """BookKeeper's decommissionbookie: re-replicate everything a stopped bookie held (open
         ledgers writing to it are fenced), then delete its cookie, so that nothing names the id
         and its old directories cannot rejoin the cluster (their cookie no longer matches).
@@ -181,7 +187,7 @@ class BookKeeperAdmin:
         check_bookie_id(bookie_id)
         if await self._bk.ctx.bookie_watcher.is_registered(bookie_id):
             raise IllegalOpError(f"bookie {bookie_id} is still registered: stop it before decommissioning it")
-        reports = await self.recover_bookies([bookie_id])
+        reports = await self.recover_bookies([bookie_id], progress=progress)
         if any(not r.ok or r.skipped is not None for r in reports):
             return Decommission(bookie_id, reports, cookie_deleted=False)
         await self._bk.ctx.metadata.cookies.delete(bookie_id)  # absent: deleted by an earlier run

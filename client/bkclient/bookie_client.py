@@ -12,18 +12,20 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from bkproto.errors import BKError, ClientClosedError, error_for_status
+from bkproto.errors import BKError, ClientClosedError, UnauthorizedAccessError, error_for_status
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 from .add_port_call import AddPortCall, AddPortOutage
 from .add_stream import AddRequestEncoder, AddStream, CallbackListener
 from .read_stream import ReadStream
+from .refused_bookie import RefusedBookie
 from .rpc_errors import translate_rpc_error
 from .tls import ClientSecurity
 from .transport import (
     AddCallback,
     AddListener,
     BookieAddress,
+    BookieConnection,
     BookieConnector,
     DiskInfo,
     ReadResult,
@@ -354,9 +356,18 @@ def _channel(
 
 
 def grpc_connector(options: BookieClientOptions | None = None) -> BookieConnector:
-    """Opens :class:`BookieClient` connections (gRPC, and the add port when the bookie has one)."""
+    """Opens :class:`BookieClient` connections (gRPC, and the add port when the bookie has one).
+    A bookie registered as TLS-only, for a client without TLS, gets a :class:`RefusedBookie`
+    saying so: connecting in plaintext would only fail as an unreachable bookie."""
+    tls = options is not None and options.security is not None and options.security.tls
 
-    def connect(bookie_id: str, address: BookieAddress) -> BookieClient:
+    def connect(bookie_id: str, address: BookieAddress) -> BookieConnection:
+        if address.tls and not tls:
+            return RefusedBookie(bookie_id, UnauthorizedAccessError(
+                f"bookie {bookie_id} accepts only TLS (its registration says so) and this client has"
+                " no TLS configured: set clientTrustStore (and a client certificate or token), e.g."
+                " through PYBK_CLIENT_CONF"
+            ))  # fmt: skip
         return BookieClient(bookie_id, address.grpc, options, address.add)
 
     return connect

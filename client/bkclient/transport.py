@@ -195,6 +195,7 @@ def decode_add(encoded: bytes) -> DecodedAdd:
 class BookieAddress(NamedTuple):
     grpc: str  # host:port of the gRPC service
     add: str | None = None  # host:port of the add port, if the bookie has one
+    tls: bool = False  # its registration says it speaks only TLS
 
 
 # Resolves a bookie id to its addresses; ``None`` when the id is not registered.

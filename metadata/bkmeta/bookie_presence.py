@@ -63,6 +63,9 @@ class BookieConfigLike(Protocol):
     def zk_enable_security(self) -> bool: ...
 
     @property
+    def tls_enabled(self) -> bool: ...
+
+    @property
     def zk_digest_file(self) -> Path | None: ...
 
     @property
@@ -118,6 +121,7 @@ class BookiePresence:
             config.advertised_address if http else None,
             config.http_port if http else None,
             rack=config.rack,
+            tls=config.tls_enabled,
         )
         return cls(
             config.zk_servers,

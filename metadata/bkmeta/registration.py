@@ -41,6 +41,9 @@ class BookieServiceInfo:
     rack: str = DEFAULT_RACK
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     add_port: int | None = None  # the add port (``bkproto.add_port``), on the gRPC host
+    # Its listeners speak only TLS: written as BookKeeper does, ``auth: "tls"`` on the endpoints,
+    # so that a client without TLS can say so instead of failing to connect.
+    tls: bool = False
 
     @property
     def add_target(self) -> str | None:
@@ -57,13 +60,18 @@ class BookieServiceInfo:
 
     def to_bytes(self) -> bytes:
         msg = metadata_pb2.BookieServiceInfoFormat()
-        msg.endpoints.add(id=GRPC_ENDPOINT_ID, port=self.grpc_port, host=self.grpc_host, protocol="grpc")
+        auth = ["tls"] if self.tls else []
+        msg.endpoints.add(
+            id=GRPC_ENDPOINT_ID, port=self.grpc_port, host=self.grpc_host, protocol="grpc", auth=auth
+        )
         if self.add_port is not None:
             msg.endpoints.add(
-                id=ADD_ENDPOINT_ID, port=self.add_port, host=self.grpc_host, protocol=ADD_PROTOCOL
+                id=ADD_ENDPOINT_ID, port=self.add_port, host=self.grpc_host, protocol=ADD_PROTOCOL, auth=auth
             )
         if self.http_host is not None and self.http_port is not None:
-            msg.endpoints.add(id=HTTP_ENDPOINT_ID, port=self.http_port, host=self.http_host, protocol="http")
+            msg.endpoints.add(
+                id=HTTP_ENDPOINT_ID, port=self.http_port, host=self.http_host, protocol="http", auth=auth
+            )
         msg.properties.update(self.properties)
         msg.properties["rack"] = self.rack
         return msg.SerializeToString(deterministic=True)
@@ -96,6 +104,7 @@ class BookieServiceInfo:
             props.get("rack", DEFAULT_RACK),
             props,
             add_ep.port if add_ep else None,
+            tls=grpc_ep is not None and "tls" in grpc_ep.auth,
         )
 
 

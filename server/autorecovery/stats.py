@@ -2,12 +2,16 @@
 
 The auditor's and the replication worker's carry BookKeeper's names (its ``ReplicationStats``:
 scope ``auditor`` / ``replication_worker``, then the stat's name), so dashboards made for it
-find them; the ``autorecovery_*`` ones are pybookkeeper's own, kept for existing dashboards.
+find them (counters under their bare names, as BookKeeper writes them: ``bookie.stats.BookKeeperCounter``);
+the ``autorecovery_*`` ones are pybookkeeper's own, kept for existing dashboards, with the Python
+client's ``_total``.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+
+from bookie.stats import BookKeeperCounter
 
 
 class AutoRecoveryStats:
@@ -45,14 +49,14 @@ class AutoRecoveryStats:
             "auditor_NUM_UNDER_REPLICATED_LEDGERS",
             "ledgers marked under-replicated in ZooKeeper, at the leader's last look", registry=registry,
         )
-        self.ledgers_checked = Counter(
-            "auditor_NUM_LEDGERS_CHECKED", "closed ledgers the ledger check went through", registry=registry
+        self.ledgers_checked = BookKeeperCounter(
+            "auditor_NUM_LEDGERS_CHECKED", "closed ledgers the ledger check went through", registry
         )
-        self.entries_checked = Counter(
+        self.entries_checked = BookKeeperCounter(
             "auditor_NUM_ENTRIES_CHECKED", "entries the ledger check compared (pybookkeeper extension)",
             registry=registry,
         )
-        self.missing_entries = Counter(
+        self.missing_entries = BookKeeperCounter(
             "auditor_NUM_MISSING_ENTRIES_FOUND",
             "entries the ledger check found missing on a registered bookie (pybookkeeper extension)",
             registry=registry,
@@ -64,28 +68,28 @@ class AutoRecoveryStats:
             "auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY",
             "ledgers with a write quorum on too few racks, at the last placement check", registry=registry,
         )
-        self.marked = Counter(
+        self.marked = BookKeeperCounter(
             "auditor_NUM_LEDGERS_MARKED", "under-replication marks the auditor wrote or extended",
-            registry=registry,
+            registry,
         )
         # -- the replication worker (BookKeeper's names) --
         self.rereplicate = Summary(
             "replication_worker_rereplicate", "seconds one ledger's repair took", registry=registry
         )
-        self.ledgers_replicated = Counter(
+        self.ledgers_replicated = BookKeeperCounter(
             "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
-            "ledgers this process's workers copied entries for", registry=registry,
+            "ledgers this process's workers copied entries for", registry,
         )
-        self.entries_written = Counter(
+        self.entries_written = BookKeeperCounter(
             "replication_worker_NUM_ENTRIES_WRITTEN", "entries the workers wrote to bookies",
-            registry=registry,
+            registry,
         )
-        self.bytes_written = Counter(
+        self.bytes_written = BookKeeperCounter(
             "replication_worker_NUM_BYTES_WRITTEN",
             "bytes the workers wrote back to a bookie that lost them (copies to a new bookie are"
             " counted in entries only)", registry=registry,
         )
-        self.replicate_exceptions = Counter(
+        self.replicate_exceptions = BookKeeperCounter(
             "replication_worker_REPLICATE_EXCEPTION", "repairs that failed and were left for a retry",
-            registry=registry,
+            registry,
         )

@@ -102,6 +102,11 @@ class BookieConfig:
     def bookie_id(self) -> str:
         return f"{self.advertised_address}:{self.port}"
 
+    @property
+    def tls_enabled(self) -> bool:
+        """Every listener speaks only TLS (advertised in the bookie's registration)."""
+        return self.security.tls is not None
+
     def storage_config(self) -> StorageConfig:
         """The storage layer's configuration for this bookie."""
         kwargs: dict[str, Any] = dict(self.storage_overrides)

@@ -191,7 +191,8 @@ KEYS: dict[str, Key] = {
         limits_field="max_connections",
     ),
     "maxConnectionsPerIp": Key(
-        _int(1), help="add-port connections open at once from one IP address (64)",
+        _int(1), help="add-port connections open at once from one IP address, and gRPC connections"
+        " carrying calls (64)",
         limits_field="max_connections_per_peer",
     ),
     "maxBufferedBytes": Key(
@@ -203,7 +204,8 @@ KEYS: dict[str, Key] = {
         limits_field="max_buffered_bytes_per_peer",
     ),
     "frameTimeoutMs": Key(
-        _seconds_from_ms(100), help="ms a peer may take to send a whole add-port frame (30000)",
+        _seconds_from_ms(100), help="ms a peer may take to send a whole add-port frame, or a gRPC"
+        " call its request, and a TLS handshake (30000)",
         limits_field="frame_timeout_s",
     ),
     "writeTimeoutMs": Key(
@@ -221,6 +223,18 @@ KEYS: dict[str, Key] = {
     "maxLongPollsPerIp": Key(
         _int(1), help="long-poll reads parked at once from one IP address (2500)",
         limits_field="max_long_polls_per_peer",
+    ),
+    "maxSlowRequests": Key(
+        _int(1), help="gRPC calls waiting for a request not arrived within 1 s, all peers (16)",
+        limits_field="max_slow_requests",
+    ),
+    "maxSlowRequestsPerIp": Key(
+        _int(1), help="gRPC calls waiting for a request not arrived within 1 s, per IP address (4)",
+        limits_field="max_slow_requests_per_peer",
+    ),
+    "connectionIdleTimeoutMs": Key(
+        _seconds_from_ms(1000), help="ms a gRPC connection may stay open without calls (300000)",
+        limits_field="connection_idle_timeout_s",
     ),
     "httpServerMaxConnections": Key(
         _int(1), help="HTTP admin requests served at once, a quarter of them per IP address; more get"

@@ -5,7 +5,8 @@ A bookie serves whoever connects, so every resource a peer can make it hold is b
 bounds that a single peer could exhaust are also split per peer (per IP address, as ZooKeeper's
 ``maxClientCnxns``), so one peer cannot lock out the others:
 
-* connections on the add port, in total and per peer (gRPC: in total, through its core);
+* connections on the add port, in total and per peer (gRPC: in total through its core, per peer
+  for connections carrying calls, see ``bookie.grpc_intake``);
 * bytes of add-port frames read but not yet handed to the add path (a frame's length header
   reserves its bytes first, so a peer announcing big frames and sending nothing holds a
   reservation, not memory, and only for the frame timeout);
@@ -56,12 +57,20 @@ class ListenerLimits:
     max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp
     http_max_connections: int = 16  # httpServerMaxConnections: requests served at once (a quarter per IP)
     http_request_timeout_s: float = 10.0  # httpServerRequestTimeoutMs: to send a whole request
+    max_slow_requests: int = 16  # maxSlowRequests: gRPC calls whose request is slow to arrive, all peers
+    max_slow_requests_per_peer: int = 4  # maxSlowRequestsPerIp
+    connection_idle_timeout_s: float = 300.0  # connectionIdleTimeoutMs: a gRPC connection without calls
 
     def __post_init__(self) -> None:
         if self.max_connections_per_peer > self.max_connections:
             raise ValueError(
                 f"maxConnectionsPerIp ({self.max_connections_per_peer}) exceeds maxConnections"
                 f" ({self.max_connections})"
+            )
+        if self.max_slow_requests_per_peer > self.max_slow_requests:
+            raise ValueError(
+                f"maxSlowRequestsPerIp ({self.max_slow_requests_per_peer}) exceeds maxSlowRequests"
+                f" ({self.max_slow_requests})"
             )
         if self.max_buffered_bytes_per_peer > self.max_buffered_bytes:
             raise ValueError(

@@ -29,6 +29,7 @@ from bookie.disk_monitor import DiskMonitor, DiskStatus
 from bookie.gc import GarbageCollector, GcStats, GcStorage, LedgerLister
 from bookie.handlers import HandlerLimits
 from bookie.http import BookieHttpServer
+from bookie.http.cluster import ClusterAccess, client_config_of
 from bookie.on_disk import bookie_on_disk
 from bookie.security import BookieSecurity
 from bookie.service import BookieService
@@ -142,7 +143,11 @@ class BookieDaemon:
                                          state=self.state, readiness=lambda: self._not_ready,
                                          disk_info=self.core.disk_info, security=security,
                                          server_config=lambda: server_config(self.config),
-                                         limits=config.limits, limit_stats=stats.limits)
+                                         limits=config.limits, limit_stats=stats.limits,
+                                         cluster=ClusterAccess(config.zk_servers, client_config_of(config))
+                                         if config.zk_servers is not None else None,
+                                         bookie_id=config.bookie_id, journal_dirs=config.journal_dirs,
+                                         ledger_dirs=config.ledger_dirs)
             http_port = await asyncio.to_thread(self.http.start)
         if self._freeze_startup_heap:
             freeze_startup_heap()  # before registering: no client waits on its collection

@@ -300,6 +300,12 @@ class GrpcGuard:
         self.guard = guard
         self.core = core
 
+    def early_refusal(self, context: Context) -> str | None:
+        """Why a call without any identity is refused before its request is read (counted)."""
+        if self.guard.required and grpc_identity(self.guard, context) is None:
+            return self.guard.refusal("grpc", None, Right.READ)
+        return None
+
     async def _check(self, context: Context, identity: Identity | None, right: Right) -> None:
         why = self.guard.refusal("grpc", identity, right)
         if why is not None:

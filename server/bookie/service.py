@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from bkproto.v1 import bookie_pb2
 from bookie.add_port import AddPortServer
 from bookie.api import BookieCore
+from bookie.grpc_intake import GrpcIntake
 from bookie.handlers import BookieServicer, HandlerLimits
 from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, parse_add_entries
 from bookie.limits import ListenerLimits, QuietLog
@@ -65,6 +66,11 @@ def server_options(limits: ListenerLimits) -> list[tuple[str, int]]:
         *SERVER_OPTIONS,
         ("grpc.max_allowed_incoming_connections", limits.max_connections),
         ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+        # A connection without calls holds a slot of ``max_connections`` and escapes the per-IP
+        # count (that counts connections carrying calls): close it after a while. Clients
+        # reconnect at their next call.
+        ("grpc.max_connection_idle_ms", int(limits.connection_idle_timeout_s * 1000)),
+        ("grpc.server_handshake_timeout_ms", int(limits.frame_timeout_s * 1000)),
     ]
 
 
@@ -73,13 +79,15 @@ def method_handlers(
     guard: GrpcGuard | None = None,
     stats: RequestStats | None = None,
     max_adds_per_message: int | None = None,
+    intake: GrpcIntake | None = None,
 ) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """The Bookie service's method table, as the generated ``add_BookieServicer_to_server`` builds
     it, except that AddEntries requests arrive with their wire size (for the in-progress budget)
     and at most ``max_adds_per_message`` adds; with a ``guard``, every method first checks the
     caller's identity and rights; and a request that cannot be decoded is answered
     INVALID_ARGUMENT (RESOURCE_EXHAUSTED past a limit), counted in ``stats`` and logged in one
-    line, not with grpc's traceback per request."""
+    line, not with grpc's traceback per request. With an ``intake``, every method takes its
+    requests as a stream and the intake's limits apply before a request is read."""
     malformed = _MalformedGuard(stats)
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in bookie_pb2.DESCRIPTOR.services_by_name["Bookie"].methods:
@@ -90,12 +98,17 @@ def method_handlers(
             deserialize = (
                 parse_add_entries if max_adds_per_message is None else AddEntriesDecoder(max_adds_per_message)
             )
-        factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
         behaviour = getattr(servicer, method.name)
         if guard is not None:
             behaviour = guard.wrap(method.name, behaviour, method.client_streaming)
+        behaviour = malformed.streaming(behaviour) if method.client_streaming else malformed.unary(behaviour)
+        streaming_request = method.client_streaming
+        if intake is not None:
+            behaviour = intake.streaming(behaviour) if streaming_request else intake.unary(behaviour)
+            streaming_request = True
+        factory = _HANDLER_FACTORIES[(streaming_request, method.server_streaming)]
         handlers[method.name] = factory(
-            malformed.streaming(behaviour) if method.client_streaming else malformed.unary(behaviour),
+            behaviour,
             request_deserializer=malformed.deserializer(method.name, deserialize),
             response_serializer=response_class.SerializeToString,
         )
@@ -219,8 +232,12 @@ class BookieService:
         if self._server is not None:
             return self.port
         server = grpc.aio.server(options=server_options(self._listener_limits))
+        intake = GrpcIntake(
+            self._listener_limits, self._stats.limits,
+            self._grpc_guard.early_refusal if self._grpc_guard is not None else None,
+        )
         handlers = method_handlers(
-            self.servicer, self._grpc_guard, self._stats, self._limits.max_adds_per_message
+            self.servicer, self._grpc_guard, self._stats, self._limits.max_adds_per_message, intake
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
         server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]  # stubs predate it

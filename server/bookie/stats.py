@@ -144,6 +144,43 @@ def _quantile(q: float, counts: Sequence[int], bounds: Sequence[float], largest:
     return largest
 
 
+class BookKeeperCounter:
+    """A counter exported under BookKeeper's exact name: ``<name> <value>``, no ``_total``.
+
+    BookKeeper's Prometheus provider (``PrometheusTextFormat.writeCounter``) writes a counter under
+    its bare name, while the Python client's ``Counter`` always appends ``_total`` (and adds a
+    ``_created`` series), so a dashboard made for BookKeeper would find nothing. The family is
+    declared ``untyped``: the client's text writer appends ``_total`` to the name of every family
+    typed ``counter``. Prometheus stores and ``rate()``s an untyped series like a counter.
+    Names that are pybookkeeper's own keep the client's ``Counter`` and its ``_total``."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry | None) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._value = 0.0
+        self._lock = threading.Lock()  # increments on the event loop, collection on the HTTP thread
+        if registry is not None:
+            registry.register(self)
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError(f"{self.name}: a counter only goes up (inc by {amount})")
+        with self._lock:
+            self._value += amount
+
+    def get(self) -> float:
+        with self._lock:
+            return self._value
+
+    def collect(self) -> Iterator[Metric]:
+        family = Metric(self.name, self.documentation, "unknown")
+        family.add_sample(self.name, {}, self.get())
+        yield family
+
+    def describe(self) -> list[Metric]:
+        return [Metric(self.name, self.documentation, "unknown")]
+
+
 class OpStats:
     """A collector of op stats registered on a bookie's registry (storage, garbage collection)."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.compose import REPO, ComposeProject
+from tests.support.compose import REPO, ComposeProject, running_cluster
 
 from bkclient import BookKeeper
 
@@ -25,31 +24,15 @@ pytestmark = pytest.mark.compose
 
 BOOKIES = ["bookie-1", "bookie-2", "bookie-3", "bookie-4"]
 BOOKIE_IDS = {f"bookie-{i}": f"127.0.0.1:318{i}" for i in range(1, 5)}
-HOST_PORTS = [2181, 9090, 3280, *(p for i in range(1, 5) for p in (3180 + i, 3280 + i, 3380 + i))]
 ZK = "127.0.0.1:2181"
 PASSWORD = b"compose"
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ComposeProject]:
-    busy = [p for p in HOST_PORTS if not _free(p)]
-    assert not busy, f"ports the compose cluster uses are taken on this host: {busy}"
-    subprocess.run([str(REPO / "deploy" / "build-wheels.sh")], check=True, timeout=900,
-                   env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"})
     project = ComposeProject("pybk-compose-test", {"LOST_BOOKIE_RECOVERY_DELAY": "0"})
-    project.compose("build", timeout_s=1200)
-    try:
-        project.compose("up", "-d", timeout_s=600)
-        project.wait_healthy(["zookeeper", *BOOKIES, "autorecovery", "prometheus"], timeout_s=300)
+    with running_cluster(project):
         yield project
-    finally:
-        project.compose("down", "-v", "--remove-orphans", timeout_s=300)
-    assert project.leftovers() == []
 
 
 def _readme_python_example() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -34,6 +35,7 @@ LIMITS = {
     "frameTimeoutMs": "1000",
     "writeTimeoutMs": "2000",
     "maxLongPollsPerIp": "50",
+    "maxSlowRequestsPerIp": "2",
     "httpServerRequestTimeoutMs": "1000",
 }
 WELL_BEHAVED_LEDGER = 7
@@ -113,6 +115,25 @@ def test_connections_beyond_the_per_ip_limit_are_refused(bookie: BookieProcess, 
     assert rejections(bookie, "add_port", "connections_per_ip") >= 4
 
 
+def test_unfinished_grpc_messages_are_refused_past_a_few_slow_calls_and_cut_off(
+    bookie: BookieProcess, client: WellBehaved, idle_rss: int
+) -> None:
+    # 3 peers x 4 connections x 10 calls, each request message announcing 12 MiB and sending 8 MiB
+    # of it (below gRPC, whose core grants the window the prefix announces and keeps the bytes).
+    args = ("--sources", "3", "--connections", "4", "--streams", "10",
+            "--frame-bytes", str(12 * MiB), "--send-bytes", str(8 * MiB), "--settle-s", "2")  # fmt: skip
+    with Attack("unfinished-grpc-messages", bookie.address, *args) as attack:
+        # at most maxSlowRequestsPerIp (2 here) calls per peer wait; the rest end at once
+        assert rss_bytes(bookie.pid) < idle_rss + 3 * 2 * 12 * MiB + MARGIN
+        client.add()
+        assert attack.wait_closed(120, timeout_s=60) == 120
+    # refused as one slow call too many, or cut at frameTimeoutMs (1 s here, as early as "slow")
+    refused = rejections(bookie, "grpc", "slow_requests_per_ip") + rejections(bookie, "grpc", "slow_requests")
+    assert refused >= 3
+    assert refused + rejections(bookie, "grpc", "frame_timeout") >= 120
+    assert is_serving(bookie.address)
+
+
 def test_a_peer_that_never_reads_its_answers_is_bounded_then_closed(
     bookie: BookieProcess, client: WellBehaved, idle_rss: int
 ) -> None:
@@ -123,6 +144,21 @@ def test_a_peer_that_never_reads_its_answers_is_bounded_then_closed(
         client.add()
         assert attack.wait_closed(2, timeout_s=60) == 2
     assert rejections(bookie, "add_port", "write_timeout") >= 1
+
+
+def test_a_grpc_add_stream_that_never_reads_its_answers_is_ended(
+    bookie: BookieProcess, client: WellBehaved, idle_rss: int
+) -> None:
+    # The bookie ends the call after writeTimeoutMs (its add budgets are released); gRPC's core
+    # keeps the stuck call's buffered bytes until the connection goes, which the RSS bound covers.
+    with Attack("never-read", bookie.address, "--grpc", "--adds", "90000", "--settle-s", "3"):
+        deadline = time.monotonic() + 60
+        while rejections(bookie, "grpc", "write_timeout") < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rejections(bookie, "grpc", "write_timeout") >= 1
+        assert rss_bytes(bookie.pid) < idle_rss + 40 * MiB + MARGIN
+        client.add()
+    assert is_serving(bookie.address)
 
 
 @pytest.mark.parametrize("transport", ["add_port", "grpc"])

@@ -93,12 +93,12 @@ async def test_the_explainer_names_the_pinning_ledgers_and_what_deleting_them_fr
         finished = _finished(report)
         assert all(log["verdict"] in ("waiting_major", "next_gc_run") for log in finished), finished
         said = sum(log["reclaimable_bytes"] for log in finished)
-        before = _metric(metrics, "bookie_RECLAIMED_COMPACTION_SPACE_BYTES_total")
+        before = _metric(metrics, "bookie_RECLAIMED_COMPACTION_SPACE_BYTES")
         (details,) = await asyncio.to_thread(_http, bookie, "GET", "/api/v1/bookie/gc_details")
         await asyncio.to_thread(_trigger, bookie, None)  # forced major compaction
         after_details = await _collected(bookie, 2)
         metrics = (await asyncio.to_thread(_fetch, bookie, "GET", "/metrics")).decode()
-        freed = (_metric(metrics, "bookie_RECLAIMED_COMPACTION_SPACE_BYTES_total") - before
+        freed = (_metric(metrics, "bookie_RECLAIMED_COMPACTION_SPACE_BYTES") - before
                  + after_details["reclaimedDeletionSpaceBytes"] - details["reclaimedDeletionSpaceBytes"])
         assert freed == said
         for handle in (long_a, long_b):  # the one not deleted reads back in full

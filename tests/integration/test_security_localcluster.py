@@ -43,6 +43,8 @@ def test_tools_need_the_client_configuration(tls_cluster: LocalClusterRun) -> No
     assert with_tls.returncode == 0, with_tls.stdout + with_tls.stderr
     without = simpletest(tls_cluster, plain_env)
     assert without.returncode != 0
+    # and it says why, rather than that no bookie could be reached
+    assert "accepts only TLS" in without.stdout + without.stderr, without.stdout + without.stderr
 
 
 def test_metrics_are_served_over_tls_to_the_client_certificate(tls_cluster: LocalClusterRun) -> None:

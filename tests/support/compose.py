@@ -9,13 +9,38 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+TLS_OVERLAY = REPO / "deploy" / "docker-compose.tls.yml"
+
+
+# Every host port the cluster binds (host networking): ZooKeeper, Prometheus, autorecovery's HTTP,
+# and each bookie's gRPC, HTTP and add port.
+HOST_PORTS = [2181, 9090, 3280, *(p for i in range(1, 5) for p in (3180 + i, 3280 + i, 3380 + i))]
+
+
+def busy_host_ports() -> list[int]:
+    """The cluster's host ports something already listens on (the test cannot run then)."""
+    busy = []
+    for port in HOST_PORTS:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                busy.append(port)
+    return busy
+
+
+def build_wheels() -> None:
+    """``deploy/build-wheels.sh``: the image installs from host-built wheels (no index needed)."""
+    subprocess.run([str(REPO / "deploy" / "build-wheels.sh")], check=True, timeout=900,
+                   env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"})
 
 
 class ComposeError(RuntimeError):
@@ -31,13 +56,23 @@ def _run(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
 
 
 class ComposeProject:
-    def __init__(self, name: str, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, environ: Mapping[str, str] | None = None, *, overlays: Sequence[Path] = (),
+        profiles: Sequence[str] = (),
+    ) -> None:
+        """``overlays``: compose files layered over docker-compose.yml; ``profiles``: enabled."""
         self.name = name
         self.env = {**os.environ, **(environ or {})}
+        self._files = [arg for f in (COMPOSE_FILE, *overlays) for arg in ("-f", str(f))]
+        self._profiles = [arg for profile in profiles for arg in ("--profile", profile)]
 
     def compose(self, *args: str, timeout_s: float = 600) -> str:
-        return _run(["docker-compose", "-p", self.name, "-f", str(COMPOSE_FILE), *args],
+        return _run(["docker-compose", "-p", self.name, *self._files, *self._profiles, *args],
                     timeout_s=timeout_s, env=self.env)
+
+    def copy_out(self, service: str, path: str, dest: Path) -> None:
+        """``docker cp`` a directory's contents out of a service's container (running or not)."""
+        _run(["docker", "cp", f"{self.container(service)}:{path}/.", str(dest)], timeout_s=60)
 
     def container(self, service: str) -> str:
         """The id of a service's container (``ps -q`` lists stopped ones too)."""
@@ -83,3 +118,23 @@ class ComposeProject:
             out = _run(["docker", *kind.split(), "-q", "--filter", label], timeout_s=60)
             found += [f"{kind.split()[0]} {item}" for item in out.split()]
         return found
+
+
+SERVICES = ["zookeeper", "bookie-1", "bookie-2", "bookie-3", "bookie-4", "autorecovery", "prometheus"]
+
+
+@contextmanager
+def running_cluster(project: ComposeProject) -> Iterator[ComposeProject]:
+    """Build, ``up -d`` and wait until every service is healthy; ``down -v`` at the end and
+    check nothing of the project is left."""
+    busy = busy_host_ports()
+    assert not busy, f"ports the compose cluster uses are taken on this host: {busy}"
+    build_wheels()
+    project.compose("build", timeout_s=1200)
+    try:
+        project.compose("up", "-d", timeout_s=600)
+        project.wait_healthy(SERVICES, timeout_s=300)
+        yield project
+    finally:
+        project.compose("down", "-v", "--remove-orphans", timeout_s=300)
+    assert project.leftovers() == []

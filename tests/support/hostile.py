@@ -267,10 +267,12 @@ async def unfinished_frames(target: tuple[str, int], args: argparse.Namespace) -
 
 
 async def never_read(target: tuple[str, int], args: argparse.Namespace) -> None:
-    """Connections sending frames of ``--adds`` keyless adds as fast as the bookie takes them and
-    never reading an answer (the socket's receive buffer fills, then the bookie's)."""
+    """Connections sending frames (``--grpc``: AddEntries messages) of ``--adds`` keyless adds as
+    fast as the bookie takes them and never reading an answer (the socket's receive buffer
+    fills, then the bookie's)."""
     closures = _Closures()
-    message = frame(keyless_adds_message(args.adds, big_ids=True))
+    payload = keyless_adds_message(args.adds, big_ids=True)
+    message = frame(payload)
     sent = [0]
 
     async def flood(source: str) -> None:
@@ -286,7 +288,23 @@ async def never_read(target: tuple[str, int], args: argparse.Namespace) -> None:
             pass
         closures.one()
 
-    tasks = [asyncio.create_task(flood(s)) for s in sources(args.sources) for _ in range(args.connections)]
+    async def flood_grpc(source: str) -> None:
+        # An AddEntries call that keeps writing and never reads; its end (the bookie's status)
+        # is seen only through the write that fails after it.
+        host, port = target
+        proxy, proxy_port = await serve_proxy((host, port), source)
+        async with proxy, grpc.aio.insecure_channel(f"127.0.0.1:{proxy_port}") as channel:
+            call = channel.stream_stream(
+                "/bkproto.v1.Bookie/AddEntries", request_serializer=None, response_deserializer=None
+            )()  # type: ignore[call-arg]  # grpc.aio's stream calls take no iterator to be written to
+            with contextlib.suppress(grpc.RpcError, grpc.aio.UsageError, OSError):
+                while not call.done():
+                    await call.write(payload)
+                    sent[0] += 1
+        closures.one()
+
+    attack = flood_grpc if args.grpc else flood
+    tasks = [asyncio.create_task(attack(s)) for s in sources(args.sources) for _ in range(args.connections)]
     await asyncio.sleep(args.settle_s)
     print("ready " + json.dumps({"connections": len(tasks), "frames_sent": sent[0]}), flush=True)
     await asyncio.gather(*tasks)
@@ -455,8 +473,15 @@ async def serve_proxy(target: tuple[str, int], source: str) -> tuple[asyncio.Ser
     return server, server.sockets[0].getsockname()[1]
 
 
+async def unfinished_grpc_messages(target: tuple[str, int], args: argparse.Namespace) -> None:
+    from tests.support.hostile_h2 import unfinished_grpc_messages as attack  # needs h2 (dev extra)
+
+    await attack(target, args)
+
+
 _ATTACKS = {
     "unfinished-frames": unfinished_frames,
+    "unfinished-grpc-messages": unfinished_grpc_messages,
     "never-read": never_read,
     "big-messages": big_messages,
     "long-polls": long_polls,
@@ -474,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--send-bytes", type=int, default=14 * MiB)
     parser.add_argument("--adds", type=int, default=90_000, help="adds per message")
     parser.add_argument("--frames", type=int, default=1, help="messages per connection")
+    parser.add_argument("--streams", type=int, default=10, help="gRPC calls per connection")
     parser.add_argument("--valid", action="store_true", help="valid tiny adds instead of keyless ones")
     parser.add_argument("--grpc", action="store_true", help="over gRPC instead of the add port")
     parser.add_argument("--count", type=int, default=10_000, help="long polls")

@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from pybk.extras import register_commands
+from pybk.json_option import add_json_option
 
 # Module -> target name (known without importing it, for a target whose extra is missing).
 BENCH_MODULES: dict[str, str] = {
@@ -31,5 +32,8 @@ def register(subparsers: Any) -> None:
         help="run a benchmark (bookie, writes, reads, tail, metadata, journal-disk, auditcheck, "
         "rereplicate, spark)",
     )
+    add_json_option(parser)
     targets = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
     register_commands(targets, BENCH_MODULES)
+    for target in targets.choices.values():  # every target prints one report
+        add_json_option(target)

@@ -14,6 +14,8 @@ from typing import Any
 
 from autorecovery.checks import LedgerChecker, LedgerCheckResult
 from bkclient import BookKeeper
+from pybk.arg_types import non_negative, non_negative_float
+from pybk.progress import Progress
 
 
 def register(targets: Any) -> None:
@@ -21,10 +23,11 @@ def register(targets: Any) -> None:
         "auditcheck", help="time autorecovery's ledger check over every closed ledger"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("--rate", type=int, default=10_000,
+    parser.add_argument("--rate", type=non_negative, default=10_000,
                         help="entries compared per second at most (auditorLedgerCheckEntriesPerSecond;"
                         " default 10000, 0: no limit)")
-    parser.add_argument("--time", type=float, default=0.0, help="check again and again for this long (s)")
+    parser.add_argument("--time", type=non_negative_float, default=0.0,
+                        help="check again and again for this long (s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
 
@@ -35,15 +38,18 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         total = LedgerCheckResult()
         passes = 0
         started = time.monotonic()
+        progress = Progress(None, unit="entries checked", quiet=args.json)
         while True:
             result = await checker.run()
             passes += 1
+            progress.advance(result.entries_checked)
             total.ledgers_checked += result.ledgers_checked
             total.entries_checked += result.entries_checked
             total.missing_entries += result.missing_entries
             total.unchecked += result.unchecked
             if time.monotonic() - started >= args.time:
                 break
+        progress.done()
         elapsed = time.monotonic() - started
     return {
         "passes": passes, "ledgers_checked": total.ledgers_checked, "entries_checked": total.entries_checked,

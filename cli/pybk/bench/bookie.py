@@ -30,7 +30,10 @@ import grpc.aio
 from bkclient.tls import security_from_environ
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
-from pybk.bench.report import BenchResult, Progress, percentile
+from pybk.arg_types import non_negative, positive
+from pybk.bench.plot import add_plot_option, print_and_plot
+from pybk.bench.report import BenchResult, LatencyRecorder, summary_ms
+from pybk.progress import Progress
 
 MiB = 1024 * 1024
 MASTER_KEY = b"pybk-bench-bookie-key"[:20]
@@ -46,26 +49,17 @@ def register(subparsers: Any) -> None:
         "bookie", help="add throughput and latency of one bookie (like BookKeeper's BenchBookie)"
     )
     parser.add_argument("--bookie", required=True, help="HOST:PORT of the bookie")
-    parser.add_argument("--entries", type=int, default=100_000, help="entries in the throughput phase")
-    parser.add_argument("--size", type=int, default=1024, help="payload bytes per entry")
-    parser.add_argument("--window", type=int, default=10_000, help="max entries outstanding")
-    parser.add_argument("--batch", type=int, default=500, help="max entries per stream message")
-    parser.add_argument("--latency-entries", type=int, default=2000, help="single-outstanding adds")
-    parser.add_argument("--warmup", type=int, default=2000, help="warm-up entries (not reported)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--entries", type=positive, default=100_000, help="entries in the throughput phase")
+    parser.add_argument("--size", type=positive, default=1024, help="payload bytes per entry")
+    parser.add_argument("--window", type=positive, default=10_000, help="max entries outstanding")
+    parser.add_argument("--batch", type=positive, default=500, help="max entries per stream message")
+    parser.add_argument("--latency-entries", type=non_negative, default=2000, help="single-outstanding adds")
+    parser.add_argument("--warmup", type=non_negative, default=2000, help="warm-up entries (not reported)")
+    add_plot_option(parser)
     parser.set_defaults(func=run)
 
 
-def _check(args: argparse.Namespace) -> None:
-    for name in ("entries", "size", "window", "batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"pybk bench bookie: --{name} must be >= 1")
-    if args.latency_entries < 0 or args.warmup < 0:
-        raise SystemExit("pybk bench bookie: --latency-entries and --warmup must be >= 0")
-
-
 def run(args: argparse.Namespace) -> int:
-    _check(args)
     return asyncio.run(_bench(args))
 
 
@@ -89,7 +83,7 @@ class PipelinedAdds:
         self._maker = maker
         self._window = window
         self._batch = min(batch, window)
-        self.latencies_ms: list[float] = []
+        self.latencies = LatencyRecorder(time.perf_counter())
         self.errors = 0
         self.first_error = ""
 
@@ -110,7 +104,7 @@ class PipelinedAdds:
                     raise RuntimeError("the bookie ended the add stream early")
                 now = time.perf_counter()
                 sent_at, n = sent.popleft()
-                self.latencies_ms.extend([(now - sent_at) * 1000.0] * n)
+                self.latencies.record((now - sent_at) * 1000.0, now, n)
                 for result in response.results:
                     if result.status != bookie_pb2.EOK:
                         self.errors += 1
@@ -124,6 +118,7 @@ class PipelinedAdds:
                     progress.update(done)
 
         start = time.perf_counter()
+        self.latencies = LatencyRecorder(start)
         receiver = asyncio.create_task(receive())
         entry_id = 0
         try:
@@ -144,14 +139,16 @@ class PipelinedAdds:
         finally:
             receiver.cancel()
             call.cancel()
-        return time.perf_counter() - start
+        end = time.perf_counter()
+        self.latencies.finish(end)
+        return end - start
 
 
 async def _single_adds(
     stub: bookie_pb2_grpc.BookieStub, maker: EntryMaker, ledger_id: int, count: int
-) -> list[float]:
+) -> LatencyRecorder:
     call = stub.AddEntries()
-    latencies: list[float] = []
+    latencies = LatencyRecorder(time.perf_counter())
     try:
         for entry_id in range(count):
             request = bookie_pb2.AddEntriesRequest()
@@ -159,7 +156,8 @@ async def _single_adds(
             start = time.perf_counter()
             await call.write(request)
             response = await call.read()
-            latencies.append((time.perf_counter() - start) * 1000.0)
+            now = time.perf_counter()
+            latencies.record((now - start) * 1000.0, now)
             if (
                 not isinstance(response, bookie_pb2.AddEntriesResponse)
                 or response.results[0].status != bookie_pb2.EOK
@@ -168,6 +166,7 @@ async def _single_adds(
         await call.done_writing()
     finally:
         call.cancel()
+    latencies.finish(time.perf_counter())
     return latencies
 
 
@@ -189,32 +188,23 @@ async def _bench(args: argparse.Namespace) -> int:
             return 1
         if args.warmup:
             await PipelinedAdds(stub, maker, args.window, args.batch).run(base, args.warmup)
-        progress = Progress(args.entries) if not args.json else None
         adds = PipelinedAdds(stub, maker, args.window, args.batch)
-        elapsed = await adds.run(base + 1, args.entries, progress)
-        if progress is not None:
-            progress.done()
+        with Progress(args.entries, quiet=args.json) as progress:
+            elapsed = await adds.run(base + 1, args.entries, progress)
         single = await _single_adds(stub, maker, base + 2, args.latency_entries)
-    single.sort()
     result = BenchResult(
         entries=args.entries - adds.errors,
         errors=adds.errors,
         elapsed_s=elapsed,
         entry_size=args.size,
-        latencies_ms=adds.latencies_ms,
+        latencies=adds.latencies,
         extra={
             "window": args.window,
             "batch": min(args.batch, args.window),
-            "single_add_latency_ms": {
-                "p50": round(percentile(single, 50), 3),
-                "p95": round(percentile(single, 95), 3),
-                "p99": round(percentile(single, 99), 3),
-                "p999": round(percentile(single, 99.9), 3),
-                "max": round(single[-1], 3) if single else 0.0,
-            },
+            "single_add_latency_ms": summary_ms(single.histogram),
         },
     )
     if adds.first_error:
         result.extra["first_error"] = adds.first_error
-    result.print(args.json, f"bench bookie {args.bookie}")
+    print_and_plot(result, args, f"bench bookie {args.bookie}")
     return 0 if adds.errors == 0 else 1

@@ -18,41 +18,44 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .report import BenchResult
+from pybk.arg_types import existing_dir, non_negative_float, positive, positive_float
+
+from .plot import add_plot_option, print_and_plot
+from .report import BenchResult, LatencyRecorder
 
 MiB = 1024 * 1024
 _PREALLOC_BYTES = 64 * MiB
+
+
+def _record_size(text: str) -> int:
+    size = positive(text)
+    if size > _PREALLOC_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most {_PREALLOC_BYTES} bytes, got {size}")
+    return size
 
 
 def register(targets: Any) -> None:
     parser: argparse.ArgumentParser = targets.add_parser(
         "journal-disk", help="fdatasync latency and stall time of the disk under a journal dir"
     )
-    parser.add_argument("--dir", required=True, type=Path, help="directory on the disk to test")
-    parser.add_argument("--time", type=float, default=10.0, help="seconds to run (default 10)")
-    parser.add_argument("--size", type=int, default=4096, help="bytes per synced write (default 4096)")
+    parser.add_argument("--dir", required=True, type=existing_dir, help="directory on the disk to test")
+    parser.add_argument("--time", type=positive_float, default=10.0, help="seconds to run (default 10)")
+    parser.add_argument("--size", type=_record_size, default=4096,
+                        help="bytes per synced write (default 4096)")
     parser.add_argument(
-        "--interval-ms", type=float, default=1.0, help="pause between writes, ms (default 1)"
+        "--interval-ms", type=non_negative_float, default=1.0, help="pause between writes, ms (default 1)"
     )
     parser.add_argument(
-        "--stall-ms", type=float, default=20.0, help="a sync slower than this is a stall (default 20)"
+        "--stall-ms", type=positive_float, default=20.0,
+        help="a sync slower than this is a stall (default 20)"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_plot_option(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("time", "size", "stall_ms"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
-    if args.interval_ms < 0:
-        raise SystemExit(f"--interval-ms must be >= 0, got {args.interval_ms}")
-    if args.size > _PREALLOC_BYTES:
-        raise SystemExit(f"--size must be at most {_PREALLOC_BYTES} bytes, got {args.size}")
-    if not args.dir.is_dir():
-        raise SystemExit(f"--dir {args.dir} is not a directory")
     result = run_probe(args.dir, args.time, args.size, args.interval_ms / 1000.0, args.stall_ms)
-    result.print(args.json, "bench journal-disk")
+    print_and_plot(result, args, "bench journal-disk")
     return 0
 
 
@@ -62,31 +65,41 @@ def run_probe(directory: Path, seconds: float, size: int, interval_s: float, sta
     try:
         _preallocate(fd)
         record = os.urandom(size)
-        latencies: list[float] = []
         offset = 0
+        writes = 0
+        stalls = 0
+        stalled_ms = 0.0
         started = time.perf_counter()
+        latencies = LatencyRecorder(started)
         deadline = started + seconds
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
             os.pwrite(fd, record, offset)
             os.fdatasync(fd)
-            latencies.append((time.perf_counter() - t0) * 1000.0)
+            now = time.perf_counter()
+            ms = (now - t0) * 1000.0
+            latencies.record(ms, now)
+            writes += 1
+            if ms > stall_ms:
+                stalls += 1
+                stalled_ms += ms
             offset = (offset + size) % (_PREALLOC_BYTES - size + 1)
             if interval_s > 0:
                 time.sleep(interval_s)
-        elapsed = time.perf_counter() - started
+        end = time.perf_counter()
+        latencies.finish(end)
+        elapsed = end - started
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
-    stalls = [ms for ms in latencies if ms > stall_ms]
     extra: dict[str, Any] = {
         "size": size,
         "interval_ms": interval_s * 1000.0,
         "stall_ms": stall_ms,
-        "stalls": len(stalls),
-        "stalled_time_pct": round(sum(stalls) / 10.0 / elapsed, 2) if elapsed > 0 else 0.0,
+        "stalls": stalls,
+        "stalled_time_pct": round(stalled_ms / 10.0 / elapsed, 2) if elapsed > 0 else 0.0,
     }
-    return BenchResult(len(latencies), 0, elapsed, size, latencies, extra)
+    return BenchResult(writes, 0, elapsed, size, latencies, extra)
 
 
 def _preallocate(fd: int) -> None:

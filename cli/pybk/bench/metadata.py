@@ -18,8 +18,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bkmeta import DigestType, LedgerMetadata, LedgerState, MetadataClient, Segment, init_new_cluster
+from pybk.arg_types import positive
+from pybk.progress import Progress
 
-from .report import BenchResult, Progress
+from .plot import add_plot_option, print_and_plot
+from .report import BenchResult, LatencyRecorder
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +34,17 @@ def register(targets: Any) -> None:
         "metadata", help="ledger metadata create and read rates against ZooKeeper"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("--ops", type=int, default=5000, help="ledgers to create, then read (default 5000)")
-    parser.add_argument("--concurrency", type=int, default=64, help="concurrent async calls (default 64)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--ops", type=positive, default=5000,
+                        help="ledgers to create, then read (default 5000)")
+    parser.add_argument("--concurrency", type=positive, default=64,
+                        help="concurrent async calls (default 64)")
+    add_plot_option(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("ops", "concurrency"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {getattr(args, name)}")
-    result = asyncio.run(run_metadata_bench(args.zk, args.ops, args.concurrency))
-    result.print(args.json, "bench metadata (creates)")
+    result = asyncio.run(run_metadata_bench(args.zk, args.ops, args.concurrency, args.json))
+    print_and_plot(result, args, "bench metadata (creates)")
     return 1 if result.errors else 0
 
 
@@ -63,13 +65,13 @@ def sample_metadata() -> LedgerMetadata:
 
 
 async def _phase(
-    name: str, ops: int, concurrency: int, op: Callable[[int], Awaitable[None]]
+    name: str, ops: int, concurrency: int, op: Callable[[int], Awaitable[None]], as_json: bool = False
 ) -> BenchResult:
     """Run ``op(i)`` for i in 0..ops-1 with ``concurrency`` workers; latency per op."""
-    latencies: list[float] = []
+    latencies = LatencyRecorder(time.perf_counter())
     errors = 0
     next_index = 0
-    progress = Progress(ops)
+    progress = Progress(ops, unit="ops", description=name, quiet=as_json)
 
     async def worker() -> None:
         nonlocal next_index, errors
@@ -84,18 +86,21 @@ async def _phase(
                 if errors <= 3:
                     log.warning("%s %d failed: %s", name, i, e)
                 continue
-            latencies.append((time.perf_counter() - t0) * 1000.0)
-            progress.update(len(latencies))
+            now = time.perf_counter()
+            latencies.record((now - t0) * 1000.0, now)
+            progress.advance()
 
     start = time.perf_counter()
+    latencies = LatencyRecorder(start)
     await asyncio.gather(*(worker() for _ in range(min(concurrency, ops))))
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
+    latencies.finish(end)
     progress.done()
-    return BenchResult(entries=len(latencies), errors=errors, elapsed_s=elapsed, entry_size=0,
-                       latencies_ms=latencies)
+    return BenchResult(entries=latencies.total_count, errors=errors, elapsed_s=end - start, entry_size=0,
+                       latencies=latencies)
 
 
-async def run_metadata_bench(zk_hosts: str, ops: int, concurrency: int) -> BenchResult:
+async def run_metadata_bench(zk_hosts: str, ops: int, concurrency: int, as_json: bool = False) -> BenchResult:
     root = f"/pybk-bench-{uuid.uuid4().hex[:8]}"
     meta = await MetadataClient.connect(
         zk_hosts, f"{root}/ledgers", require_cluster=False, watch_bookies=False
@@ -118,13 +123,13 @@ async def run_metadata_bench(zk_hosts: str, ops: int, concurrency: int) -> Bench
         async def delete(i: int) -> None:
             await lm.remove_ledger_metadata(ids[i])
 
-        creates = await _phase("create", ops, concurrency, create)
-        reads = await _phase("read", ops, concurrency, read)
-        deletes = await _phase("delete", ops, concurrency, delete)
+        creates = await _phase("create", ops, concurrency, create, as_json)
+        reads = await _phase("read", ops, concurrency, read, as_json)
+        deletes = await _phase("delete", ops, concurrency, delete, as_json)
         creates.extra = {
             "concurrency": concurrency,
-            "read": reads.as_dict(),
-            "delete": deletes.as_dict(),
+            "read": reads.as_dict(with_series=False),
+            "delete": deletes.as_dict(with_series=False),
         }
         return creates
     finally:

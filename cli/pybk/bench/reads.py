@@ -6,7 +6,9 @@ given), closes it, and then reads it end to end with a fresh client, so nothing 
 writer's memory. The reader fetches chunks of consecutive entries with ReadEntries when E == Qw,
 and E strided chunks per block when the ledger is striped (``read_calls`` in the result).
 Throughput is the catch-up read; ``latency_ms`` is measured on ``--samples`` sequential reads of
-random single entries (a catch-up read has no per-entry latency worth reporting).
+random single entries (a catch-up read has no per-entry latency worth reporting). The per-second
+series covers both: the catch-up read's entries per second, then the sampled reads with their
+latencies.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import random
 from typing import Any
 
 from bkclient import BookKeeper, ClientConfig, DigestType
+from pybk.arg_types import non_negative, positive
+from pybk.progress import Progress
 
-from .report import BenchResult, Progress
+from .plot import add_plot_option, print_and_plot
+from .report import BenchResult, LatencyRecorder
 
 log = logging.getLogger(__name__)
 
@@ -30,31 +35,29 @@ def register(targets: Any) -> None:
         "reads", help="catch-up read of a closed ledger, and single-entry read latency"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("--ledger", type=int, help="read this existing ledger instead of writing one")
+    parser.add_argument("--ledger", type=non_negative,
+                        help="read this existing ledger instead of writing one")
     parser.add_argument("--password", default="bench", help="ledger password (default: bench)")
-    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
-    parser.add_argument("-w", "--write-quorum", type=int, default=3, help="write quorum Qw (default 3)")
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
-    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    parser.add_argument("-e", "--ensemble", type=positive, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=positive, default=3, help="write quorum Qw (default 3)")
+    parser.add_argument("-a", "--ack-quorum", type=positive, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=positive, default=1024, help="entry size in bytes (default 1024)")
     parser.add_argument(
-        "--entries", type=int, default=100_000, help="entries to write, then read (default 100000)"
+        "--entries", type=positive, default=100_000, help="entries to write, then read (default 100000)"
     )
     parser.add_argument(
-        "--samples", type=int, default=500, help="random single-entry reads for latency (default 500)"
+        "--samples", type=positive, default=500, help="random single-entry reads for latency (default 500)"
     )
     parser.add_argument(
         "--digest", choices=[d.name.lower() for d in DigestType], default="crc32c", help="digest type"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_plot_option(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("entries", "size", "samples"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {getattr(args, name)}")
     result = asyncio.run(run_reads(args))
-    result.print(args.json, "bench reads")
+    print_and_plot(result, args, "bench reads")
     return 1 if result.errors else 0
 
 
@@ -70,16 +73,15 @@ async def write_ledger(args: argparse.Namespace) -> int:
             DigestType[args.digest.upper()],
             args.password.encode(),
         )
-        progress = Progress(args.entries)
-        window: list[asyncio.Future[int]] = []
-        for i in range(args.entries):
-            window.append(handle.append_async(payload))
-            if len(window) >= 2000:
-                await asyncio.gather(*window)
-                window.clear()
-                progress.update(i + 1)
-        await asyncio.gather(*window)
-        progress.done()
+        with Progress(args.entries, description="writing", quiet=args.json) as progress:
+            window: list[asyncio.Future[int]] = []
+            for i in range(args.entries):
+                window.append(handle.append_async(payload))
+                if len(window) >= 2000:
+                    await asyncio.gather(*window)
+                    window.clear()
+                    progress.update(i + 1)
+            await asyncio.gather(*window)
         await handle.close()
         return handle.ledger_id
 
@@ -92,38 +94,42 @@ async def run_reads(args: argparse.Namespace) -> BenchResult:
         last = handle.last_add_confirmed
         if last < 0:
             raise SystemExit(f"ledger {ledger_id} has no confirmed entries")
-        progress = Progress(last + 1)
         count = 0
         size = 0
         started = loop.time()
-        async for entry in handle.read(0, last):
-            count += 1
-            size += len(entry.data)
-            if count % 4096 == 0:
-                progress.update(count)
+        recorder = LatencyRecorder(started)
+        with Progress(last + 1, description="reading", quiet=args.json) as progress:
+            async for entry in handle.read(0, last):
+                count += 1
+                size += len(entry.data)
+                if count % 4096 == 0:
+                    recorder.count(loop.time(), 4096)
+                    progress.update(count)
+        recorder.count(loop.time(), count % 4096)
         elapsed = loop.time() - started
-        progress.done()
-        latencies: list[float] = []
         errors = 0 if count == last + 1 else 1
         rng = random.Random(ledger_id)
-        for _ in range(min(args.samples, last + 1)):
+        samples = min(args.samples, last + 1)
+        for _ in range(samples):
             entry_id = rng.randint(0, last)
             t0 = loop.time()
             await handle.read_entry(entry_id)
-            latencies.append((loop.time() - t0) * 1000.0)
+            now = loop.time()
+            recorder.record((now - t0) * 1000.0, now)
+        recorder.finish(loop.time())
         md = handle.metadata
     return BenchResult(
         entries=count,
         errors=errors,
         elapsed_s=elapsed,
         entry_size=size // count if count else args.size,
-        latencies_ms=latencies,
+        latencies=recorder,
         extra={
             "ledger_id": ledger_id,
             "ensemble": md.ensemble_size,
             "write_quorum": md.write_quorum_size,
             "ack_quorum": md.ack_quorum_size,
             "read_calls": "chunks" if md.ensemble_size == md.write_quorum_size else "strided chunks",
-            "latency": f"{len(latencies)} sequential random single-entry reads",
+            "latency": f"{samples} sequential random single-entry reads",
         },
     )

@@ -1,13 +1,32 @@
-"""Latency recording and the one report format every benchmark prints (design §7)."""
+"""Latency recording and the one report format every benchmark prints (design §7).
+
+Latencies go into HdrHistograms (the ``hdrhistogram`` package): a fixed-size array of counts, so
+memory does not grow with the number of operations however long a run lasts, at three significant
+digits from 1 µs to an hour. Besides the whole run's histogram the recorder keeps a per-second
+series (operations, p50, p99 and max of each second of the run): one small row per second, drawn
+by ``--plot`` and printed after the summary.
+
+Coordinated omission: a benchmark paced with ``--rate`` measures each operation from the time it
+was due to be sent (``LatencyRecorder.record`` with the scheduled start), so a stall that holds
+back later sends counts in their latency, as their users would see it; the time from the actual
+send is kept beside it as ``service_latency_ms``.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from hdrh.histogram import HdrHistogram
+
+LOWEST_US = 1
+HIGHEST_US = 3_600_000_000  # an hour; a slower operation is recorded as an hour
+SIGNIFICANT_DIGITS = 3
+SUMMARY_PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0),
+                                                      ("p999", 99.9))
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -18,17 +37,118 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+
+
+def to_us(latency_ms: float) -> int:
+    return min(HIGHEST_US, max(LOWEST_US, round(latency_ms * 1000.0)))
+
+
+def summary_ms(histogram: HdrHistogram) -> dict[str, float]:
+    """p50, p95, p99, p999 and max in ms (0.0 each for an empty histogram)."""
+    if histogram.get_total_count() == 0:
+        return {**{name: 0.0 for name, _ in SUMMARY_PERCENTILES}, "max": 0.0}
+    out = {name: round(histogram.get_value_at_percentile(q) / 1000.0, 3) for name, q in SUMMARY_PERCENTILES}
+    out["max"] = round(histogram.get_max_value() / 1000.0, 3)
+    return out
+
+
+@dataclass(frozen=True)
+class SecondRow:
+    """One second of a run: operations completed in it and their latency percentiles (None when
+    none completed, or when the benchmark counts completions without latencies)."""
+
+    second: int  # 0 for the first second of the run
+    duration_s: float  # 1.0, less for the last, partial second
+    ops: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.duration_s if self.duration_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"second": self.second, "ops_per_s": round(self.ops_per_s, 1), "ops": self.ops,
+                "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "max_ms": self.max_ms}
+
+
+class LatencyRecorder:
+    """The run's latency histogram and its per-second series. Times (``now``, ``started``) are on
+    whatever monotonic clock the benchmark uses, the same for every call."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.histogram = new_histogram()
+        self.series: list[SecondRow] = []
+        self._second = 0
+        self._second_histogram = new_histogram()
+        self._second_ops = 0
+        self._finished = False
+
+    def record(self, latency_ms: float, now: float, count: int = 1) -> None:
+        """``count`` operations that completed at ``now`` after ``latency_ms`` each."""
+        if now - self.started >= self._second + 1:  # the hot path skips the call
+            self._advance(now)
+        us = int(latency_ms * 1000.0 + 0.5)
+        self._second_histogram.record_value(us if LOWEST_US <= us <= HIGHEST_US else to_us(latency_ms), count)
+        self._second_ops += count
+
+    def count(self, now: float, count: int = 1) -> None:
+        """``count`` operations that completed at ``now``, latency not measured (a catch-up read)."""
+        self._advance(now)
+        self._second_ops += count
+
+    def finish(self, now: float) -> None:
+        """Close the last, partial second; call once, at the end of the measured phase."""
+        if self._finished:
+            return
+        self._advance(now)
+        partial = now - (self.started + self._second)
+        if self._second_ops or partial > 0.05:
+            self._close_second(min(1.0, max(partial, 1e-3)))
+        self._finished = True
+
+    def _advance(self, now: float) -> None:
+        second = max(self._second, int(now - self.started))
+        while self._second < second:
+            self._close_second(1.0)
+
+    def _close_second(self, duration_s: float) -> None:
+        h = self._second_histogram
+        if h.get_total_count():
+            self.histogram.add(h)
+            p50, p99 = h.get_value_at_percentile(50.0) / 1000.0, h.get_value_at_percentile(99.0) / 1000.0
+            row = SecondRow(self._second, duration_s, self._second_ops, round(p50, 3), round(p99, 3),
+                            round(h.get_max_value() / 1000.0, 3))
+            self._second_histogram = new_histogram()  # cheaper than reset(), which clears in Python
+        else:
+            row = SecondRow(self._second, duration_s, self._second_ops, None, None, None)
+        self.series.append(row)
+        self._second += 1
+        self._second_ops = 0
+
+    @property
+    def total_count(self) -> int:
+        return int(self.histogram.get_total_count() + self._second_histogram.get_total_count())
+
+
 @dataclass
 class BenchResult:
     entries: int
     errors: int
     elapsed_s: float
     entry_size: int
-    latencies_ms: list[float] = field(default_factory=list)
+    latencies: LatencyRecorder
     extra: dict[str, Any] = field(default_factory=dict)
+    # The time from each operation's actual send, when ``latencies`` counts from the scheduled one.
+    service_latencies: LatencyRecorder | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        lat = sorted(self.latencies_ms)
+    def as_dict(self, with_series: bool = True) -> dict[str, Any]:
+        """The JSON report; without the per-second series and the encoded histogram when
+        ``with_series`` is False (a phase nested in another report)."""
         eps = self.entries / self.elapsed_s if self.elapsed_s > 0 else 0.0
         out: dict[str, Any] = {
             "entries": self.entries,
@@ -36,14 +156,17 @@ class BenchResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "throughput_eps": round(eps, 1),
             "throughput_mbps": round(eps * self.entry_size / 1e6, 2),
-            "latency_ms": {
-                "p50": round(percentile(lat, 50), 3),
-                "p95": round(percentile(lat, 95), 3),
-                "p99": round(percentile(lat, 99), 3),
-                "p999": round(percentile(lat, 99.9), 3),
-                "max": round(lat[-1], 3) if lat else 0.0,
-            },
+            "latency_ms": summary_ms(self.latencies.histogram),
+            "latency_samples": self.latencies.histogram.get_total_count(),
+            "coordinated_omission": "corrected" if self.service_latencies is not None else "not paced",
         }
+        if with_series:
+            out["per_second"] = [row.as_dict() for row in self.latencies.series]
+            # the whole histogram, compressed (HdrHistogram's own encoding): merge or re-plot runs
+            histogram = self.latencies.histogram
+            out["latency_hdr_us"] = histogram.encode().decode() if histogram.get_total_count() else ""
+        if self.service_latencies is not None:
+            out["service_latency_ms"] = summary_ms(self.service_latencies.histogram)
         out.update(self.extra)
         return out
 
@@ -53,42 +176,27 @@ class BenchResult:
         if as_json:
             print(json.dumps(d), file=out)
             return
-        lat = d["latency_ms"]
         print(f"{title}: {d['entries']} entries, {d['errors']} errors in {d['elapsed_s']} s", file=out)
         print(f"  throughput {d['throughput_eps']:,.0f} entries/s, {d['throughput_mbps']} MB/s", file=out)
-        print(
-            f"  latency ms p50 {lat['p50']} p95 {lat['p95']} p99 {lat['p99']}"
-            f" p999 {lat['p999']} max {lat['max']}",
-            file=out,
-        )
+        print(f"  latency ms {_percentiles_line(d['latency_ms'])}", file=out)
+        if "service_latency_ms" in d:
+            print(f"  service latency ms (from the actual send) {_percentiles_line(d['service_latency_ms'])}",
+                  file=out)
         for key, value in self.extra.items():
             print(f"  {key}: {value}", file=out)
+        print_series(self.latencies.series, out)
 
 
-class Progress:
-    """Prints a one-line progress counter about once a second, only on a terminal."""
+def _percentiles_line(lat: dict[str, float]) -> str:
+    return f"p50 {lat['p50']} p95 {lat['p95']} p99 {lat['p99']} p999 {lat['p999']} max {lat['max']}"
 
-    def __init__(self, total: int | None, out: TextIO | None = None) -> None:
-        self._total = total
-        # sys.stderr looked up now, not at import: it may have been replaced since (pytest does)
-        self._out = out = sys.stderr if out is None else out
-        self._enabled = out.isatty()
-        self._start = time.monotonic()
-        self._last = self._start
 
-    def update(self, done: int) -> None:
-        if not self._enabled:
-            return
-        now = time.monotonic()
-        if now - self._last < 1.0:
-            return
-        self._last = now
-        rate = done / (now - self._start)
-        of = f"/{self._total}" if self._total else ""
-        self._out.write(f"\r  {done}{of} entries, {rate:,.0f}/s   ")
-        self._out.flush()
+def print_series(series: list[SecondRow], out: TextIO) -> None:
+    if not series:
+        return
+    print("  per second:", file=out)
+    print(f"  {'second':>8} {'ops/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}", file=out)
+    for row in series:
+        cells = [f"{v:9.3f}" if v is not None else f"{'-':>9}" for v in (row.p50_ms, row.p99_ms, row.max_ms)]
+        print(f"  {row.second:>8} {row.ops_per_s:>9,.0f} {' '.join(cells)}", file=out)
 
-    def done(self) -> None:
-        if self._enabled:
-            self._out.write("\r" + " " * 60 + "\r")
-            self._out.flush()

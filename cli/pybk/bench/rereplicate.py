@@ -17,6 +17,8 @@ from autorecovery.checks import expected_entries
 from autorecovery.restore import EntryRestorer
 from bkclient import BookKeeper
 from bkclient.rate_limiter import ByteRateLimiter
+from pybk.arg_types import non_negative, positive_float
+from pybk.progress import Progress
 
 
 def register(targets: Any) -> None:
@@ -25,8 +27,10 @@ def register(targets: Any) -> None:
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
     parser.add_argument("--bookie", help="the bookie to restore (default: the first registered)")
-    parser.add_argument("--rate-bytes", type=int, default=0, help="bytes/s at most (default 0: no limit)")
-    parser.add_argument("--time", type=float, default=30.0, help="stop after this long (s; default 30)")
+    parser.add_argument("--rate-bytes", type=non_negative, default=0,
+                        help="bytes/s at most (default 0: no limit)")
+    parser.add_argument("--time", type=positive_float, default=30.0,
+                        help="stop after this long (s; default 30)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
 
@@ -37,9 +41,12 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         throttle = ByteRateLimiter(args.rate_bytes) if args.rate_bytes > 0 else None
         entries = nbytes = 0
         started = time.monotonic()
+        ledgers = await bk.list_ledgers()
+        progress = Progress(len(ledgers), unit="ledgers", quiet=args.json, min_total=2)
         try:
             async with asyncio.timeout(args.time):
-                for ledger_id in await bk.list_ledgers():
+                for looked_at, ledger_id in enumerate(ledgers):
+                    progress.update(looked_at)
                     md = await bk.ledger_metadata(ledger_id)
                     if not md.is_closed or bookie not in md.all_bookies():
                         continue
@@ -51,6 +58,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         nbytes += restorer.bytes_copied
         except TimeoutError:
             pass
+        finally:
+            progress.done()
         elapsed = time.monotonic() - started
     return {"bookie": bookie, "entries": entries, "bytes": nbytes, "elapsed_s": round(elapsed, 3),
             "entries_per_s": round(entries / elapsed, 1) if elapsed > 0 else 0.0}

@@ -7,8 +7,9 @@ a second client on the writer's event loop). Both stamp times with the system-wi
 An entry becomes visible to readers once its LAC reaches a bookie, piggybacked on a later entry;
 bookies publish that LAC as soon as the carrying entry arrives (before its journal fsync), so the
 floor of this latency is about one inter-arrival gap plus a bookie hop. The writer's own add
-latency is reported next to it (``writer_add_latency_ms``): a slow disk delays acks, and this
-figure starts at the ack. The final entry only becomes visible when the ledger is closed and is
+latency is reported next to it (``writer_add_latency_ms``, from each add's scheduled send time,
+so a writer held back by a stall counts the wait: coordinated omission): a slow disk delays acks,
+and this figure starts at the ack. The final entry only becomes visible when the ledger is closed and is
 left out of the latency figures.
 """
 
@@ -27,8 +28,11 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from bkclient import BookKeeper, DigestType
+from pybk.arg_types import positive, positive_float
+from pybk.progress import Progress
 
-from .report import BenchResult, Progress, percentile
+from .plot import add_plot_option, print_and_plot
+from .report import BenchResult, LatencyRecorder, summary_ms
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +44,21 @@ def register(targets: Any) -> None:
         "tail", help="writer-ack to tailing-reader-receipt latency at a steady write rate"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
-    parser.add_argument("-w", "--write-quorum", type=int, default=2, help="write quorum Qw (default 2)")
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
-    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
-    parser.add_argument("--rate", type=float, default=1000.0, help="entries per second (default 1000)")
+    parser.add_argument("-e", "--ensemble", type=positive, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=positive, default=2, help="write quorum Qw (default 2)")
+    parser.add_argument("-a", "--ack-quorum", type=positive, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=positive, default=1024, help="entry size in bytes (default 1024)")
+    parser.add_argument("--rate", type=positive_float, default=1000.0,
+                        help="entries per second (default 1000)")
     amount = parser.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--entries", type=int, help="number of entries to write")
-    amount.add_argument("--time", type=float, help="seconds to write for")
+    amount.add_argument("--entries", type=positive, help="number of entries to write")
+    amount.add_argument("--time", type=positive_float, help="seconds to write for")
     parser.add_argument(
         "--same-process",
         action="store_true",
         help="run the reader on the writer's event loop instead of in its own process",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_plot_option(parser)
     parser.set_defaults(func=main)
 
 
@@ -70,12 +75,8 @@ async def _receive(conn: Connection, ready: asyncio.Event) -> list[tuple[int, fl
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("entries", "time", "size", "rate"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {value}")
     result = asyncio.run(run_tail(args))
-    result.print(args.json, "bench tail")
+    print_and_plot(result, args, "bench tail")
     return 1 if result.errors else 0
 
 
@@ -106,15 +107,15 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
     total = args.entries if args.entries is not None else int(args.time * args.rate)
     payload = os.urandom(args.size)
     acked_at: dict[int, float] = {}
-    add_latencies: list[float] = []
+    add_latencies = LatencyRecorder(loop.time())
     errors = 0
 
-    def on_ack(sent: float, future: asyncio.Future[int]) -> None:
+    def on_ack(due: float, future: asyncio.Future[int]) -> None:
         nonlocal errors
         if future.exception() is None:
             now = loop.time()
             acked_at[future.result()] = now
-            add_latencies.append((now - sent) * 1000.0)
+            add_latencies.record((now - due) * 1000.0, now)
         else:
             errors += 1
 
@@ -135,16 +136,17 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             child.close()
             follower = asyncio.ensure_future(_receive(parent, ready))
         await asyncio.wait_for(ready.wait(), 60)
-        progress = Progress(total)
+        progress = Progress(total, quiet=args.json)
         interval = 1.0 / args.rate
         started = loop.time()
+        add_latencies = LatencyRecorder(started)
         pending: list[asyncio.Future[int]] = []
         for i in range(total):
             delay = started + i * interval - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             future = handle.append_async(payload)
-            future.add_done_callback(partial(on_ack, loop.time()))
+            future.add_done_callback(partial(on_ack, started + i * interval))
             pending.append(future)
             if len(pending) >= 1000:
                 pending = [f for f in pending if not f.done()]
@@ -159,12 +161,13 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             await asyncio.to_thread(process.join, 30)
     received = len(receipts)
     in_order = [entry_id for entry_id, _ in receipts] == list(range(received))
-    latencies = [
-        max(0.0, at - acked_at[entry_id]) * 1000.0
-        for entry_id, at in receipts
-        if entry_id in acked_at and entry_id < total - 1
-    ]
-    add_sorted = sorted(add_latencies)
+    latencies = LatencyRecorder(started)  # on the receipt clock, shared by both processes
+    for entry_id, at in receipts:
+        if entry_id in acked_at and entry_id < total - 1:
+            latencies.record(max(0.0, at - acked_at[entry_id]) * 1000.0, at)
+    latencies.finish(max((at for _, at in receipts), default=started))
+    add_latencies.finish(loop.time())
+    writer_add = summary_ms(add_latencies.histogram)
     if received != total or not in_order:
         errors += 1
         log.error("reader received %d of %d entries (in order: %s)", received, total, in_order)
@@ -173,7 +176,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
         errors=errors,
         elapsed_s=elapsed,
         entry_size=args.size,
-        latencies_ms=latencies,
+        latencies=latencies,
         extra={
             "rate": args.rate,
             "ensemble": args.ensemble,
@@ -181,9 +184,6 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
             "ack_quorum": args.ack_quorum,
             "latency": "writer ack -> tailing reader receipt",
             # For context: how long the writer waited for its acks (disk stalls show here first).
-            "writer_add_latency_ms": {
-                "p50": round(percentile(add_sorted, 50), 3),
-                "p99": round(percentile(add_sorted, 99), 3),
-            },
+            "writer_add_latency_ms": {"p50": writer_add["p50"], "p99": writer_add["p99"]},
         },
     )

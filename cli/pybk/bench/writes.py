@@ -4,7 +4,11 @@ outstanding, for a number of entries or a duration.
 
 Like BenchThroughputLatency, a warm-up comes first (``--warmup`` entries, 0 to skip) on ledgers of
 its own, at the same rate, and is not reported: the first adds of a client open its bookie streams
-and would otherwise count a start-up cost once per run."""
+and would otherwise count a start-up cost once per run.
+
+With ``--rate`` each add's latency counts from the time it was due to be sent, so a stall that held
+sends back shows in the figures (coordinated omission); ``service_latency_ms`` counts from the
+actual send."""
 
 from __future__ import annotations
 
@@ -17,8 +21,11 @@ from typing import Any
 
 from bkclient import BKError, BookKeeper, ClientConfig, DigestType
 from bkclient.ops.add import AddCompletion
+from pybk.arg_types import non_negative, non_negative_float, positive, positive_float
+from pybk.progress import Progress
 
-from .report import BenchResult, Progress
+from .plot import add_plot_option, print_and_plot
+from .report import BenchResult, LatencyRecorder
 
 log = logging.getLogger(__name__)
 
@@ -28,42 +35,39 @@ def register(targets: Any) -> None:
         "writes", help="append entries to ledgers through the replicating client"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("-e", "--ensemble", type=int, default=3, help="ensemble size E (default 3)")
-    parser.add_argument("-w", "--write-quorum", type=int, default=2, help="write quorum Qw (default 2)")
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2, help="ack quorum Qa (default 2)")
-    parser.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    parser.add_argument("-e", "--ensemble", type=positive, default=3, help="ensemble size E (default 3)")
+    parser.add_argument("-w", "--write-quorum", type=positive, default=2, help="write quorum Qw (default 2)")
+    parser.add_argument("-a", "--ack-quorum", type=positive, default=2, help="ack quorum Qa (default 2)")
+    parser.add_argument("--size", type=positive, default=1024, help="entry size in bytes (default 1024)")
     amount = parser.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--entries", type=int, help="number of entries to write")
-    amount.add_argument("--time", type=float, help="seconds to write for")
+    amount.add_argument("--entries", type=positive, help="number of entries to write")
+    amount.add_argument("--time", type=positive_float, help="seconds to write for")
     parser.add_argument(
-        "--throttle", type=int, default=10000, help="max outstanding adds over all ledgers (default 10000)"
+        "--throttle", type=positive, default=10000,
+        help="max outstanding adds over all ledgers (default 10000)"
     )
     parser.add_argument(
-        "--rate", type=float, default=0, help="target entries/s over all ledgers (default 0: unlimited)"
+        "--rate", type=non_negative_float, default=0,
+        help="target entries/s over all ledgers (default 0: unlimited); latency then counts from"
+             " each add's scheduled send (coordinated omission), service_latency_ms from the actual one",
     )
-    parser.add_argument("--ledgers", type=int, default=1, help="ledgers written round-robin (default 1)")
+    parser.add_argument("--ledgers", type=positive, default=1, help="ledgers written round-robin (default 1)")
     parser.add_argument(
         "--warmup",
-        type=int,
+        type=non_negative,
         default=10000,
         help="entries written first, on separate ledgers, and not reported (default 10000; 0: none)",
     )
     parser.add_argument(
         "--digest", choices=[d.name.lower() for d in DigestType], default="crc32", help="digest type"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_plot_option(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("entries", "time", "throttle", "ledgers", "size"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise SystemExit(f"--{name} must be > 0, got {value}")
-    if args.warmup < 0:
-        raise SystemExit(f"--warmup must be >= 0, got {args.warmup}")
     result = asyncio.run(run_writes(args))
-    result.print(args.json, "bench writes")
+    print_and_plot(result, args, "bench writes")
     return 1 if result.errors else 0
 
 
@@ -79,9 +83,22 @@ class _Tally:
         self._room = asyncio.Event()
         self._room.set()
         self._idle = asyncio.Event()
-        self.latencies_ms: list[float] = []
+        self.latencies = LatencyRecorder(loop.time())
+        self.service_latencies: LatencyRecorder | None = None  # paced runs: from the actual send
+        self.succeeded = 0
         self.errors = 0
         self.first_error: BaseException | None = None
+
+    def begin(self, started: float, paced: bool) -> None:
+        """The measured phase starts (its per-second series counts from ``started``)."""
+        self.latencies = LatencyRecorder(started)
+        self.service_latencies = LatencyRecorder(started) if paced else None
+
+    def finish(self) -> None:
+        now = self.loop.time()
+        self.latencies.finish(now)
+        if self.service_latencies is not None:
+            self.service_latencies.finish(now)
 
     async def reserve(self, wanted: int) -> int:
         """Wait for room under the throttle, then take up to ``wanted`` (>= 1) slots; returns
@@ -98,21 +115,28 @@ class _Tally:
         while self.outstanding:
             await self._idle.wait()
 
-    def callback_for(self, sent_at: deque[float]) -> AddCompletion:
+    def callback_for(self, sent_at: deque[float], due_at: deque[float] | None) -> AddCompletion:
         """The completion callback of one ledger; its adds complete in entry-id order, so
-        ``sent_at`` (appended at every send) pops in step."""
-        latencies = self.latencies_ms
+        ``sent_at`` (appended at every send) and ``due_at`` (the scheduled send times of a paced
+        run) pop in step."""
+        latencies = self.latencies
+        service = self.service_latencies
         time = self.loop.time
 
         def done(entry_id: int, error: BKError | None) -> None:
             started = sent_at.popleft()
+            due = due_at.popleft() if due_at is not None else started
             self.outstanding -= 1
             if self.outstanding < self.throttle:
                 self._room.set()
             if not self.outstanding:
                 self._idle.set()
             if error is None:
-                latencies.append((time() - started) * 1000.0)
+                now = time()
+                latencies.record((now - due) * 1000.0, now)
+                if service is not None:
+                    service.record((now - started) * 1000.0, now)
+                self.succeeded += 1
             else:
                 self.errors += 1
                 if self.first_error is None:
@@ -122,7 +146,7 @@ class _Tally:
 
     @property
     def completed(self) -> int:
-        return len(self.latencies_ms) + self.errors
+        return self.succeeded + self.errors
 
 
 class _Pacer:
@@ -163,16 +187,17 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
             if warm.first_error is not None:
                 log.error("first warm-up add error: %s", warm.first_error)
         tally = _Tally(loop, throttle)
-        progress = Progress(args.entries)
-        elapsed, changes = await _write_phase(bk, args, payload, tally, args.entries, args.time, progress)
+        with Progress(args.entries, quiet=args.json) as progress:
+            elapsed, changes = await _write_phase(bk, args, payload, tally, args.entries, args.time, progress)
     if tally.first_error is not None:
         log.error("first add error: %s", tally.first_error)
     return BenchResult(
-        entries=len(tally.latencies_ms),
+        entries=tally.succeeded,
         errors=tally.errors,
         elapsed_s=elapsed,
         entry_size=args.size,
-        latencies_ms=tally.latencies_ms,
+        latencies=tally.latencies,
+        service_latencies=tally.service_latencies,
         extra={
             "ledgers": args.ledgers,
             "ensemble": args.ensemble,
@@ -204,9 +229,13 @@ async def _write_phase(
         )
         for _ in range(args.ledgers)
     ]
-    sent_at = [deque[float]() for _ in handles]
-    callbacks = [tally.callback_for(times) for times in sent_at]
     started = loop.time()
+    paced = args.rate > 0
+    tally.begin(started, paced)
+    sent_at = [deque[float]() for _ in handles]
+    due_at = [deque[float]() for _ in handles] if paced else None
+    callbacks = [tally.callback_for(times, due_at[i] if due_at is not None else None)
+                 for i, times in enumerate(sent_at)]
     deadline = started + seconds if seconds else None
     sent = 0
     pace = _Pacer(loop, started, args.rate)
@@ -218,12 +247,15 @@ async def _write_phase(
         for _ in range(burst):  # every reserved slot is used: drained() counts them down
             index = sent % len(handles)
             sent_at[index].append(loop.time())
+            if due_at is not None:
+                due_at[index].append(started + sent / args.rate)
             handles[index].append_with_callback(payload, callbacks[index])
             sent += 1
         if progress is not None and sent % 1024 < burst:
             progress.update(tally.completed)
     await tally.drained()
     elapsed = loop.time() - started
+    tally.finish()
     if progress is not None:
         progress.done()
     for handle in handles:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bkproto.errors import BKError
 from bookie.config import ConfigError
+from pybk.json_option import add_json_option
 from pybk.shell.context import ShellContext, ZooKeeperUnreachableError
 from pybk.shell.ledger_view import EXIT_USAGE
 
@@ -79,10 +80,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--zk", help=f"ZooKeeper connect string (default {DEFAULT_ZK})")
     parser.add_argument("--ledgers-root", default="/ledgers", help="ledgers root znode (default /ledgers)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_json_option(parser)
     commands = parser.add_subparsers(dest="shell_command", required=True, metavar="COMMAND")
     for name in SHELL_COMMANDS:
         importlib.import_module(name).register(commands)
+    for command in commands.choices.values():  # every command prints through ShellContext.emit
+        add_json_option(command)
     parser.set_defaults(func=run)
 
 

@@ -5,14 +5,11 @@ does not answer is listed with its error, and the exit code is 1."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
-from bkproto.errors import BKError
+from bkclient.admin_views import bookie_disk_space
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED, shell_client
-
-INFO_TIMEOUT_S = 10.0
 
 
 def register(commands: Any) -> None:
@@ -34,17 +31,7 @@ def _size(n: int) -> str:
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     async with await shell_client(ctx) as bk:
-        watcher = bk.ctx.bookie_watcher
-        bookie_ids = sorted({*watcher.writable_bookies(), *watcher.readonly_bookies()})
-
-        async def ask(bookie_id: str) -> dict[str, Any]:
-            try:
-                total, free = await bk.ctx.bookie(bookie_id).get_bookie_info(timeout=INFO_TIMEOUT_S)
-            except BKError as exc:
-                return {"bookie_id": bookie_id, "error": f"{type(exc).__name__}: {exc}"}
-            return {"bookie_id": bookie_id, "free_bytes": free, "total_bytes": total}
-
-        bookies = await asyncio.gather(*(ask(b) for b in bookie_ids))
+        bookies = await bookie_disk_space(bk)
     answered = [b for b in bookies if "error" not in b]
     free = sum(b["free_bytes"] for b in answered)
     total = sum(b["total_bytes"] for b in answered)

@@ -9,42 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import socket
-import time
-from collections.abc import Collection, Sequence
 from typing import Any
 
-from bkclient import BKError, BookKeeper, ClientConfig, NotEnoughBookiesError
-from bkclient.placement import BookieRacks
+from bkclient import ClientConfig
+from bkclient.admin_views import bookie_sanity
+from pybk.arg_types import positive
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, positive, shell_client
-
-PASSWORD = b"bookiesanity"
-
-
-class OneBookiePlacement:
-    """Every ledger on one chosen bookie; never a replacement (a failure must show, not heal)."""
-
-    def __init__(self, bookie_id: str) -> None:
-        self.bookie_id = bookie_id
-
-    def new_ensemble(
-        self, ensemble_size: int, write_quorum: int, ack_quorum: int,
-        bookies: BookieRacks, exclude: Collection[str] = (),
-    ) -> list[str]:
-        if ensemble_size != 1:
-            raise NotEnoughBookiesError(f"bookiesanity places ledgers on one bookie, not {ensemble_size}")
-        if self.bookie_id not in bookies or self.bookie_id in exclude:
-            raise NotEnoughBookiesError(f"{self.bookie_id} is not a writable bookie")
-        return [self.bookie_id]
-
-    def replace_bookie(
-        self, ensemble: Sequence[str], index: int, write_quorum: int,
-        bookies: BookieRacks, exclude: Collection[str] = (),
-    ) -> str:
-        raise NotEnoughBookiesError(f"bookiesanity tests {self.bookie_id} alone: no replacement")
+from pybk.shell.ledger_view import EXIT_FAILED, shell_client
 
 
 def register(commands: Any) -> None:
@@ -89,18 +61,8 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         if not targets:
             ctx.error("bookiesanity: no writable bookie runs on this machine; name one with -b")
             return EXIT_FAILED
-    results: list[dict[str, Any]] = []
     async with await shell_client(ctx, ClientConfig()) as bk:
-        for bookie_id in targets:
-            bk.ctx.placement = OneBookiePlacement(bookie_id)
-            started = time.monotonic()
-            try:
-                async with asyncio.timeout(args.timeout):
-                    await _check(bk, args.entries)
-                results.append({"bookie_id": bookie_id, "ok": True})
-            except (BKError, TimeoutError, SanityMismatchError) as exc:
-                results.append({"bookie_id": bookie_id, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-            results[-1]["elapsed_s"] = round(time.monotonic() - started, 3)
+        results = [await bookie_sanity(bk, bookie_id, args.entries, args.timeout) for bookie_id in targets]
     ok = all(r["ok"] for r in results)
     lines = [
         f"{r['bookie_id']}: " + ("OK" if r["ok"] else f"FAILED ({r['error']})")
@@ -111,28 +73,3 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     ctx.emit({"ok": ok, "entries": args.entries, "bookies": results}, "\n".join(lines))
     return 0 if ok else EXIT_FAILED
 
-
-async def _check(bk: BookKeeper, entries: int) -> None:
-    payloads = [f"bookiesanity {i} ".encode() + os.urandom(16) for i in range(entries)]
-    writer = await bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=PASSWORD)
-    try:
-        for payload in payloads:
-            await writer.append(payload)
-        await writer.close()
-        reader = await bk.open_ledger(writer.ledger_id, password=PASSWORD, recovery=False)
-        read_back = [entry.data async for entry in reader.read(0, reader.last_add_confirmed)]
-        if read_back != payloads:
-            raise SanityMismatchError(
-                f"ledger {writer.ledger_id}: read back {len(read_back)} entries that differ "
-                f"from the {len(payloads)} written"
-            )
-    except BaseException:
-        # Clean up, but report the original failure, not a cleanup one.
-        with contextlib.suppress(BKError):
-            await bk.delete_ledger(writer.ledger_id)
-        raise
-    await bk.delete_ledger(writer.ledger_id)
-
-
-class SanityMismatchError(RuntimeError):
-    """The bookie returned entries (with valid digests) other than those written."""

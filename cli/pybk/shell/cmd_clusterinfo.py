@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from bkclient import BookKeeperAdmin
+from bkclient.admin_views import cluster_info
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import shell_client
 
@@ -23,23 +23,6 @@ def register(commands: Any) -> None:
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     async with await shell_client(ctx) as bk:
-        meta = bk.ctx.metadata
-        auditor = await meta.replication_control.auditor()
-        known = set(await meta.cookies.bookie_ids())
-        watcher = bk.ctx.bookie_watcher
-        writable, readonly = set(watcher.writable_bookies()), set(watcher.readonly_bookies())
-        under_replicated = bool(await BookKeeperAdmin(bk).underreplicated_ledgers())
-        enabled = await meta.replication_control.is_enabled()
-    known |= writable | readonly  # one being decommissioned may have lost its cookie already
-    info = {
-        "auditorElected": auditor is not None,
-        "auditorId": auditor or "",
-        "clusterUnderReplicated": under_replicated,
-        "ledgerReplicationEnabled": enabled,
-        "totalBookiesCount": len(known),
-        "writableBookiesCount": len(writable),
-        "readonlyBookiesCount": len(readonly),
-        "unavailableBookiesCount": len(known - writable - readonly),
-    }
+        info = await cluster_info(bk)
     ctx.emit(info, json.dumps(info, indent=2))
     return 0

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from bkclient import BookKeeperAdmin
-from pybk.shell.cmd_recover import ledger_json, ledger_lines
+from pybk.shell.cmd_recover import ledger_json, ledger_lines, ledger_progress
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED, add_rate_option, bookie_id, refused, shell_client
 
@@ -36,7 +36,8 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         return exit_code
     async with await shell_client(ctx) as bk:
         admin = BookKeeperAdmin(bk, replication_rate_bytes=args.rate_bytes)
-        result = await admin.decommission_bookie(args.bookie_id)
+        with ledger_progress(ctx, "decommission") as progress:
+            result = await admin.decommission_bookie(args.bookie_id, progress=progress.update)
     copied = sum(r.entries_copied for r in result.ledgers)
     if result.cookie_deleted:
         summary = (f"bookie {args.bookie_id} decommissioned: {len(result.ledgers)} ledger(s) re-replicated,"

@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import non_negative, refused
+from pybk.shell.ledger_view import refused
 
 
 def register(commands: Any) -> None:

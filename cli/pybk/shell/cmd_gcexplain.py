@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from bkclient.tls import ClientSecurity, admin_get, security_from_environ
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED, bookie_id
 
@@ -25,7 +26,8 @@ def register(commands: Any) -> None:
         "gcexplain", help="explain why each entry log of a bookie is still on disk"
     )
     parser.add_argument("bookie", type=bookie_id, help="the bookie (host:port)")
-    parser.add_argument("--limit", type=int, default=20, help="entry logs to print (default 20; --json: all)")
+    parser.add_argument("--limit", type=non_negative, default=20,
+                        help="entry logs to print (default 20; --json: all)")
     parser.set_defaults(run=run)
 
 

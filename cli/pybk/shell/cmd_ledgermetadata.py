@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bkclient.admin_views import metadata_dict
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import metadata_dict, metadata_lines, non_negative
+from pybk.shell.ledger_view import metadata_lines
 
 
 def register(commands: Any) -> None:

@@ -4,17 +4,11 @@ or only those whose metadata names one bookie (BookKeeper's ``-bookieid``)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
-from bkmeta import CorruptLedgerMetadataError
-from bkproto.errors import NoSuchLedgerError
+from bkclient.admin_views import metadata_dict, read_metadata_many
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import bookie_id, metadata_dict, metadata_lines
-
-# Metadata reads in flight at once with -m: enough to hide ZooKeeper round trips, bounded so a
-# cluster with a million ledgers does not queue a million requests.
-METADATA_READ_CONCURRENCY = 32
+from pybk.shell.ledger_view import bookie_id, metadata_lines
 
 
 def register(commands: Any) -> None:
@@ -33,22 +27,14 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         ctx.emit({"ledgers": ledger_ids}, "\n".join(f"ledgerID: {lid}" for lid in ledger_ids))
         return 0
 
-    limit = asyncio.Semaphore(METADATA_READ_CONCURRENCY)
+    def skipped(ledger_id: int, exc: Exception) -> None:
+        ctx.warn(f"listledgers: ledger {ledger_id} skipped: {exc}")
 
-    async def describe(ledger_id: int) -> dict[str, Any] | None:
-        async with limit:
-            try:
-                versioned = await manager.read_ledger_metadata(ledger_id)
-            except NoSuchLedgerError:
-                return None  # deleted between listing and reading
-            except CorruptLedgerMetadataError as exc:  # one bad znode must not hide the others
-                ctx.warn(f"listledgers: ledger {ledger_id} skipped: {exc}")
-                return None
-        if args.bookie_id is not None and args.bookie_id not in versioned.value.all_bookies():
-            return None
-        return metadata_dict(ledger_id, versioned.value)
-
-    found = [d for d in await asyncio.gather(*(describe(lid) for lid in ledger_ids)) if d is not None]
+    found = [
+        metadata_dict(ledger_id, versioned.value)
+        for ledger_id, versioned in await read_metadata_many(manager, ledger_ids, skipped)
+        if args.bookie_id is None or args.bookie_id in versioned.value.all_bookies()
+    ]
     if not args.meta:
         ids = [d["ledger_id"] for d in found]
         ctx.emit({"ledgers": ids}, "\n".join(f"ledgerID: {lid}" for lid in ids))

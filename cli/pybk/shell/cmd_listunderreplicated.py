@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bkclient import BookKeeperAdmin
-from bkmeta.underreplication import UnderreplicationIndex
+from bkclient.admin_views import underreplicated_ledgers
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import bookie_id, shell_client
 
@@ -34,10 +33,7 @@ def register(commands: Any) -> None:
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     async with await shell_client(ctx) as bk:
-        found = await BookKeeperAdmin(bk).underreplicated_ledgers()
-        meta = bk.ctx.metadata
-        for marker in await UnderreplicationIndex(meta.zk, meta.layout).markers():
-            found.setdefault(marker.ledger_id, set()).update(marker.replicas)
+        found = await underreplicated_ledgers(bk)
     ledgers = {
         ledger_id: sorted(missing) for ledger_id, missing in sorted(found.items())
         if (args.missingreplica is None or args.missingreplica in missing)

@@ -10,8 +10,9 @@ from typing import Any
 
 from bkmeta.log_gc import find_garbage, remove_garbage
 from bkmeta.named_log import LOGS_ROOT, LogStore
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import non_negative, refused
+from pybk.shell.ledger_view import refused
 
 DEFAULT_MIN_AGE_S = 6 * 3600
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from bkmeta.log_retention import Retention, apply_retention
 from bkmeta.named_log import LOGS_ROOT, LogCommit, LogStore
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import non_negative, refused, usage_error
+from pybk.shell.ledger_view import refused, usage_error
 
 
 def register(commands: Any) -> None:

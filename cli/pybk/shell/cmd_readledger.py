@@ -13,8 +13,10 @@ import argparse
 import json
 from typing import Any
 
+from pybk.arg_types import non_negative
+from pybk.progress import Progress
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import entry_dict, entry_line, non_negative, shell_client, usage_error
+from pybk.shell.ledger_view import entry_dict, entry_line, shell_client, usage_error
 
 
 def register(commands: Any) -> None:
@@ -53,9 +55,14 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
                 state = "closed" if handle.is_closed else "open"
                 print(f"ledger {args.ledger_id} ({state}, last add confirmed {lac})", file=ctx.out)
                 count = 0
-                async for entry in handle.read(args.first, last):
-                    print(entry_line(entry), file=ctx.out)
-                    count += 1
+                # A bar only while the entries go elsewhere than the terminal (a file, a pipe):
+                # on the terminal they scroll by and are their own progress.
+                with Progress(last - args.first + 1, quiet=ctx.out.isatty(), stream=ctx.err) as progress:
+                    async for entry in handle.read(args.first, last):
+                        print(entry_line(entry), file=ctx.out)
+                        count += 1
+                        if count % 256 == 0:
+                            progress.update(count)
                 print(f"{count} entries read", file=ctx.out)
         finally:
             await handle.close()

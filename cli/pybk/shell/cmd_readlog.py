@@ -10,8 +10,9 @@ from typing import Any
 
 from bookie.storage.entry_logger import CorruptEntryError
 from bookie.storage.file_dump import EntryLogDump, find_file
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, non_negative, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, usage_error
 from pybk.shell.local_dirs import add_bookie_dir_options, bookie_dirs
 from pybk.shell.record_view import record_json, record_lines
 

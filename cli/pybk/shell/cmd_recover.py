@@ -14,12 +14,13 @@ import argparse
 from typing import Any
 
 from bkclient import BookKeeperAdmin, LedgerRecovery
+from pybk.arg_types import non_negative
+from pybk.progress import Progress
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import (
     EXIT_FAILED,
     add_rate_option,
     bookie_id,
-    non_negative,
     refused,
     shell_client,
 )
@@ -39,6 +40,12 @@ def register(commands: Any) -> None:
     parser.add_argument("-f", "--force", action="store_true", help="recover without asking")
     add_rate_option(parser)
     parser.set_defaults(run=run)
+
+
+def ledger_progress(ctx: ShellContext, what: str) -> Progress:
+    """A bar of the ledgers looked at (shared with ``decommissionbookie``): each may copy many
+    entries, so even a few are worth a bar."""
+    return Progress(unit="ledgers", description=what, quiet=ctx.as_json, stream=ctx.err, min_total=2)
 
 
 def ledger_lines(report: LedgerRecovery, dry_run: bool = False) -> list[str]:
@@ -91,12 +98,14 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
         still_there = sorted(set(lost) & set(meta.bookie_watcher.all_bookies()))
         if still_there:
             ctx.err.write(f"warning: still registered (stopped for good?): {', '.join(still_there)}\n")
-        reports = await BookKeeperAdmin(bk, replication_rate_bytes=args.rate_bytes).recover_bookies(
-            lost,
-            ledger_ids=None if args.ledger_id is None else [args.ledger_id],
-            dry_run=args.dry_run,
-            skip_open_ledgers=args.skip_open_ledgers,
-        )
+        with ledger_progress(ctx, "recover") as progress:
+            reports = await BookKeeperAdmin(bk, replication_rate_bytes=args.rate_bytes).recover_bookies(
+                lost,
+                ledger_ids=None if args.ledger_id is None else [args.ledger_id],
+                dry_run=args.dry_run,
+                skip_open_ledgers=args.skip_open_ledgers,
+                progress=progress.update,
+            )
     failed = [r.ledger_id for r in reports if not r.ok]
     copied = sum(r.entries_copied for r in reports)
     lines = [line for r in reports for line in ledger_lines(r, args.dry_run)]

@@ -11,8 +11,10 @@ import time
 from typing import Any
 
 from bkclient import DigestType
+from pybk.arg_types import positive
+from pybk.progress import Progress
 from pybk.shell.context import ShellContext
-from pybk.shell.ledger_view import EXIT_FAILED, positive, shell_client, usage_error
+from pybk.shell.ledger_view import EXIT_FAILED, shell_client, usage_error
 
 PASSWORD = b""  # like BookKeeper's simpletest: anyone may read the test ledger back
 
@@ -51,18 +53,30 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
             digest=DigestType.CRC32C, password=PASSWORD, custom_metadata={"application": b"pybk-simpletest"},
         )
         futures: list[asyncio.Future[int]] = []
-        for payload in payloads:
-            await writer.wait_writable()  # the client's outstanding-add limit paces us
-            futures.append(writer.append_async(payload))
-        await asyncio.gather(*futures)
+        with Progress(len(payloads), description="writing", quiet=ctx.as_json, stream=ctx.err) as progress:
+            try:
+                for index, payload in enumerate(payloads, 1):
+                    await writer.wait_writable()  # the client's outstanding-add limit paces us
+                    futures.append(writer.append_async(payload))
+                    if index % 256 == 0:  # sent; the client's limit keeps acks close behind
+                        progress.update(index)
+            finally:
+                # every add's outcome is taken (a failed ledger fails them all, and the loop too)
+                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
         await writer.close()
         write_s = time.monotonic() - started
         reader = await bk.open_ledger(writer.ledger_id, password=PASSWORD, recovery=False)
         mismatched = 0
         read = 0
-        async for entry in reader.read(0, reader.last_add_confirmed):
-            mismatched += entry.data != payloads[entry.entry_id]
-            read += 1
+        with Progress(len(payloads), description="reading", quiet=ctx.as_json, stream=ctx.err) as progress:
+            async for entry in reader.read(0, reader.last_add_confirmed):
+                mismatched += entry.data != payloads[entry.entry_id]
+                read += 1
+                if read % 256 == 0:
+                    progress.update(read)
     ok = read == len(payloads) and mismatched == 0
     data = {
         "ledger_id": writer.ledger_id,

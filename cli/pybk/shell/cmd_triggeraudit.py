@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bkclient.admin_views import trigger_audit
 from pybk.shell.context import ShellContext
 from pybk.shell.ledger_view import EXIT_FAILED
 
@@ -22,13 +23,7 @@ def register(commands: Any) -> None:
 
 async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     control = (await ctx.metadata(watch_bookies=False)).replication_control
-    refusal = None
-    if await control.auditor() is None:
-        refusal = "no autorecovery is leading (is pybk autorecovery running?)"
-    elif not await control.is_enabled():
-        refusal = "autorecovery is disabled (pybk shell autorecovery --enable)"
-    elif await control.trigger_audit() is None:
-        refusal = "the cluster has no lostBookieRecoveryDelay yet (its autorecovery has not started)"
+    refusal = await trigger_audit(control)
     if refusal is not None:
         ctx.emit({"triggered": False, "reason": refusal}, f"audit not triggered: {refusal}")
         return EXIT_FAILED

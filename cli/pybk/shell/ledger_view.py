@@ -2,7 +2,8 @@
 bookiesanity, deleteledger): a client on the shell's metadata session, and one way to show ledger
 metadata and entries, as JSON-ready dicts and as text lines.
 
-Passwords are never printed (``has_password`` only), as BookKeeper's ``toSafeString`` does.
+Passwords are never printed (``has_password`` only), as BookKeeper's ``toSafeString`` does;
+``metadata_dict`` is :mod:`bkclient.admin_views`' (the HTTP admin API answers it too).
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import datetime
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from bkclient import BookKeeper, ClientConfig, IncorrectParameterError, LedgerEntry, LedgerMetadata
+from bkclient import BookKeeper, ClientConfig, IncorrectParameterError, LedgerEntry
 from bkclient.admin import check_bookie_id
 from bkclient.context import ClientContext
+from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
 
 # Exit codes every shell command uses (documented in ``pybk shell --help``).
@@ -67,20 +68,6 @@ def usage_error(ctx: ShellContext, message: str) -> int:
     return EXIT_USAGE
 
 
-def non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def bookie_id(text: str) -> str:
     """argparse type of a bookie id: ``host:port``, or a usage error (exit 2) naming the value."""
     try:
@@ -95,38 +82,6 @@ def add_rate_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate-bytes", type=non_negative, default=0, metavar="N",
                         help="copy at most N bytes of entries per second (BookKeeper's"
                              " replicationRateByBytes; default 0: no limit)")
-
-
-def _custom_value(raw: bytes) -> str:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return "base64:" + base64.b64encode(raw).decode()
-    return text if text.isprintable() else "base64:" + base64.b64encode(raw).decode()
-
-
-def _ctime(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).isoformat(timespec="milliseconds")
-
-
-def metadata_dict(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]:
-    return {
-        "ledger_id": ledger_id,
-        "state": md.state.name,
-        "ensemble_size": md.ensemble_size,
-        "write_quorum_size": md.write_quorum_size,
-        "ack_quorum_size": md.ack_quorum_size,
-        "last_entry_id": md.last_entry_id,
-        "length": md.length,
-        "digest_type": md.digest_type.name,
-        "has_password": bool(md.password),
-        "ctime": md.ctime,
-        "ctime_iso": _ctime(md.ctime),
-        "custom_metadata": {k: _custom_value(v) for k, v in sorted(md.custom_metadata.items())},
-        "segments": [
-            {"first_entry_id": s.first_entry_id, "bookies": list(s.bookies)} for s in md.segments
-        ],
-    }
 
 
 def metadata_lines(data: Mapping[str, Any]) -> list[str]:

@@ -29,9 +29,9 @@ from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
-from bookie.stats import OpLatency, OpStats
+from bookie.stats import BookKeeperCounter, OpLatency, OpStats
 from bookie.storage.compaction import Compacted
 from bookie.storage.log_garbage import LogFacts, LogUsage
 
@@ -130,13 +130,13 @@ class GcStats:
     """BookKeeper's ``GarbageCollectorStats`` names."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.deleted_ledgers = Counter(
-            "bookie_DELETED_LEDGER_COUNT", "Ledgers deleted by garbage collection", registry=registry
+        self.deleted_ledgers = BookKeeperCounter(
+            "bookie_DELETED_LEDGER_COUNT", "Ledgers deleted by garbage collection", registry
         )
-        self.reclaimed_bytes = Counter(
+        self.reclaimed_bytes = BookKeeperCounter(
             "bookie_RECLAIMED_DELETION_SPACE_BYTES",
             "Entry-log bytes freed by deleting logs of deleted ledgers",
-            registry=registry,
+            registry,
         )
         self.active_ledgers = Gauge(
             "bookie_ACTIVE_LEDGER_COUNT", "Ledgers stored, as of the last collection", registry=registry
@@ -149,15 +149,15 @@ class GcStats:
             "bookie_ACTIVE_ENTRY_LOG_SPACE_BYTES", "Bytes of the finished entry logs kept",
             registry=registry,
         )
-        self.reclaimed_compaction_bytes = Counter(
+        self.reclaimed_compaction_bytes = BookKeeperCounter(
             "bookie_RECLAIMED_COMPACTION_SPACE_BYTES", "Entry-log bytes freed by compaction",
-            registry=registry,
+            registry,
         )
-        self.minor_compactions = Counter(
-            "bookie_MINOR_COMPACTION_COUNT", "Minor compaction passes", registry=registry
+        self.minor_compactions = BookKeeperCounter(
+            "bookie_MINOR_COMPACTION_COUNT", "Minor compaction passes", registry
         )
-        self.major_compactions = Counter(
-            "bookie_MAJOR_COMPACTION_COUNT", "Major compaction passes", registry=registry
+        self.major_compactions = BookKeeperCounter(
+            "bookie_MAJOR_COMPACTION_COUNT", "Major compaction passes", registry
         )
         self.oldest_log_age = Gauge(
             "bookie_gc_OLDEST_ENTRY_LOG_AGE_SECONDS", "Age of the oldest entry log, at the last collection",

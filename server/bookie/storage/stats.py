@@ -8,9 +8,9 @@ group, never per entry.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
-from bookie.stats import OpLatency, OpStats
+from bookie.stats import BookKeeperCounter, OpLatency, OpStats
 
 
 class StorageStats:
@@ -25,23 +25,23 @@ class StorageStats:
         self.journal_queue_size = Gauge(
             "bookie_journal_JOURNAL_QUEUE_SIZE", "Journal records waiting to be written", registry=registry
         )
-        self.journal_write_bytes = Counter(
-            "bookie_journal_JOURNAL_WRITE_BYTES", "Bytes written to the journal", registry=registry
+        self.journal_write_bytes = BookKeeperCounter(
+            "bookie_journal_JOURNAL_WRITE_BYTES", "Bytes written to the journal", registry
         )
         self.write_cache_size = Gauge(
             "bookie_write_cache_size", "Bytes in the write cache (both halves)", registry=registry
         )
         self.flush = OpLatency("bookie_flush", "Write-cache flush latency (ms): entry log, index, mark")
         OpStats(registry, [self.journal_add_entry, self.journal_sync, self.flush])
-        self.throttled_adds = Counter(
-            "bookie_throttled_write_requests", "Adds that waited for write-cache room", registry=registry
+        self.throttled_adds = BookKeeperCounter(
+            "bookie_throttled_write_requests", "Adds that waited for write-cache room", registry
         )
-        self.rejected_adds = Counter(
-            "bookie_rejected_write_requests", "Adds refused with ETOOMANYREQUESTS", registry=registry
+        self.rejected_adds = BookKeeperCounter(
+            "bookie_rejected_write_requests", "Adds refused with ETOOMANYREQUESTS", registry
         )
-        self.read_cache_hits = Counter("bookie_read_cache_hits", "Read-cache hits", registry=registry)
-        self.read_cache_misses = Counter("bookie_read_cache_misses", "Read-cache misses", registry=registry)
-        self.write_cache_hits = Counter(
-            "bookie_write_cache_hits", "Reads served by the write cache", registry=registry
+        self.read_cache_hits = BookKeeperCounter("bookie_read_cache_hits", "Read-cache hits", registry)
+        self.read_cache_misses = BookKeeperCounter("bookie_read_cache_misses", "Read-cache misses", registry)
+        self.write_cache_hits = BookKeeperCounter(
+            "bookie_write_cache_hits", "Reads served by the write cache", registry
         )
         self.read_cache_size = Gauge("bookie_read_cache_size", "Bytes in the read cache", registry=registry)

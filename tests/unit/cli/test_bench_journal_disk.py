@@ -29,17 +29,24 @@ def test_reports_sync_latency_and_stall_time_and_cleans_up(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--time", "0"], "--time must be > 0"),
-        (["--size", "-1"], "--size must be > 0"),
-        (["--interval-ms", "-1"], "--interval-ms must be >= 0"),
-        (["--stall-ms", "0"], "--stall-ms must be > 0"),
+        (["--time", "0"], "argument --time: must be > 0, got 0"),
+        (["--size", "-1"], "argument --size: must be >= 1, got -1"),
+        (["--size", str(1 << 30)], "argument --size: must be at most"),
+        (["--interval-ms", "-1"], "argument --interval-ms: must be >= 0, got -1"),
+        (["--stall-ms", "0"], "argument --stall-ms: must be > 0, got 0"),
     ],
 )
-def test_bad_arguments_are_named(tmp_path: Path, argv: list[str], message: str) -> None:
-    with pytest.raises(SystemExit, match=message):
+def test_bad_arguments_are_named(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
         main(["bench", "journal-disk", "--dir", str(tmp_path), *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
-def test_missing_directory_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="is not a directory"):
+def test_missing_directory_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
         main(["bench", "journal-disk", "--dir", str(tmp_path / "nope")])
+    assert info.value.code == 2
+    assert "is not a directory" in capsys.readouterr().err

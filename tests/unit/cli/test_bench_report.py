@@ -1,8 +1,16 @@
+"""The benchmarks' report: HdrHistogram percentiles, the per-second series and the JSON shape that
+scripts read."""
+
 from __future__ import annotations
 
 import json
 
-from pybk.bench.report import BenchResult, percentile
+import pytest
+from hdrh.histogram import HdrHistogram
+
+from pybk.bench.report import BenchResult, LatencyRecorder, percentile
+
+OLD_KEYS = {"entries", "errors", "elapsed_s", "throughput_eps", "throughput_mbps", "latency_ms"}
 
 
 def test_percentile_nearest_rank() -> None:
@@ -13,11 +21,61 @@ def test_percentile_nearest_rank() -> None:
     assert percentile([], 99) == 0.0
 
 
-def test_json_report_shape(capsys) -> None:  # type: ignore[no-untyped-def]
-    BenchResult(entries=1000, errors=1, elapsed_s=2.0, entry_size=1024,
-                latencies_ms=[1.0, 2.0, 3.0]).print(True, "x")
+def test_json_report_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    recorder = LatencyRecorder(started=100.0)
+    for ms in (1.0, 2.0, 3.0):
+        recorder.record(ms, now=100.5)
+    recorder.finish(102.0)
+    BenchResult(entries=1000, errors=1, elapsed_s=2.0, entry_size=1024, latencies=recorder).print(True, "x")
     d = json.loads(capsys.readouterr().out)
+    assert set(d) >= OLD_KEYS
     assert d["throughput_eps"] == 500.0
     assert d["throughput_mbps"] == 0.51
     assert set(d["latency_ms"]) == {"p50", "p95", "p99", "p999", "max"}
-    assert d["latency_ms"]["max"] == 3.0
+    assert d["latency_ms"]["max"] == pytest.approx(3.0, rel=1e-3)  # HdrHistogram: 3 significant digits
+    assert d["latency_ms"]["p50"] == 2.0
+    assert d["latency_samples"] == 3
+    assert d["coordinated_omission"] == "not paced"
+    assert [row["ops"] for row in d["per_second"]] == [3, 0]
+    assert HdrHistogram.decode(d["latency_hdr_us"].encode()).get_total_count() == 3
+
+
+def test_the_series_has_a_row_per_second_with_that_seconds_percentiles() -> None:
+    recorder = LatencyRecorder(started=10.0)
+    for i in range(100):
+        recorder.record(1.0, now=10.0 + i / 100)  # second 0: 100 ops of 1 ms
+    recorder.record(50.0, now=12.2, count=4)  # nothing in second 1; second 2: 4 ops of 50 ms
+    recorder.finish(12.5)
+    rows = recorder.series
+    assert [r.second for r in rows] == [0, 1, 2]
+    assert [r.ops for r in rows] == [100, 0, 4]
+    assert (rows[0].p50_ms, rows[0].p99_ms) == (1.0, 1.0)
+    assert rows[1].p50_ms is None
+    assert rows[2].p99_ms == pytest.approx(50.0, rel=1e-3)
+    assert rows[2].duration_s == pytest.approx(0.5)
+    assert rows[2].ops_per_s == pytest.approx(8.0)
+    assert recorder.histogram.get_total_count() == 104
+
+
+def test_memory_does_not_grow_with_the_number_of_operations() -> None:
+    recorder = LatencyRecorder(started=0.0)
+    size = len(recorder.histogram.counts)
+    for i in range(50_000):
+        recorder.record(0.5 + (i % 1000) / 10.0, now=i / 50_000)
+    recorder.finish(1.0)
+    assert len(recorder.histogram.counts) == size
+    assert len(recorder.series) == 1
+    assert recorder.histogram.get_total_count() == 50_000
+
+
+def test_paced_results_report_both_latencies(capsys: pytest.CaptureFixture[str]) -> None:
+    corrected, service = LatencyRecorder(0.0), LatencyRecorder(0.0)
+    corrected.record(40.0, now=0.5)  # due 40 ms before it completed, sent late (a stall)
+    service.record(2.0, now=0.5)
+    corrected.finish(1.0)
+    service.finish(1.0)
+    BenchResult(1, 0, 1.0, 10, corrected, service_latencies=service).print(False, "paced")
+    text = capsys.readouterr().out
+    assert "latency ms p50 40.0" in text
+    assert "service latency ms (from the actual send) p50 2.0" in text
+    assert "per second:" in text

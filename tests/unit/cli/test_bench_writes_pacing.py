@@ -34,7 +34,7 @@ async def test_reserve_waits_for_room_under_the_throttle() -> None:
     loop = asyncio.get_running_loop()
     tally = _Tally(loop, throttle=3)
     sent_at: deque[float] = deque()
-    done = tally.callback_for(sent_at)
+    done = tally.callback_for(sent_at, None)
     assert await tally.reserve(5) == 3  # only three slots exist
     sent_at.extend([loop.time()] * 3)
     waiter = asyncio.ensure_future(tally.reserve(5))
@@ -45,4 +45,24 @@ async def test_reserve_waits_for_room_under_the_throttle() -> None:
     done(1, None)
     done(2, None)
     assert tally.outstanding == 1
-    assert len(tally.latencies_ms) == 3
+    assert tally.latencies.total_count == 3
+    assert tally.succeeded == 3
+
+
+async def test_paced_adds_count_from_when_they_were_due() -> None:
+    """Coordinated omission: an add sent late (the sender was held back) counts its wait."""
+    loop = asyncio.get_running_loop()
+    tally = _Tally(loop, throttle=10)
+    started = loop.time()
+    tally.begin(started, paced=True)
+    sent_at: deque[float] = deque([loop.time()])
+    due_at: deque[float] = deque([started - 0.5])  # it was due half a second before it left
+    done = tally.callback_for(sent_at, due_at)
+    await tally.reserve(1)
+    done(0, None)
+    tally.finish()
+    assert tally.service_latencies is not None
+    corrected = tally.latencies.histogram.get_max_value() / 1000.0
+    service = tally.service_latencies.histogram.get_max_value() / 1000.0
+    assert corrected >= 500.0
+    assert service < corrected - 400.0

@@ -6,7 +6,8 @@ import base64
 import json
 
 from bkclient import DigestType, LedgerEntry, LedgerMetadata, LedgerState, Segment
-from pybk.shell.ledger_view import TEXT_PREVIEW_BYTES, entry_dict, entry_line, metadata_dict, metadata_lines
+from bkclient.admin_views import metadata_dict
+from pybk.shell.ledger_view import TEXT_PREVIEW_BYTES, entry_dict, entry_line, metadata_lines
 
 
 def sample_metadata() -> LedgerMetadata:

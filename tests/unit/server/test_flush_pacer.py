@@ -75,5 +75,5 @@ async def test_a_half_filling_up_swaps_without_counting_a_throttled_add(tmp_path
         for entry_id in range(12):  # 1.2 MB into 0.5 MB halves: two swaps, adds never wait
             await add_all(bookie, [add_op(1, entry_id, payload=payload)])
             await bookie.storage._wait_flush()
-        assert registry.get_sample_value("bookie_throttled_write_requests_total") == 0.0
+        assert registry.get_sample_value("bookie_throttled_write_requests") == 0.0
         assert bookie.storage.write_cache.active.size < bookie.storage.write_cache.half_capacity

@@ -3,8 +3,13 @@ and ``/api/v1/bookie/info``), over a real HTTP server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import urllib.error
+import urllib.request
 
+import pytest
 from prometheus_client import CollectorRegistry
 from tests.unit.server.test_http_last_log_mark import get
 
@@ -53,5 +58,48 @@ def test_endpoints_the_daemon_did_not_give_are_not_found() -> None:
     try:
         for path in ("is_ready", "info", "gc/suspend_compaction", "state"):
             assert get(port, f"/api/v1/bookie/{path}")[0] == 404
+    finally:
+        server.close()
+
+
+async def test_requests_are_served_while_the_bookies_event_loop_is_blocked() -> None:
+    """The admin server has its own loop: a request is answered while the loop that started it
+    (the bookie's, serving the data path) is busy, and no handler runs on that loop."""
+    bookie_loop = asyncio.get_running_loop()
+    handler_loops: list[asyncio.AbstractEventLoop] = []
+
+    def readiness() -> str | None:
+        handler_loops.append(asyncio.get_running_loop())
+        return None
+
+    server = BookieHttpServer(CollectorRegistry(), readiness=readiness)
+    port = await asyncio.to_thread(server.start)
+    try:
+        answers: list[tuple[int, bytes]] = []
+        caller = threading.Thread(target=lambda: answers.append(get(port, "/api/v1/bookie/is_ready")))
+        caller.start()
+        caller.join(timeout=60)  # blocks the bookie's loop for the whole request
+        assert answers == [(200, b"")]
+        assert handler_loops and all(loop is not bookie_loop for loop in handler_loops)
+    finally:
+        await asyncio.to_thread(server.close)
+
+
+def test_unknown_paths_wrong_methods_and_large_bodies_get_json_errors() -> None:
+    server = BookieHttpServer(CollectorRegistry(), readiness=lambda: None)
+    port = server.start()
+    try:
+        status, body = get(port, "/api/v1/nothing")
+        assert status == 404 and json.loads(body) == {"error": "no such endpoint: /api/v1/nothing"}
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/bookie/is_ready", method="PUT")
+        with pytest.raises(urllib.error.HTTPError) as wrong:
+            urllib.request.urlopen(request, timeout=10)
+        assert wrong.value.code == 405 and wrong.value.headers["Allow"] == "GET"
+        assert "PUT is not allowed" in json.loads(wrong.value.read())["error"]
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/bookie/is_ready", method="GET",
+                                         data=b"x" * 100_000)
+        with pytest.raises(urllib.error.HTTPError) as large:
+            urllib.request.urlopen(request, timeout=10)
+        assert large.value.code == 413 and "larger than 65536" in json.loads(large.value.read())["error"]
     finally:
         server.close()

@@ -111,13 +111,13 @@ async def test_cold_read_reads_ahead_into_the_bounded_read_cache(tmp_path: Path)
         await bookie.storage.checkpoint()
         stats = bookie.storage.stats
         assert await bookie.read_entry(2, 100) == body(2, 100, payload=payload)
-        assert stats.read_cache_misses._value.get() == 1
+        assert stats.read_cache_misses.get() == 1
         for e in range(101, 111):  # the 10 read ahead: hits, no new miss
             assert await bookie.read_entry(2, e) == body(2, e, payload=payload)
-        assert stats.read_cache_misses._value.get() == 1
-        assert stats.read_cache_hits._value.get() == 10
+        assert stats.read_cache_misses.get() == 1
+        assert stats.read_cache_hits.get() == 10
         assert await bookie.read_entry(2, 111) == body(2, 111, payload=payload)
-        assert stats.read_cache_misses._value.get() == 2
+        assert stats.read_cache_misses.get() == 2
         for e in range(0, 2000, 11):
             assert await bookie.read_entry(2, e) == body(2, e, payload=payload)
         assert bookie.storage.read_cache.size <= 1024 * 1024
@@ -134,8 +134,8 @@ async def test_read_ahead_skips_the_entries_a_striped_ledger_keeps_elsewhere(tmp
         stats = bookie.storage.stats
         for e in range(0, 30, 3):  # 0, 3, ..., 27: entry 0 plus the next 20 held reach id 31
             assert await bookie.read_entry(4, e) == body(4, e)
-        assert stats.read_cache_misses._value.get() == 1
-        assert stats.read_cache_hits._value.get() == 9
+        assert stats.read_cache_misses.get() == 1
+        assert stats.read_cache_hits.get() == 9
         strided = await bookie.read_entries(4, 1, 100, 1 << 20, stride=3)
         assert strided == [body(4, e) for e in range(1, 300, 3)]
         with pytest.raises(BookieError):

@@ -1,0 +1,99 @@
+"""A hostile gRPC peer below the gRPC library: raw HTTP/2 (``h2``) calls whose request message
+never completes. A gRPC client library cannot send a partial message, so this speaks the wire
+itself: each stream's headers name a Bookie method, its first DATA frame's gRPC prefix announces
+``--frame-bytes``, and it then sends ``--send-bytes`` of it as fast as flow control allows, and
+nothing more. Run through ``python -m tests.support.hostile unfinished-grpc-messages``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import struct
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+_HEADERS = [
+    (":method", "POST"), (":scheme", "http"), (":path", "/bkproto.v1.Bookie/ReadEntry"),
+    (":authority", "bookie"), ("content-type", "application/grpc"), ("te", "trailers"),
+]  # fmt: skip
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.sent = 0
+        self.ended = 0  # streams the bookie ended (trailers or reset) or whose connection closed
+
+    def end(self, count: int = 1) -> None:
+        self.ended += count
+        print(f"closed {self.ended}", flush=True)
+
+
+async def _one_connection(
+    target: tuple[str, int], source: str, args: argparse.Namespace, stats: _Stats
+) -> None:
+    from tests.support.hostile import _open
+
+    try:
+        reader, writer = await _open(target, source)
+    except OSError:
+        stats.end(args.streams)
+        return
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    open_streams: dict[int, int] = {}  # stream -> bytes still to send
+    for _ in range(args.streams):
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(stream, _HEADERS)
+        open_streams[stream] = args.send_bytes
+    prefix = b"\x00" + struct.pack(">I", args.frame_bytes)
+    alive = set(open_streams)
+    try:
+        while True:
+            for stream, left in list(open_streams.items()):
+                if stream not in alive:
+                    continue
+                with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+                    window = min(conn.local_flow_control_window(stream), left, 16384)
+                    if window > 0:
+                        first = left == args.send_bytes
+                        data = ((prefix if first else b"") + bytes(window))[:window]
+                        conn.send_data(stream, data)
+                        open_streams[stream] = left - window
+                        stats.sent += window
+            writer.write(conn.data_to_send())
+            await writer.drain()
+            data = await reader.read(65536)
+            if not data:
+                break
+            for event in conn.receive_data(data):
+                if not isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    continue
+                if event.stream_id in alive:
+                    alive.discard(event.stream_id)
+                    stats.end()
+    except (OSError, h2.exceptions.ProtocolError):
+        pass
+    if alive:
+        stats.end(len(alive))
+
+
+async def unfinished_grpc_messages(target: tuple[str, int], args: argparse.Namespace) -> None:
+    """``--connections`` per source, ``--streams`` calls each, every request message unfinished."""
+    from tests.support.hostile import sources
+
+    stats = _Stats()
+    tasks = [
+        asyncio.create_task(_one_connection(target, source, args, stats))
+        for source in sources(args.sources)
+        for _ in range(args.connections)
+    ]
+    await asyncio.sleep(args.settle_s)
+    print("ready " + json.dumps({"connections": len(tasks), "bytes_sent": stats.sent}), flush=True)
+    await asyncio.gather(*tasks)
+    await asyncio.Event().wait()
