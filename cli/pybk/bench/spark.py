@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition_batches
+from pybk.arg_types import positive
 
 for _module in ("pyspark", "pyarrow"):  # the spark extra; imported only when the bench runs
     if importlib.util.find_spec(_module) is None:
@@ -48,19 +49,16 @@ def register(targets: Any) -> None:
         "spark", help="local Spark into and out of a log, batch and streaming, next to a plain writer"
     )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
-    parser.add_argument("--mb", type=int, default=200, help="MiB of 1 KiB values per phase (default 200)")
-    parser.add_argument("--partitions", type=int, default=2, help="Spark partitions (default 2)")
+    parser.add_argument("--mb", type=positive, default=200, help="MiB of 1 KiB values a phase (default 200)")
+    parser.add_argument("--partitions", type=positive, default=2, help="Spark partitions (default 2)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument(
-        "--cluster-pid", type=int, help="also count the CPU of this process tree (pybk localcluster)"
+        "--cluster-pid", type=positive, help="also count the CPU of this process tree (pybk localcluster)"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main)  # --json: the bench group adds it to every target
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.mb <= 0 or args.partitions <= 0:
-        raise SystemExit("--mb and --partitions must be > 0")
     bench = SparkBench(args)
     bench.run()
     if args.json:
