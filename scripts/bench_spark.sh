@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# scripts/bench_spark.py against a fresh `pybk localcluster` (real ZooKeeper + 3 bookies, fsync on).
-# Usage: scripts/bench_spark.sh [MB] [--json]
+# `pybk bench spark` against a fresh `pybk localcluster` (real ZooKeeper + 3 bookies, fsync on),
+# counting the cluster's CPU too.
+# Usage: scripts/bench_spark.sh [MB] [pybk bench spark flags: --json, --partitions N, ...]
 set -u
 cd "$(dirname "$0")/.."
 PYBK=${PYBK:-.venv/bin/pybk}
-PY=${PY:-.venv/bin/python}
 . scripts/local_cluster.sh
 start_local_cluster pybk-bench-spark
-$PY scripts/bench_spark.py --zk 127.0.0.1:${ZK_PORT:-22181} --mb "${1:-200}" "${@:2}"
+# shellcheck disable=SC2086  # PYBK may be "python -m pybk"
+$PYBK bench spark --zk 127.0.0.1:${ZK_PORT:-22181} --cluster-pid "$LC" --mb "${1:-200}" "${@:2}"

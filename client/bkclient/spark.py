@@ -164,10 +164,12 @@ class _BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         return SegmentWritten(write_partition_batches(self.opts, self.write_id, task, values))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_write(self.opts, self.write_id, _segments(messages), overwrite=self.overwrite)
+        commit_write(
+            self.opts, self.write_id, _segments(messages), overwrite=self.overwrite, shared_client=True
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_write(self.opts, self.write_id)
+        abort_write(self.opts, self.write_id, shared_client=True)
 
 
 class _StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
@@ -200,7 +202,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         result = commit_write(
             self.opts, self._write_id(batchId), _segments(messages), overwrite=self.overwrite,
-            txn=(self.app_id, batchId),
+            txn=(self.app_id, batchId), shared_client=True,
         )
         if not result.committed and result.last_version is not None and batchId < result.last_version:
             # Not a replay (that has the last version itself): batch ids started again, which is
@@ -213,7 +215,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort_write(self.opts, self._write_id(batchId))
+        abort_write(self.opts, self._write_id(batchId), shared_client=True)
 
 
 class _LogReader(DataSourceReader):  # type: ignore[misc]
@@ -222,7 +224,7 @@ class _LogReader(DataSourceReader):  # type: ignore[misc]
         self.source = SourceOptions.parse(dict(opts.source))
 
     def partitions(self) -> list[EntryRange]:
-        with self.opts.client() as bk:
+        with self.opts.worker_client() as bk:
             segments = bk.logs(self.opts.logs_root).segments(self.opts.log)
         return plan_partitions(segments, self.source.max_entries_per_partition)
 

@@ -130,7 +130,9 @@ class SinkOptions:
 
     def worker_client(self) -> contextlib.AbstractContextManager[BookKeeper]:
         """This process's client for these options, made once and reused by every task the
-        Python worker runs (Spark reuses workers), closed when the worker exits."""
+        Python worker runs (Spark reuses workers). Closed at interpreter exit where Python runs
+        its exit hooks; Spark's daemon-forked workers end with ``os._exit``, so there the bookie
+        connections close with the process and ZooKeeper expires the session after its timeout."""
         return _worker_client(self)
 
     def check_batch(self) -> None:
@@ -291,15 +293,22 @@ def commit_write(
     *,
     overwrite: bool = False,
     txn: tuple[str, int] | None = None,
+    shared_client: bool = False,
 ) -> CommitResult:
-    """The driver's commit: the segments join the log (or replace it) in the order given."""
-    with opts.client() as bk:
+    """The driver's commit: the segments join the log (or replace it) in the order given.
+    ``shared_client``: through this process's worker client (a Spark Python worker, which Spark
+    reuses for the next job's or micro-batch's commit) instead of a session of its own."""
+    with _client_for(opts, shared_client) as bk:
         return bk.logs(opts.logs_root).commit(
             opts.log, write_id, list(segments), overwrite=overwrite, txn=txn if txn is not None else opts.txn
         )
 
 
-def abort_write(opts: SinkOptions, write_id: str) -> None:
+def abort_write(opts: SinkOptions, write_id: str, *, shared_client: bool = False) -> None:
     """The driver's abort: every ledger the write registered and did not commit goes."""
-    with opts.client() as bk:
+    with _client_for(opts, shared_client) as bk:
         bk.logs(opts.logs_root).abort(opts.log, write_id)
+
+
+def _client_for(opts: SinkOptions, shared: bool) -> contextlib.AbstractContextManager[BookKeeper]:
+    return opts.worker_client() if shared else opts.client()

@@ -147,8 +147,15 @@ class ZkClient(CompositeOperations):
         ok = await asyncio.to_thread(event.wait, self.config.connect_timeout_s)
         if not ok or not self._kazoo.connected:
             await asyncio.to_thread(self._stop_kazoo)
+            tls = self.config.security is not None and self.config.security.tls_trust is not None
+            # A TLS-only port never answers a plaintext hello, which looks just like a server down.
+            hint = "" if tls else (
+                "; if its port takes TLS only, this client needs zkTlsTrustStore (and zkEnableSecurity "
+                "with zkDigestAuthFile where the cluster's znodes have ACLs)"
+            )
             raise MetadataStoreError(
                 f"cannot connect to ZooKeeper at {self.config.hosts} within {self.config.connect_timeout_s} s"
+                + hint
             )
         self._started = True
         self._connected.set()

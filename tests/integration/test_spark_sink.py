@@ -5,51 +5,25 @@ over growing input, reads back through Spark, and the errors a user gets for bad
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.client_cluster import ClientCluster, client_cluster
+from tests.support.spark_logs import zk_sessions_requested
+from tests.support.spark_session import spark
 
 from bkclient import sync as bksync
 from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition
 from bkmeta.named_log import LOG_NAME_KEY
 
-__all__ = ["client_cluster"]
+__all__ = ["client_cluster", "spark"]
 
 pytestmark = pytest.mark.integration
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is part of `make install`")
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from bkclient.spark import BookKeeperDataSource
-
-    # Python workers must run this interpreter (the one with bkclient and pyarrow installed).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pybk-sink-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        # Partitions exactly as each test asks (one ledger per partition is what is checked).
-        .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
-        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(BookKeeperDataSource)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def log_values(zk: str, log: str) -> list[bytes]:
@@ -103,6 +77,64 @@ async def test_batch_append_overwrite_and_read_back(spark: Any, client_cluster: 
     await asyncio.to_thread(job)
 
 
+async def test_a_job_of_many_tasks_opens_few_zookeeper_sessions(
+    spark: Any, client_cluster: ClientCluster
+) -> None:
+    """One client per Python worker, not per task: 40 tasks on local[2] run on a couple of
+    reused workers, so the job asks ZooKeeper for a few sessions (the workers' and the commit's),
+    where a session per task would ask for at least 40."""
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+
+    def job() -> tuple[int, int]:
+        # Spark finds Python data sources through the JVM thread's active session (see below).
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        df = spark.range(0, 4000, numPartitions=40).selectExpr("CAST(id AS STRING) AS value")
+        before = zk_sessions_requested(zk)
+        df.write.format("bookkeeper").option("zkServers", zk).mode("append").save("many")
+        opened = zk_sessions_requested(zk) - before
+        with bksync.BookKeeper(zk) as bk:
+            return opened, len(bk.logs().segments("many"))
+
+    opened, segments = await asyncio.to_thread(job)
+    assert segments == 40  # one ledger per task: 40 tasks wrote
+    # 2 concurrent workers (perhaps replaced once each), the commit's worker, and slack for a
+    # reconnect under load; far below one per task.
+    assert opened <= 6, f"a 40-task job asked ZooKeeper for {opened} sessions"
+
+
+async def test_a_stream_of_many_micro_batches_opens_few_zookeeper_sessions(
+    spark: Any, client_cluster: ClientCluster, tmp_path: Path
+) -> None:
+    """Each micro-batch commits from a driver-side Python worker that Spark reuses: through that
+    worker's shared client, 12 micro-batches ask ZooKeeper for a few sessions, not one each."""
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+    source = tmp_path / "in"
+    source.mkdir()
+    for i in range(12):
+        (source / f"{i:02d}.txt").write_text(f"line-{i}\n")
+
+    def job() -> tuple[int, int]:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        before = zk_sessions_requested(zk)
+        query = (
+            spark.readStream.option("maxFilesPerTrigger", "1").text(str(source))
+            .writeStream.format("bookkeeper").option("zkServers", zk)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True).start("batches")
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None
+        opened = zk_sessions_requested(zk) - before
+        with bksync.BookKeeper(zk) as bk:
+            return opened, len(bk.logs().commits("batches"))
+
+    opened, commits = await asyncio.to_thread(job)
+    assert commits == 12  # one commit per micro-batch
+    assert opened <= 6, f"12 micro-batches asked ZooKeeper for {opened} sessions"
+
+
 async def test_failed_job_commits_nothing_and_leaves_no_ledger(
     spark: Any, client_cluster: ClientCluster
 ) -> None:
@@ -115,7 +147,7 @@ async def test_failed_job_commits_nothing_and_leaves_no_ledger(
         committed = tagged_ledgers(zk, "audit")
         # One task fails late in its partition (a null value after 5,000 entries), by when the
         # other, small task has written and closed its ledger: the abort must delete both.
-        rows = [(0, (i, f"other-{i}")) for i in range(10)]
+        rows: list[tuple[int, tuple[int, str | None]]] = [(0, (i, f"other-{i}")) for i in range(10)]
         rows += [(1, (i, f"row-{i}" if i != 5000 else None)) for i in range(5001)]
         by_task = spark.sparkContext.parallelize(rows, 1).partitionBy(2, lambda task: task)
         def in_order(pairs: Iterator[tuple[int, tuple[int, str | None]]]) -> list[tuple[str | None]]:

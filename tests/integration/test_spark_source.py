@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.test_spark_sink import spark
 from tests.support.client_cluster import ClientCluster, client_cluster
 from tests.support.spark_logs import (
     append_commit,
@@ -20,6 +19,7 @@ from tests.support.spark_logs import (
     log_values,
     start_stream_job,
 )
+from tests.support.spark_session import spark
 
 from bkclient import sync as bksync
 

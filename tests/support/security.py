@@ -8,6 +8,8 @@ identities, token and rights files, and the bookie and client settings that use 
 ``bookie_conf(mtls=..., tokens=...)`` the bookie's keys; ``client(name)`` / ``client_token(name)``
 the ``ClientSecurity`` of an identity by certificate / by token (trusting the CA, no certificate);
 ``anonymous()`` TLS without any identity.
+``token_cluster(secure_zk, bookie_factory, directory)``: three bookies taking TLS with tokens and
+rights in ``secure_zk`` with digest ACLs; returns a writer's client settings (BookKeeper key names).
 
 ZooKeeper: ``write_digest_file(path)`` a ``zkDigestAuthFile``; ``kazoo_session(hosts, auth)`` a
 plain kazoo session; ``all_znodes(client, root)`` a subtree's paths. Fixture ``secure_zk``
@@ -17,6 +19,7 @@ secure_hosts)``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,8 +31,11 @@ import pytest
 from kazoo.client import KazooClient
 
 from bkclient.tls import ClientSecurity
+from bkmeta import MetadataClient
+from bkmeta.zk_security import ZkSecurity
 from bkmeta.zookeeper_server import ZooKeeperConfig, ZooKeeperServer, free_port
 from pybk.localcluster.certs import CertFiles, ThrowAwayCa
+from tests.support.bookies import BookieFactory
 
 IDENTITIES = ("writer", "reader", "admin", "stranger")
 TOKENS = {"writer": "writer-token-0123456789", "reader": "reader-token-0123456789",
@@ -158,3 +164,33 @@ def secure_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureZooKee
             yield SecureZooKeeper(server, material, f"127.0.0.1:{config.secure_port}")
         finally:
             server.stop()
+
+
+async def token_cluster(
+    secure_zk: SecureZooKeeper, bookie_factory: BookieFactory, directory: Path
+) -> dict[str, str]:
+    """Three bookies taking TLS with tokens (no client certificate needed) and checking rights,
+    registered in ``secure_zk`` over TLS with the cluster's digest ACLs. Returns the settings of
+    the ``writer`` identity's client, as files: ``zkServers``, the CA, a token file and the
+    ZooKeeper keys (``zkEnableSecurity``, ``zkDigestAuthFile``, ``zkTlsTrustStore``)."""
+    material = secure_zk.material
+    digest = write_digest_file(directory / "zk-digest")
+    zk_security = ZkSecurity.from_file(digest, True, tls_trust=material.ca)
+    async with await MetadataClient.connect(
+        secure_zk.secure_hosts, require_cluster=False, security=zk_security
+    ) as meta:
+        await meta.init_new_cluster()
+    zk_settings = {
+        "zkEnableSecurity": "true", "zkDigestAuthFile": str(digest), "zkTlsTrustStore": str(material.ca),
+    }
+    conf = {**material.bookie_conf(mtls=False, tokens=True), **zk_settings}
+    health = material.health_credentials()  # the bookies' gRPC port is TLS too
+    for _ in range(3):
+        await asyncio.to_thread(bookie_factory, zk=secure_zk.secure_hosts, conf=conf, grpc_credentials=health)
+    token_file = directory / "writer-token"
+    token_file.write_text(TOKENS["writer"] + "\n")
+    token_file.chmod(0o600)
+    return {
+        "zkServers": secure_zk.secure_hosts, "clientTrustStore": str(material.ca),
+        "clientAuthTokenFile": str(token_file), **zk_settings,
+    }

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bkclient import sync as bksync
 from bkclient.spark_sink import SinkOptions, commit_write, new_write_id, write_partition
+from bkmeta.zookeeper_server import four_letter_word
 
 STREAM_JOB = Path(__file__).with_name("spark_stream_job.py")
 
@@ -49,3 +50,15 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the driver and everything it started: a crash, no clean shutdown."""
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def zk_sessions_requested(zk: str) -> int:
+    """How many sessions clients have asked the ZooKeeper server of ``zk`` for since it started
+    (its ``mntr`` counter ``zk_connection_request_count``: every connect request, so a session
+    opened and closed within a job counts too; reconnects of a live session count again)."""
+    host, _, port = zk.partition("/")[0].partition(",")[0].rpartition(":")
+    for line in four_letter_word(host, int(port), "mntr", timeout=5.0).splitlines():
+        key, _, value = line.partition("\t")
+        if key == "zk_connection_request_count":
+            return int(value)
+    raise AssertionError(f"ZooKeeper at {host}:{port} reports no zk_connection_request_count")

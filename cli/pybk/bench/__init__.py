@@ -22,13 +22,15 @@ BENCH_MODULES: dict[str, str] = {
     "pybk.bench.journal_disk": "journal-disk",
     "pybk.bench.auditcheck": "auditcheck",
     "pybk.bench.rereplicate": "rereplicate",
+    "pybk.bench.spark": "spark",
 }
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "bench",
-        help="run a benchmark (bookie, writes, reads, tail, metadata, journal-disk, auditcheck, rereplicate)",
+        help="run a benchmark (bookie, writes, reads, tail, metadata, journal-disk, auditcheck, "
+        "rereplicate, spark)",
     )
     add_json_option(parser)
     targets = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
