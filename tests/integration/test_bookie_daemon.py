@@ -64,6 +64,12 @@ def test_http_heartbeat_and_metrics(bookie: BookieProcess, stub: bookie_pb2_grpc
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 3.0' in metrics
     assert 'bookkeeper_server_READ_ENTRY_REQUEST{quantile="0.999",success="true"}' in metrics
     assert 'bookie_journal_JOURNAL_SYNC_count{success="true"}' in metrics
+    # served by a bookie process too (their values: tests/unit/server/test_storage_read_metrics.py)
+    assert 'bookie_journal_JOURNAL_CREATION_LATENCY_count{success="true"} 1.0' in metrics
+    assert 'bookie_read_entry_count{success="true"}' in metrics
+    assert "bookkeeper_server_BookieReadThreadPool_queue_0 0.0" in metrics
+    assert 'bookkeeper_server_BookieReadThreadPool_task_queued_count{success="true"}' in metrics
+    assert 'bookkeeper_server_BookieReadThreadPool_task_execution_count{success="true"}' in metrics
     assert get_ok_text(bookie.http_port, "/api/v1/bookie/is_ready") == ""  # 200: serving and registered
     info = json.loads(get_ok_text(bookie.http_port, "/api/v1/bookie/info"))
     grpc_info = stub.GetBookieInfo(S.GetBookieInfoRequest(requested=S.TOTAL_DISK_CAPACITY))
