@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from tests.integration.test_bookie_daemon import http_get
+from tests.support.admin_http import get_ok_text
 from tests.support.bookies import BookieFactory, BookieProcess
 
 from bkclient import BookKeeper, DigestType
@@ -21,7 +21,7 @@ PASSWORD = b"add-port"
 
 
 def gauge(bookie: BookieProcess, name: str) -> float:
-    match = re.search(rf"^{name} (\S+)$", http_get(bookie, "/metrics"), re.MULTILINE)
+    match = re.search(rf"^{name} (\S+)$", get_ok_text(bookie.http_port, "/metrics"), re.MULTILINE)
     assert match, f"{name} not in the metrics of {bookie.address}"
     return float(match.group(1))
 

@@ -7,19 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
-import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
-from tests.support.bookies import BookieFactory, BookieProcess
+from tests.support.autorecovery import service_metrics, until_logged, watched_cluster
+from tests.support.bookies import BookieFactory
 from tests.support.recover_cluster import (
-    FAST_EXPIRY,
     PASSWORD,
     ledger_on,
     new_cluster,
@@ -31,70 +25,6 @@ from bkclient import BookKeeper, BookKeeperAdmin, LedgerFencedError
 from bkmeta.zk import SessionEvent, ZkClient
 
 pytestmark = pytest.mark.integration
-
-
-def _start_autorecovery(zk_hosts: str, log_path: Path, **conf: str) -> subprocess.Popen[bytes]:
-    """``pybk autorecovery`` with its metrics on a free port (logged), configured by BK_ vars."""
-    env = {**os.environ, **{f"BK_{key}": value for key, value in conf.items()}}
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "pybk", "autorecovery", "--zk", zk_hosts, "--http-port", "0"],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )
-
-
-@contextlib.asynccontextmanager
-async def running_autorecovery(
-    zk_hosts: str, log_path: Path, **conf: str
-) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """:func:`_start_autorecovery`, stopped with SIGTERM on the way out (its exit code is then
-    ``returncode``)."""
-    service = _start_autorecovery(zk_hosts, log_path, **conf)
-    try:
-        yield service
-    finally:
-        service.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(service.wait, 30)
-
-
-class Watched(NamedTuple):
-    bookies: list[BookieProcess]
-    bk: BookKeeper
-    service: subprocess.Popen[bytes]
-
-
-@contextlib.asynccontextmanager
-async def watched_cluster(
-    zk_hosts: str, bookie_factory: BookieFactory, log_path: Path, **conf: str
-) -> AsyncIterator[Watched]:
-    """Four bookies whose registrations go 4 s after a kill -9, an autorecovery process watching
-    them, and a client that sees all four."""
-    bookies = await new_cluster(zk_hosts, bookie_factory, 4, FAST_EXPIRY)
-    async with (
-        running_autorecovery(zk_hosts, log_path, **conf) as service,
-        await BookKeeper.connect(zk_hosts) as bk,
-    ):
-        await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 4, 30.0)
-        yield Watched(bookies, bk, service)
-
-
-def _metrics(log_path: Path) -> dict[str, float]:
-    """The service's Prometheus samples (its port is in its log)."""
-    port = re.search(r"metrics on http port (\d+)", log_path.read_text())
-    assert port is not None, log_path.read_text()
-    with urllib.request.urlopen(f"http://127.0.0.1:{port[1]}/metrics", timeout=10) as reply:
-        lines = reply.read().decode().splitlines()
-    return {name: float(value) for name, _, value in (line.partition(" ") for line in lines)
-            if name.startswith("autorecovery_")}
-
-
-async def _logged(log_path: Path, text: str, timeout_s: float = 15.0) -> None:
-    """Until the service's log holds ``text`` (it reports only in its log)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while text not in (log := await asyncio.to_thread(log_path.read_text)):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"no {text!r} in the autorecovery log:\n{log}")
-        await asyncio.sleep(0.2)
 
 
 async def test_a_lost_bookie_is_re_replicated_without_an_operator(
@@ -130,7 +60,7 @@ async def test_a_lost_bookie_is_re_replicated_without_an_operator(
             reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
             assert [e.data async for e in reader.read(0, md.last_entry_id)] == expected
             await asyncio.to_thread(replicas_hold_every_entry, md, ledger_id, addresses)
-        metrics = await asyncio.to_thread(_metrics, log_path)
+        metrics = await asyncio.to_thread(service_metrics, log_path)
         assert metrics["autorecovery_leader"] == 1.0
         assert metrics["autorecovery_ledgers_rereplicated_total"] == 2
         assert metrics["autorecovery_ledger_failures_total"] == 0
@@ -153,10 +83,10 @@ async def test_a_bookie_back_within_the_delay_is_left_alone(
         await ledger.close()
         await asyncio.to_thread(victim.kill9)
         await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id not in w.all_bookies(), 30.0)
-        await _logged(log_path, "is gone")  # the leader saw it go
+        await until_logged(log_path, "is gone")  # the leader saw it go
         await asyncio.to_thread(victim.start)  # back well within the delay
         await bk.ctx.bookie_watcher.wait_for(lambda w: victim.bookie_id in w.all_bookies(), 30.0)
-        await _logged(log_path, "is back")
+        await until_logged(log_path, "is back")
         assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
     assert "re-replicating their ledgers" not in log_path.read_text()
 

@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from tests.integration.test_autorecovery import _start_autorecovery
-from tests.integration.test_cookie_commands import format_args
-from tests.support.autorecovery import served_entries, service_metrics, should_hold
-from tests.support.bookies import BookieFactory, BookieProcess
+from tests.support.autorecovery import served_entries, service_metrics, should_hold, start_autorecovery
+from tests.support.bookies import BookieFactory, BookieProcess, bookieformat_args
 from tests.support.recover_cluster import (
     PASSWORD,
     new_cluster,
@@ -56,7 +54,7 @@ def _wipe(zk_hosts: str, victim: BookieProcess) -> None:
     # forced: ledgers still name the bookie (bookieformat -d alone refuses: that is its guard)
     forced = pybk_shell(zk_hosts, "cookie_delete", victim.bookie_id, "-f")
     assert forced.returncode == 0, forced.stderr
-    done = pybk_shell(zk_hosts, *format_args(victim, "-f"))
+    done = pybk_shell(zk_hosts, *bookieformat_args(victim, "-f"))
     assert done.returncode == 0, done.stderr
     victim.start()
 
@@ -80,7 +78,7 @@ async def _services(zk_hosts: str, tmp_path: Path, count: int, name: str = "auto
     try:
         for n in range(count):
             log_path = tmp_path / f"{name}-{n}.log"
-            started.append((_start_autorecovery(zk_hosts, log_path, **conf), log_path))
+            started.append((start_autorecovery(zk_hosts, log_path, **conf), log_path))
         yield started
     finally:
         for service, _ in started:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
-from tests.integration.test_autorecovery import _logged, _metrics, watched_cluster
+from tests.support.autorecovery import service_metrics, until_logged, watched_cluster
 from tests.support.bookies import BookieFactory
 from tests.support.recover_cluster import ledger_on, pybk_shell
 
@@ -110,12 +110,12 @@ async def test_disabled_autorecovery_copies_nothing_until_enabled(
         for i in range(20):
             await ledger.append(b"entry %d" % i)
         await ledger.close()
-        await _logged(log_path, "leading autorecovery")
+        await until_logged(log_path, "leading autorecovery")
         await asyncio.to_thread(victim.kill9)
-        await _logged(log_path, "is gone", timeout_s=30)
+        await until_logged(log_path, "is gone", timeout_s=30)
         await asyncio.sleep(3)  # a leader that ignored the switch would be copying by now
         assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
-        metrics = await asyncio.to_thread(_metrics, log_path)
+        metrics = await asyncio.to_thread(service_metrics, log_path)
         assert metrics["autorecovery_replication_enabled"] == 0
         assert metrics["autorecovery_lost_bookies"] == 1
         assert "re-replicating their ledgers" not in log_path.read_text()  # not even tried
@@ -124,7 +124,7 @@ async def test_disabled_autorecovery_copies_nothing_until_enabled(
 
         await asyncio.to_thread(_json, zk_hosts, "autorecovery", "--enable")  # the watch wakes it
         await _until_replaced(bk, ledger.ledger_id, victim.bookie_id)
-        metrics = await asyncio.to_thread(_metrics, log_path)
+        metrics = await asyncio.to_thread(service_metrics, log_path)
         assert metrics["autorecovery_replication_enabled"] == 1
         assert metrics["autorecovery_ledgers_rereplicated_total"] == 1
     log = log_path.read_text()
@@ -142,24 +142,26 @@ async def test_the_clusters_delay_overrides_the_configured_one_at_runtime(
         await ledger.append(b"copied once the operator says so")
         await ledger.close()
         # the leader seeds the cluster's value from its configuration
-        await _logged(log_path, "cluster lostBookieRecoveryDelay set to 3600 s")
+        await until_logged(log_path, "cluster lostBookieRecoveryDelay set to 3600 s")
         got = await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--get")
         assert got["lost_bookie_recovery_delay_s"] == 3600
         auditor = await asyncio.to_thread(_json, zk_hosts, "whoisauditor")
         assert str(auditor["auditor"]).endswith(f":{service.pid}")  # host:pid
         await asyncio.to_thread(victim.kill9)
-        await _logged(log_path, "is gone", timeout_s=30)
-        assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 3600
+        await until_logged(log_path, "is gone", timeout_s=30)
+        metrics = await asyncio.to_thread(service_metrics, log_path)
+        assert metrics["autorecovery_lost_bookie_delay_seconds"] == 3600
 
         # a new value: the wait starts again from the change, with the new length
         await asyncio.to_thread(_json, zk_hosts, "lostbookierecoverydelay", "--set", "7200")
-        await _logged(log_path, "lostBookieRecoveryDelay changed to 7200 s")
-        assert (await asyncio.to_thread(_metrics, log_path))["autorecovery_lost_bookie_delay_seconds"] == 7200
+        await until_logged(log_path, "lostBookieRecoveryDelay changed to 7200 s")
+        metrics = await asyncio.to_thread(service_metrics, log_path)
+        assert metrics["autorecovery_lost_bookie_delay_seconds"] == 7200
         assert victim.bookie_id in (await bk.ledger_metadata(ledger.ledger_id)).all_bookies()
         # the same value again, as triggeraudit writes it: BookKeeper's "audit now"
         await asyncio.to_thread(_json, zk_hosts, "triggeraudit")
         await _until_replaced(bk, ledger.ledger_id, victim.bookie_id)
-        await _logged(log_path, "written with its own value")
+        await until_logged(log_path, "written with its own value")
 
 
 async def test_rereading_the_switches_sets_one_watch_per_znode(zk_hosts: str) -> None:
@@ -198,7 +200,7 @@ async def test_with_two_bookies_gone_nothing_waits_for_the_delay(
             await handle.append(b"one entry")
             await handle.close()
             ledgers.append(handle.ledger_id)
-        await _logged(log_path, "leading autorecovery")
+        await until_logged(log_path, "leading autorecovery")
         await asyncio.gather(asyncio.to_thread(bookies[0].kill9), asyncio.to_thread(bookies[1].kill9))
         await _until_replaced(bk, ledgers[0], first)
         await _until_replaced(bk, ledgers[1], second)

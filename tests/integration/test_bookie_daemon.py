@@ -6,12 +6,12 @@ import json
 import re
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from tests.support.admin_http import get_ok_text
 from tests.support.bookies import BookieFactory, BookieProcess, entry_body, is_serving
 
 from bkproto.entry_format import LAC_HEADER
@@ -42,11 +42,6 @@ def add_all(stub: bookie_pb2_grpc.BookieStub, ledger_id: int, entries: range, ke
     assert [r.status for r in response.results] == [S.EOK] * len(adds), response
 
 
-def http_get(process: BookieProcess, path: str) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{process.http_port}{path}", timeout=10) as reply:
-        return reply.read().decode()
-
-
 def test_adds_then_reads_come_back_byte_identical(stub: bookie_pb2_grpc.BookieStub) -> None:
     add_all(stub, 1, range(50))
     for e in (0, 17, 49):
@@ -64,13 +59,19 @@ def test_adds_then_reads_come_back_byte_identical(stub: bookie_pb2_grpc.BookieSt
 
 def test_http_heartbeat_and_metrics(bookie: BookieProcess, stub: bookie_pb2_grpc.BookieStub) -> None:
     add_all(stub, 2, range(3))
-    assert http_get(bookie, "/heartbeat") == "OK\n"
-    metrics = http_get(bookie, "/metrics")
+    assert get_ok_text(bookie.http_port, "/heartbeat") == "OK\n"
+    metrics = get_ok_text(bookie.http_port, "/metrics")
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 3.0' in metrics
     assert 'bookkeeper_server_READ_ENTRY_REQUEST{quantile="0.999",success="true"}' in metrics
     assert 'bookie_journal_JOURNAL_SYNC_count{success="true"}' in metrics
-    assert http_get(bookie, "/api/v1/bookie/is_ready") == ""  # 200: serving and registered
-    info = json.loads(http_get(bookie, "/api/v1/bookie/info"))
+    # served by a bookie process too (their values: tests/unit/server/test_storage_read_metrics.py)
+    assert 'bookie_journal_JOURNAL_CREATION_LATENCY_count{success="true"} 1.0' in metrics
+    assert 'bookie_read_entry_count{success="true"}' in metrics
+    assert "bookkeeper_server_BookieReadThreadPool_queue_0 0.0" in metrics
+    assert 'bookkeeper_server_BookieReadThreadPool_task_queued_count{success="true"}' in metrics
+    assert 'bookkeeper_server_BookieReadThreadPool_task_execution_count{success="true"}' in metrics
+    assert get_ok_text(bookie.http_port, "/api/v1/bookie/is_ready") == ""  # 200: serving and registered
+    info = json.loads(get_ok_text(bookie.http_port, "/api/v1/bookie/info"))
     grpc_info = stub.GetBookieInfo(S.GetBookieInfoRequest(requested=S.TOTAL_DISK_CAPACITY))
     assert info["totalSpace"] == grpc_info.total_disk_capacity >= info["freeSpace"] > 0
 

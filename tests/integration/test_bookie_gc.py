@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.admin_http import get_ok_json, get_ok_text
+from tests.support.bookie_gc import GC_DETAILS, gc_runs_finished, trigger_gc
 from tests.support.bookies import BookieFactory, BookieProcess
 
 from bkclient import BookKeeper, DigestType, NoSuchLedgerError
@@ -29,19 +31,7 @@ ENTRY = 16 * 1024
 ENTRIES = 200  # 3.2 MiB per ledger: several 1 MiB entry logs of its own
 # Small logs and frequent flushes, so each ledger's entries land in logs of their own quickly;
 # collections run only when asked (the default gcWaitTime is 10 minutes).
-DETAILS = "/api/v1/bookie/gc_details"
 CONF = {"logSizeLimit": "1048576", "flushInterval": "100", "compactionRateByBytes": "0"}
-
-
-def _fetch(bookie: BookieProcess, method: str, path: str) -> bytes:
-    request = urllib.request.Request(f"http://127.0.0.1:{bookie.http_port}{path}", method=method)
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        body: bytes = reply.read()
-        return body
-
-
-def _http(bookie: BookieProcess, method: str, path: str) -> Any:
-    return json.loads(_fetch(bookie, method, path))
 
 
 def _entry_log_bytes(bookie: BookieProcess) -> int:
@@ -69,24 +59,6 @@ async def _read_ledger(bk: BookKeeper, ledger_id: int) -> list[bytes]:
     return [entry.data async for entry in reader.read(0, reader.last_add_confirmed)]
 
 
-def _trigger(bookie: BookieProcess, body: bytes | None) -> Any:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{bookie.http_port}/api/v1/bookie/gc", data=body, method="PUT"
-    )
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        return json.loads(reply.read())
-
-
-async def _collected(bookie: BookieProcess, runs: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        (details,) = await asyncio.to_thread(_http, bookie, "GET", DETAILS)
-        if details["gcCounter"] >= runs and not details["gcRunning"]:
-            return dict(details)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{bookie}: no finished garbage collection within 30 s: {details}")
-
-
 async def test_deleted_ledgers_are_collected_and_compacted_and_the_live_one_survives(
     zk_hosts: str, bookie_factory: BookieFactory
 ) -> None:
@@ -111,31 +83,31 @@ async def test_deleted_ledgers_are_collected_and_compacted_and_the_live_one_surv
         # 1. collection only: the logs of the first ledger alone go
         before = [_entry_log_bytes(b) for b in bookies]
         for bookie in bookies:
-            assert await asyncio.to_thread(_http, bookie, "GET", "/api/v1/bookie/gc") == {
+            assert await asyncio.to_thread(get_ok_json, bookie.http_port, "/api/v1/bookie/gc") == {
                 "is_in_force_gc": "false"
             }
             no_compaction = b'{"forceMajor": false, "forceMinor": false}'
-            reply = await asyncio.to_thread(_trigger, bookie, no_compaction)
+            reply = await asyncio.to_thread(trigger_gc, bookie, no_compaction)
             assert reply == {"message": "garbage collection triggered"}
         for bookie, size_before in zip(bookies, before, strict=True):
-            details = await _collected(bookie, 1)
+            details = await gc_runs_finished(bookie, 1)
             assert details["deletedLedgerCounter"] == 2 and details["lastError"] is None
             assert details["majorCompactionCounter"] == details["minorCompactionCounter"] == 0
             reclaimed = size_before - _entry_log_bytes(bookie)
             assert reclaimed == details["reclaimedDeletionSpaceBytes"] >= 2 * 1024 * 1024
-            metrics = (await asyncio.to_thread(_fetch, bookie, "GET", "/metrics")).decode()
+            metrics = await asyncio.to_thread(get_ok_text, bookie.http_port, "/metrics")
             assert "bookie_DELETED_LEDGER_COUNT 2.0" in metrics
             assert "bookie_ACTIVE_LEDGER_COUNT 1.0" in metrics
 
         # 2. forced (major) compaction: the logs the deleted ledger shared with the kept one
         before = [_entry_log_bytes(b) for b in bookies]
         for bookie in bookies:
-            await asyncio.to_thread(_trigger, bookie, None)
+            await asyncio.to_thread(trigger_gc, bookie, None)
         for bookie, size_before in zip(bookies, before, strict=True):
-            details = await _collected(bookie, 2)
+            details = await gc_runs_finished(bookie, 2)
             assert details["majorCompactionCounter"] == 1 and details["lastError"] is None
             assert size_before - _entry_log_bytes(bookie) >= 1024 * 1024  # ~half of 3.2 MiB
-            metrics = (await asyncio.to_thread(_fetch, bookie, "GET", "/metrics")).decode()
+            metrics = await asyncio.to_thread(get_ok_text, bookie.http_port, "/metrics")
             assert "bookie_MAJOR_COMPACTION_COUNT 1.0" in metrics
 
         assert await _read_ledger(bk, kept) == kept_data
@@ -161,10 +133,10 @@ async def test_a_bad_gc_request_is_refused_and_the_bookie_carries_on(
         (b'{"forceMajor": "yes"}', "forceMajor must be true or false"),
     ):
         with pytest.raises(urllib.error.HTTPError) as info:
-            await asyncio.to_thread(_trigger, bookie, body)
+            await asyncio.to_thread(trigger_gc, bookie, body)
         assert info.value.code == 400 and why in info.value.read().decode()
-    assert await asyncio.to_thread(_trigger, bookie, b"{}") == {"message": "garbage collection triggered"}
-    details = await _collected(bookie, 1)
+    assert await asyncio.to_thread(trigger_gc, bookie, b"{}") == {"message": "garbage collection triggered"}
+    details = await gc_runs_finished(bookie, 1)
     assert details["gcCounter"] == 1 and details["lastError"] is None
 
 
@@ -191,26 +163,26 @@ async def test_an_operator_suspends_and_resumes_compaction(
         with pytest.raises(urllib.error.HTTPError) as info:
             await asyncio.to_thread(_put, bookie, path, body)
         assert info.value.code == 400 and why in info.value.read().decode()
-    assert await asyncio.to_thread(_http, bookie, "GET", suspend) == {
+    assert await asyncio.to_thread(get_ok_json, bookie.http_port, suspend) == {
         "isMajorGcSuspended": "false", "isMinorGcSuspended": "false"
     }
     both = b'{"suspendMajor": "true", "suspendMinor": "true"}'  # BookKeeper's documented body
     reply = await asyncio.to_thread(_put, bookie, suspend, both)
     assert reply == {"isMajorGcSuspended": "true", "isMinorGcSuspended": "true"}
-    await asyncio.to_thread(_trigger, bookie, None)  # forced major and minor: both skipped
-    details = await _collected(bookie, 1)
+    await asyncio.to_thread(trigger_gc, bookie, None)  # forced major and minor: both skipped
+    details = await gc_runs_finished(bookie, 1)
     assert details["majorCompactionCounter"] == details["minorCompactionCounter"] == 0
     assert details["majorCompactionSuspended"] and details["minorCompactionSuspended"]
 
     reply = await asyncio.to_thread(_put, bookie, resume, b'{"resumeMinor": true}')
     assert reply == {"isMajorGcSuspended": "true", "isMinorGcSuspended": "false"}
-    await asyncio.to_thread(_trigger, bookie, None)
-    details = await _collected(bookie, 2)
+    await asyncio.to_thread(trigger_gc, bookie, None)
+    details = await gc_runs_finished(bookie, 2)
     assert (details["majorCompactionCounter"], details["minorCompactionCounter"]) == (0, 1)
 
     await asyncio.to_thread(_put, bookie, resume, b'{"resumeMajor": true}')
-    await asyncio.to_thread(_trigger, bookie, None)
-    details = await _collected(bookie, 3)
+    await asyncio.to_thread(trigger_gc, bookie, None)
+    details = await gc_runs_finished(bookie, 3)
     assert (details["majorCompactionCounter"], details["minorCompactionCounter"]) == (1, 1)
 
 
@@ -231,9 +203,9 @@ async def test_kill_9_in_the_middle_of_a_compaction_loses_nothing(
         await asyncio.sleep(0.5)
         await bk.delete_ledger(doomed)
     logs_before = _entry_log_bytes(victim)
-    await asyncio.to_thread(_trigger, victim, None)
+    await asyncio.to_thread(trigger_gc, victim, None)
     deadline = time.monotonic() + 30
-    while not (await asyncio.to_thread(_http, victim, "GET", DETAILS))[0]["majorCompacting"]:
+    while not (await asyncio.to_thread(get_ok_json, victim.http_port, GC_DETAILS))[0]["majorCompacting"]:
         assert time.monotonic() < deadline, "compaction did not start"
         await asyncio.sleep(0.05)
     await asyncio.sleep(2.5)  # a log or so rewritten, the next one part-way
@@ -247,8 +219,8 @@ async def test_kill_9_in_the_middle_of_a_compaction_loses_nothing(
     async with await BookKeeper.connect(zk_hosts) as bk:
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 1, 30.0)
         assert await _read_ledger(bk, kept) == kept_data
-        await asyncio.to_thread(_trigger, victim, None)  # finish the job after the restart
-        details = await _collected(victim, 1)
+        await asyncio.to_thread(trigger_gc, victim, None)  # finish the job after the restart
+        details = await gc_runs_finished(victim, 1)
         assert details["majorCompactionCounter"] == 1 and details["lastError"] is None
         assert await _read_ledger(bk, kept) == kept_data
     assert _entry_log_bytes(victim) < logs_before * 0.7

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.bookies import BookieFactory, BookieProcess, BookieStartError
+from tests.support.bookies import BookieFactory, BookieProcess, BookieStartError, bookieformat_args
 from tests.support.recover_cluster import new_cluster, pybk_shell
 
 from bkclient import BookKeeper, DigestType
@@ -22,16 +22,6 @@ from bkclient import BookKeeper, DigestType
 pytestmark = pytest.mark.integration
 
 PASSWORD = b"cookies"
-
-
-def format_args(bookie: BookieProcess, *flags: str) -> list[str]:
-    """``bookieformat`` with the bookie's own configuration, as an operator on its host runs it."""
-    return [
-        "bookieformat", "--conf", str(bookie.conf_path),
-        "--journal-dirs", ",".join(map(str, bookie.journal_dirs)),
-        "--ledger-dirs", ",".join(map(str, bookie.ledger_dirs)),
-        *flags,
-    ]  # fmt: skip
 
 
 def current_dirs(bookie: BookieProcess) -> list[Path]:
@@ -72,7 +62,7 @@ async def test_a_replaced_disk_is_recovered_formatted_and_the_bookie_rejoins_emp
     # While it runs: its cookie and its files stay.
     running = await asyncio.to_thread(pybk_shell, zk_hosts, "cookie_delete", victim.bookie_id, "-f")
     assert running.returncode == 1 and "running" in running.stderr
-    refused = await asyncio.to_thread(pybk_shell, zk_hosts, *format_args(victim, "-f"))
+    refused = await asyncio.to_thread(pybk_shell, zk_hosts, *bookieformat_args(victim, "-f"))
     assert refused.returncode == 1 and "running" in refused.stderr
     assert all(d.is_dir() for d in current_dirs(victim))
 
@@ -80,7 +70,7 @@ async def test_a_replaced_disk_is_recovered_formatted_and_the_bookie_rejoins_emp
     assert await asyncio.to_thread(victim.stop) == 0
     named = await asyncio.to_thread(pybk_shell, zk_hosts, "cookie_delete", victim.bookie_id)
     assert named.returncode == 1 and f"({ledger_id})" in named.stderr and "recover" in named.stderr
-    named = await asyncio.to_thread(pybk_shell, zk_hosts, *format_args(victim, "-d", "-f"))
+    named = await asyncio.to_thread(pybk_shell, zk_hosts, *bookieformat_args(victim, "-d", "-f"))
     assert named.returncode == 1 and f"({ledger_id})" in named.stderr
     assert all(d.is_dir() for d in current_dirs(victim))
     await asyncio.to_thread(run_json, zk_hosts, "cookie_get", victim.bookie_id)
@@ -88,14 +78,14 @@ async def test_a_replaced_disk_is_recovered_formatted_and_the_bookie_rejoins_emp
     # Its data re-replicated onto a fourth bookie, then asked first: no answer, nothing done.
     await asyncio.to_thread(bookie_factory, zk=zk_hosts)
     await asyncio.to_thread(run_json, zk_hosts, "recover", victim.bookie_id, "-f")
-    unanswered = await asyncio.to_thread(pybk_shell, zk_hosts, *format_args(victim, "-d"))
+    unanswered = await asyncio.to_thread(pybk_shell, zk_hosts, *bookieformat_args(victim, "-d"))
     assert unanswered.returncode == 2 and "-f" in unanswered.stderr
     assert all(d.is_dir() for d in current_dirs(victim))
 
-    mismatched = format_args(victim, "-d", "-f", "--bookieid", "10.9.9.9:1")
+    mismatched = bookieformat_args(victim, "-d", "-f", "--bookieid", "10.9.9.9:1")
     other = await asyncio.to_thread(pybk_shell, zk_hosts, *mismatched)
     assert other.returncode == 2 and "not of --bookieid" in other.stderr  # the dirs are another's
-    formatted = await asyncio.to_thread(run_json, zk_hosts, *format_args(victim, "-d", "-f"))
+    formatted = await asyncio.to_thread(run_json, zk_hosts, *bookieformat_args(victim, "-d", "-f"))
     assert formatted["bookie_ids"] == [victim.bookie_id]
     assert formatted["cookies_deleted"] == [victim.bookie_id]
     marks = [str(d.resolve() / "lastMark") for d in victim.ledger_dirs]
@@ -135,7 +125,7 @@ async def test_a_forced_cookie_delete_leaves_the_old_directories_refused_until_f
     # Formatting finds the bookie by the cookie its directories hold, and asks on stdin.
     answered = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "pybk", "shell", "--zk", zk_hosts, *format_args(victim)],
+        [sys.executable, "-m", "pybk", "shell", "--zk", zk_hosts, *bookieformat_args(victim)],
         input="y\n", capture_output=True, text=True, timeout=120, check=False,
     )
     assert answered.returncode == 0, answered.stderr

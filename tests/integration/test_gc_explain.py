@@ -12,7 +12,8 @@ import os
 from typing import Any
 
 import pytest
-from tests.integration.test_bookie_gc import ENTRY, PASSWORD, _collected, _fetch, _http, _trigger
+from tests.support.admin_http import get_ok_json, get_ok_text
+from tests.support.bookie_gc import GC_DETAILS, gc_runs_finished, trigger_gc
 from tests.support.bookies import BookieFactory
 from tests.support.recover_cluster import pybk_shell
 
@@ -20,6 +21,9 @@ from bkclient import BookKeeper, DigestType
 from bkmeta.metadata_client import MetadataClient
 
 pytestmark = pytest.mark.integration
+
+PASSWORD = b"gc-explain"
+ENTRY = 16 * 1024
 
 # 1 MiB logs, flushed often; collections only when asked; compaction of logs under 40 % live
 CONF = {"logSizeLimit": "1048576", "flushInterval": "100", "compactionRateByBytes": "0",
@@ -53,10 +57,10 @@ async def test_the_explainer_names_the_pinning_ledgers_and_what_deleting_them_fr
         await asyncio.sleep(0.5)  # flushed to the entry logs
         for handle in (short_a, short_b):
             await bk.delete_ledger(handle.ledger_id)
-        await asyncio.to_thread(_trigger, bookie, b'{"forceMajor": false, "forceMinor": false}')
-        await _collected(bookie, 1)  # the short ones are collected; no compaction
+        await asyncio.to_thread(trigger_gc, bookie, b'{"forceMajor": false, "forceMinor": false}')
+        await gc_runs_finished(bookie, 1)  # the short ones are collected; no compaction
 
-        report = await asyncio.to_thread(_http, bookie, "GET", "/api/v1/bookie/gc_explain")
+        report = await asyncio.to_thread(get_ok_json, bookie.http_port, "/api/v1/bookie/gc_explain")
         longs = {long_a.ledger_id, long_b.ledger_id}
         for log in _finished(report):  # every claim checks out against the log's own numbers
             assert {p["ledger_id"] for p in log["pinned_by"]} <= longs  # the short ones pin nothing
@@ -81,7 +85,7 @@ async def test_the_explainer_names_the_pinning_ledgers_and_what_deleting_them_fr
         shell = await asyncio.to_thread(pybk_shell, zk_hosts, "gcexplain", bookie.bookie_id)
         assert shell.returncode == 0, shell.stderr
         assert len(json.loads(shell.stdout)["entry_logs"]) == len(report)
-        metrics = (await asyncio.to_thread(_fetch, bookie, "GET", "/metrics")).decode()
+        metrics = await asyncio.to_thread(get_ok_text, bookie.http_port, "/metrics")
         assert _metric(metrics, "bookie_gc_RECLAIMABLE_BYTES") > 0
         assert _metric(metrics, "bookie_gc_OLDEST_ENTRY_LOG_AGE_SECONDS") >= 0
 
@@ -89,15 +93,15 @@ async def test_the_explainer_names_the_pinning_ledgers_and_what_deleting_them_fr
         named = {lid for log in pinned for lid in log["would_free_it"]["delete_ledgers"]}
         for ledger_id in sorted(named):
             await bk.delete_ledger(ledger_id)
-        report = await asyncio.to_thread(_http, bookie, "GET", "/api/v1/bookie/gc_explain")
+        report = await asyncio.to_thread(get_ok_json, bookie.http_port, "/api/v1/bookie/gc_explain")
         finished = _finished(report)
         assert all(log["verdict"] in ("waiting_major", "next_gc_run") for log in finished), finished
         said = sum(log["reclaimable_bytes"] for log in finished)
         before = _metric(metrics, "bookie_RECLAIMED_COMPACTION_SPACE_BYTES")
-        (details,) = await asyncio.to_thread(_http, bookie, "GET", "/api/v1/bookie/gc_details")
-        await asyncio.to_thread(_trigger, bookie, None)  # forced major compaction
-        after_details = await _collected(bookie, 2)
-        metrics = (await asyncio.to_thread(_fetch, bookie, "GET", "/metrics")).decode()
+        (details,) = await asyncio.to_thread(get_ok_json, bookie.http_port, GC_DETAILS)
+        await asyncio.to_thread(trigger_gc, bookie, None)  # forced major compaction
+        after_details = await gc_runs_finished(bookie, 2)
+        metrics = await asyncio.to_thread(get_ok_text, bookie.http_port, "/metrics")
         freed = (_metric(metrics, "bookie_RECLAIMED_COMPACTION_SPACE_BYTES") - before
                  + after_details["reclaimedDeletionSpaceBytes"] - details["reclaimedDeletionSpaceBytes"])
         assert freed == said

@@ -8,8 +8,8 @@ import asyncio
 import json
 
 import pytest
-from tests.integration.test_named_log import shell
 from tests.support.client_cluster import ClientCluster, client_cluster
+from tests.support.recover_cluster import pybk_shell
 
 from bkclient import IncorrectParameterError, MetadataVersionError, NoSuchLedgerError
 from bkclient.bookkeeper import BookKeeper
@@ -198,16 +198,18 @@ async def test_logtruncate_shell_command(client_cluster: ClientCluster) -> None:
     logs = NamedLogs(bk)
     written = await commit_writes(logs, "ops", 0, 3, tasks=1)
 
-    nothing = await asyncio.to_thread(shell, zk, "logtruncate", "-l", "ops")
+    nothing = await asyncio.to_thread(pybk_shell, zk, "logtruncate", "-l", "ops")
     assert nothing.returncode == 2 and "--keep-commits" in nothing.stderr
-    dry = await asyncio.to_thread(shell, zk, "logtruncate", "-l", "ops", "--keep-commits", "1", "--dry-run")
+    dry = await asyncio.to_thread(
+        pybk_shell, zk, "logtruncate", "-l", "ops", "--keep-commits", "1", "--dry-run"
+    )
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
     assert plan["found"]["ledger_id"] == [written[0][0], written[1][0]] and plan["removed"] == []
-    unasked = await asyncio.to_thread(shell, zk, "logtruncate", "-l", "ops", "--keep-commits", "1")
+    unasked = await asyncio.to_thread(pybk_shell, zk, "logtruncate", "-l", "ops", "--keep-commits", "1")
     assert unasked.returncode == 2, unasked.stderr
     assert len(await logs.store.commits("ops")) == 3
-    done = await asyncio.to_thread(shell, zk, "logtruncate", "-l", "ops", "--keep-commits", "1", "-f")
+    done = await asyncio.to_thread(pybk_shell, zk, "logtruncate", "-l", "ops", "--keep-commits", "1", "-f")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["deleted"] == [written[0][0], written[1][0]] and report["left"] == []

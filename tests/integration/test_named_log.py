@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 from tests.support.client_cluster import ClientCluster, client_cluster
+from tests.support.recover_cluster import pybk_shell
 
 from bkclient import IncorrectParameterError, LedgerFencedError, MetadataStoreError, NoSuchLedgerError
 from bkclient import sync as bksync
@@ -241,13 +240,6 @@ async def test_a_commit_too_big_for_zookeeper_is_refused_with_its_size(client_cl
     assert await store.segments("big") == []
 
 
-def shell(zk_hosts: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pybk", "shell", "--zk", zk_hosts, "--json", *args],
-        check=False, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )
-
-
 async def test_listlogs_and_loggc_remove_only_orphans(client_cluster: ClientCluster) -> None:
     bk = await client_cluster.client()
     zk = client_cluster.zk_hosts
@@ -266,18 +258,18 @@ async def test_listlogs_and_loggc_remove_only_orphans(client_cluster: ClientClus
     other_log = await bk.create_ledger(3, 2, 2, custom_metadata={LOG_NAME_KEY: b"/staging/logs/app"})
     await other_log.close()
 
-    listed = json.loads((await asyncio.to_thread(shell, zk, "listlogs", "-l", "app")).stdout)["logs"]
+    listed = json.loads((await asyncio.to_thread(pybk_shell, zk, "listlogs", "-l", "app")).stdout)["logs"]
     assert listed[0]["entries"] == 5 and listed[0]["pending_ledgers"] == [dead.ledger_id]
     assert [s["ledger_id"] for s in listed[0]["segment_list"]] == [kept.ledger_id]
 
-    young = await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "-f")  # 6 h by default
+    young = await asyncio.to_thread(pybk_shell, zk, "loggc", "-l", "app", "-f")  # 6 h by default
     assert young.returncode == 0 and json.loads(young.stdout)["found"]["ledger_id"] == []
-    dry = json.loads((await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "--min-age-s", "0",
+    dry = json.loads((await asyncio.to_thread(pybk_shell, zk, "loggc", "-l", "app", "--min-age-s", "0",
                                              "--dry-run")).stdout)
     assert dry["found"]["ledger_id"] == sorted([dead.ledger_id, untracked.ledger_id]) and dry["deleted"] == []
-    unasked = await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "--min-age-s", "0")
+    unasked = await asyncio.to_thread(pybk_shell, zk, "loggc", "-l", "app", "--min-age-s", "0")
     assert unasked.returncode == 2, unasked.stderr
-    done = await asyncio.to_thread(shell, zk, "loggc", "-l", "app", "--min-age-s", "0", "-f")
+    done = await asyncio.to_thread(pybk_shell, zk, "loggc", "-l", "app", "--min-age-s", "0", "-f")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["deleted"] == sorted([dead.ledger_id, untracked.ledger_id])
 

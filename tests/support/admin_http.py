@@ -105,3 +105,23 @@ def autorecovery_process(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(30)
+
+
+def status_and_body(port: int, path: str) -> tuple[int, bytes]:
+    """GET ``path`` on a local admin port: the status (an error's too) and the body."""
+    reply = AdminApi(port).get(path)
+    return reply.status, reply.body
+
+
+def get_ok_text(port: int, path: str) -> str:
+    """GET ``path`` on a local admin port, which must answer 200: the body as text."""
+    reply = AdminApi(port).get(path)
+    assert reply.status == 200, (path, reply.status, reply.body)
+    return reply.text
+
+
+def get_ok_json(port: int, path: str) -> Any:
+    """GET ``path`` on a local admin port, which must answer 200 with JSON."""
+    reply = AdminApi(port).get(path)
+    assert reply.status == 200, (path, reply.status, reply.body)
+    return reply.json()

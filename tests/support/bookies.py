@@ -276,3 +276,13 @@ def bookie_factory(tmp_path: Path) -> Iterator[BookieFactory]:
 @pytest.fixture
 def bookie(bookie_factory: BookieFactory) -> BookieProcess:
     return bookie_factory()
+
+
+def bookieformat_args(bookie: BookieProcess, *flags: str) -> list[str]:
+    """``bookieformat`` with the bookie's own configuration, as an operator on its host runs it."""
+    return [
+        "bookieformat", "--conf", str(bookie.conf_path),
+        "--journal-dirs", ",".join(map(str, bookie.journal_dirs)),
+        "--ledger-dirs", ",".join(map(str, bookie.ledger_dirs)),
+        *flags,
+    ]  # fmt: skip

@@ -303,9 +303,14 @@ class Journal:
         self.written_mark = LogMark(file.journal_id, file.append(data))
 
     def _open_file(self, journal_id: int) -> None:
-        self._file = JournalFile(
-            self._s.directory, journal_id, self._s.pre_alloc_bytes, self._s.remove_pages_from_cache
-        )
+        started, ok = time.perf_counter(), False
+        try:  # BookKeeper's JOURNAL_CREATION_LATENCY: a rollover's file costs the writer this long
+            self._file = JournalFile(
+                self._s.directory, journal_id, self._s.pre_alloc_bytes, self._s.remove_pages_from_cache
+            )
+            ok = True
+        finally:
+            self._stats.journal_creation.observe((time.perf_counter() - started) * 1000.0, success=ok)
         self.written_mark = LogMark(journal_id, self._file.offset)
 
     # ---- housekeeping ---------------------------------------------------------------------

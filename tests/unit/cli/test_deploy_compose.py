@@ -5,33 +5,27 @@ autorecovery's metrics ports."""
 
 from __future__ import annotations
 
-import argparse
 import re
-import shlex
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from tests.support.compose_files import (
+    COMPOSE_BOOKIES,
+    DEPLOY,
+    load_deploy_yaml,
+    parse_pybk,
+    service_pybk_args,
+)
 
 from bookie.config import KEYS, load_config
-from pybk.main import build_parser
 
-DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 REPO = DEPLOY.parent
-BOOKIES = ["bookie-1", "bookie-2", "bookie-3", "bookie-4"]
-PYBK_SERVICES = ["init-cluster", *BOOKIES, "autorecovery"]
-
-
-def load_yaml(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((DEPLOY / name).read_text())
-    assert isinstance(data, dict)
-    return data
+PYBK_SERVICES = ["init-cluster", *COMPOSE_BOOKIES, "autorecovery"]
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    return load_yaml("docker-compose.yml")
+    return load_deploy_yaml("docker-compose.yml")
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +33,6 @@ def services(compose: dict[str, Any]) -> dict[str, Any]:
     services = compose["services"]
     assert isinstance(services, dict)
     return services
-
-
-def pybk_args(service: dict[str, Any]) -> list[str]:
-    command = service["command"]
-    return shlex.split(command) if isinstance(command, str) else [str(part) for part in command]
-
-
-def parse_pybk(argv: list[str]) -> argparse.Namespace:
-    """Parse like the container's ENTRYPOINT ["pybk"] would; argparse exits on an unknown flag."""
-    try:
-        return build_parser().parse_args(argv)
-    except SystemExit as exc:  # pragma: no cover - the assertion message is the point
-        raise AssertionError(f"`pybk {shlex.join(argv)}` is rejected by pybk's parser") from exc
 
 
 def option_value(argv: list[str], flag: str) -> str:
@@ -91,7 +72,7 @@ def test_every_service_has_a_healthcheck_but_the_one_shot(services: dict[str, An
 @pytest.mark.parametrize("name", PYBK_SERVICES)
 def test_pybk_commands_parse_and_wait_for_zookeeper(services: dict[str, Any], name: str) -> None:
     svc = services[name]
-    argv = pybk_args(svc)
+    argv = service_pybk_args(svc)
     parse_pybk(argv)
     assert option_value(argv, "--zk") == "127.0.0.1:2181"
     assert svc["depends_on"]["zookeeper"]["condition"] == "service_healthy"
@@ -99,14 +80,14 @@ def test_pybk_commands_parse_and_wait_for_zookeeper(services: dict[str, Any], na
         assert svc["depends_on"]["init-cluster"]["condition"] == "service_completed_successfully"
 
 
-@pytest.mark.parametrize("name", BOOKIES)
+@pytest.mark.parametrize("name", COMPOSE_BOOKIES)
 def test_bookies_listen_on_loopback_and_advertise_what_the_host_reaches(
     services: dict[str, Any], name: str
 ) -> None:
     env = {str(k): str(v) for k, v in services[name]["environment"].items()}
     unknown = [k for k in (k.removeprefix("BK_") for k in env if k.startswith("BK_")) if k not in KEYS]
     assert not unknown, f"unknown bookie keys in {name}: {unknown}"
-    argv = pybk_args(services[name])
+    argv = service_pybk_args(services[name])
     port = option_value(argv, "--port")
     config = load_config(environ=env, overrides={"bookiePort": port})
     assert services[name]["network_mode"] == "host"
@@ -120,12 +101,12 @@ def test_bookies_listen_on_loopback_and_advertise_what_the_host_reaches(
 
 def test_ports_are_unique_across_services(services: dict[str, Any]) -> None:
     ports: list[str] = []
-    for name in BOOKIES:
+    for name in COMPOSE_BOOKIES:
         svc = services[name]
-        argv = pybk_args(svc)
+        argv = service_pybk_args(svc)
         ports += [option_value(argv, "--port"), option_value(argv, "--http-port"),
                   str(svc["environment"]["BK_bookieAddPort"])]
-    ports.append(option_value(pybk_args(services["autorecovery"]), "--http-port"))
+    ports.append(option_value(service_pybk_args(services["autorecovery"]), "--http-port"))
     assert len(ports) == len(set(ports))
 
 
@@ -145,12 +126,12 @@ def test_prometheus_scrapes_every_bookie_and_autorecovery(services: dict[str, An
     mounts = [str(v) for v in prom["volumes"]]
     config_mount = next(m for m in mounts if m.endswith(":/etc/prometheus/prometheus.yml:ro"))
     assert (DEPLOY / config_mount.split(":")[0]).resolve() == DEPLOY / "prometheus.yml"
-    for name in BOOKIES:
+    for name in COMPOSE_BOOKIES:
         assert prom["depends_on"][name]["condition"] == "service_healthy"
-    scrape = load_yaml("prometheus.yml")["scrape_configs"]
+    scrape = load_deploy_yaml("prometheus.yml")["scrape_configs"]
     targets = {t for job in scrape for sc in job["static_configs"] for t in sc["targets"]}
-    expected = {f"127.0.0.1:{option_value(pybk_args(services[name]), '--http-port')}"
-                for name in (*BOOKIES, "autorecovery")}
+    expected = {f"127.0.0.1:{option_value(service_pybk_args(services[name]), '--http-port')}"
+                for name in (*COMPOSE_BOOKIES, "autorecovery")}
     assert targets == expected
 
 
@@ -167,10 +148,10 @@ def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(services: dict
     mounts = {m.split(":")[1]: (DEPLOY / m.split(":")[0]).resolve() for m in services["grafana"]["volumes"]
               if m.startswith("./")}
     provisioning = mounts["/etc/grafana/provisioning"]
-    source = load_yaml(str(provisioning.relative_to(DEPLOY) / "datasources" / "prometheus.yml"))
+    source = load_deploy_yaml(str(provisioning.relative_to(DEPLOY) / "datasources" / "prometheus.yml"))
     assert source["datasources"][0]["url"] == "http://127.0.0.1:9090"  # the compose Prometheus
-    provider = load_yaml(str(provisioning.relative_to(DEPLOY) / "dashboards" / "pybookkeeper.yml"))
+    provider = load_deploy_yaml(str(provisioning.relative_to(DEPLOY) / "dashboards" / "pybookkeeper.yml"))
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
     assert (mounts["/var/lib/grafana/dashboards"] / "pybookkeeper.json").is_file()
     rules_mount = next(m for m in services["prometheus"]["volumes"] if m.endswith("prometheus-rules.yml:ro"))
-    assert load_yaml("prometheus.yml")["rule_files"] == [rules_mount.split(":")[1]]
+    assert load_deploy_yaml("prometheus.yml")["rule_files"] == [rules_mount.split(":")[1]]

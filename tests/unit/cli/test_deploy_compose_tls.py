@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
-from tests.unit.cli.test_deploy_compose import BOOKIES, DEPLOY, load_yaml, parse_pybk, pybk_args
+from tests.support.compose_files import (
+    COMPOSE_BOOKIES,
+    DEPLOY,
+    load_deploy_yaml,
+    parse_pybk,
+    service_pybk_args,
+)
 
 from bookie.config import load_config
 from pybk.main import main
@@ -21,13 +27,13 @@ TLS_DIR = "/tls"
 
 @pytest.fixture(scope="module")
 def override() -> dict[str, Any]:
-    return load_yaml("docker-compose.tls.yml")
+    return load_deploy_yaml("docker-compose.tls.yml")
 
 
 @pytest.fixture(scope="module")
 def made(override: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What the `certs` service writes, made by running its command here."""
-    argv = pybk_args(override["services"]["certs"])
+    argv = service_pybk_args(override["services"]["certs"])
     assert parse_pybk(argv).command == "certs"
     out = tmp_path_factory.mktemp("tls")
     assert main([str(out) if part == TLS_DIR else part for part in argv]) == 0
@@ -44,11 +50,11 @@ def test_certs_runs_once_before_the_cluster_in_the_tls_profile(override: dict[st
     assert services["init-cluster"]["depends_on"]["certs"]["condition"] == "service_completed_successfully"
 
 
-@pytest.mark.parametrize("name", BOOKIES)
+@pytest.mark.parametrize("name", COMPOSE_BOOKIES)
 def test_bookie_tls_environment_is_a_valid_configuration(
     override: dict[str, Any], made: Path, name: str
 ) -> None:
-    base = load_yaml("docker-compose.yml")["services"][name]["environment"]
+    base = load_deploy_yaml("docker-compose.yml")["services"][name]["environment"]
     merged = {**base, **override["services"][name]["environment"]}
     env = {str(k): local(str(v), made) for k, v in merged.items()}
     config = load_config(environ=env, overrides={"journalDirectories": "/j", "ledgerDirectories": "/l"})
@@ -77,8 +83,8 @@ def test_every_file_pointed_at_is_made(override: dict[str, Any], made: Path) -> 
 
 
 def test_the_bookie_certificate_names_the_address_bookies_advertise(made: Path) -> None:
-    base = load_yaml("docker-compose.yml")["services"]
-    advertised = {base[name]["environment"]["BK_advertisedAddress"] for name in BOOKIES}
+    base = load_deploy_yaml("docker-compose.yml")["services"]
+    advertised = {base[name]["environment"]["BK_advertisedAddress"] for name in COMPOSE_BOOKIES}
     cert = x509.load_pem_x509_certificate((made / "bookie.pem").read_bytes())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert advertised <= {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.support.add_requests import fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
-from tests.unit.server.test_service_handlers import body
 
 from bkclient.bookie_client import BookieClient, BookieClientOptions
 from bkmeta.zookeeper_server import free_port
@@ -34,11 +34,11 @@ async def test_adds_go_over_the_add_port(service: tuple[BookieService, FakeBooki
     bookie, core = service
     client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=f"127.0.0.1:{bookie.add_port}")
     try:
-        await asyncio.gather(*(client.add(1, e, KEY, body(1, e)) for e in range(20)))
+        await asyncio.gather(*(client.add(1, e, KEY, fake_entry(1, e)) for e in range(20)))
         assert bookie.add_port_connections == 1
         assert sorted(core.ledgers[1].entries) == list(range(20))
         with pytest.raises(UnauthorizedAccessError):  # per-add statuses come back as over gRPC
-            await client.add(1, 20, b"w" * 20, body(1, 20))
+            await client.add(1, 20, b"w" * 20, fake_entry(1, 20))
     finally:
         await client.close()
     await asyncio.sleep(0.1)
@@ -52,7 +52,7 @@ async def test_unreachable_add_port_falls_back_to_grpc(
     closed = f"127.0.0.1:{free_port()}"
     client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=closed)
     try:
-        await asyncio.gather(*(client.add(2, e, KEY, body(2, e)) for e in range(5)))
+        await asyncio.gather(*(client.add(2, e, KEY, fake_entry(2, e)) for e in range(5)))
     finally:
         await client.close()
     assert sorted(core.ledgers[2].entries) == list(range(5))
@@ -70,9 +70,9 @@ async def test_add_port_can_be_turned_off_on_the_client(
         add_address=f"127.0.0.1:{bookie.add_port}",
     )
     try:
-        await client.add(3, 0, KEY, body(3, 0))
+        await client.add(3, 0, KEY, fake_entry(3, 0))
         assert bookie.add_port_connections == 0
-        assert core.ledgers[3].entries[0] == body(3, 0)
+        assert core.ledgers[3].entries[0] == fake_entry(3, 0)
     finally:
         await client.close()
 
@@ -83,10 +83,10 @@ async def test_a_stopped_bookie_fails_adds_instead_of_holding_them() -> None:
     await bookie.start()
     client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=f"127.0.0.1:{bookie.add_port}")
     try:
-        await client.add(4, 0, KEY, body(4, 0))
+        await client.add(4, 0, KEY, fake_entry(4, 0))
         await bookie.stop(1)
         with pytest.raises(BookieUnavailableError):
-            await asyncio.wait_for(client.add(4, 1, KEY, body(4, 1)), 10)
+            await asyncio.wait_for(client.add(4, 1, KEY, fake_entry(4, 1)), 10)
     finally:
         await client.close()
 
@@ -108,12 +108,12 @@ async def test_an_unreachable_add_port_is_reported_once_per_outage(caplog: pytes
         """Adds to the stopped bookie: each one opens a new stream, so tries the add port again."""
         for entry_id in range(first, first + count):
             with pytest.raises(BKError):
-                await asyncio.wait_for(client.add(5, entry_id, KEY, body(5, entry_id)), 10)
+                await asyncio.wait_for(client.add(5, entry_id, KEY, fake_entry(5, entry_id)), 10)
 
     bookie = await serve()
     client = BookieClient("b", f"127.0.0.1:{port}", add_address=f"127.0.0.1:{add_port}")
     try:
-        await client.add(5, 0, KEY, body(5, 0))
+        await client.add(5, 0, KEY, fake_entry(5, 0))
         await bookie.stop(0)
         streams = client.streams_opened
         await fail_adds(1, 4)
@@ -122,7 +122,7 @@ async def test_an_unreachable_add_port_is_reported_once_per_outage(caplog: pytes
         bookie = await serve()  # back: the next stream reaches the add port
         for _ in range(100):  # gRPC's reconnect backoff may fail the first adds
             try:
-                await client.add(5, 10, KEY, body(5, 10))
+                await client.add(5, 10, KEY, fake_entry(5, 10))
                 break
             except BKError:
                 await asyncio.sleep(0.1)

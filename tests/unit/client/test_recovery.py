@@ -15,18 +15,12 @@ from tests.support.memory_cluster import (
     make_metadata,
     payload,
 )
+from tests.support.memory_recovery import recovery_op
 
-from bkclient.digest import DigestManager
 from bkclient.ops.read import write_set_bookies
 from bkclient.ops.recovery import LedgerRecoveryOp
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
 from bkproto.errors import LedgerFencedError, LedgerRecoveryError, UnauthorizedAccessError
-
-
-def recovery(ctx: FakeContext, writer: Writer, password: bytes = PASSWORD) -> LedgerRecoveryOp:
-    ctx.ledger_manager.ledgers.setdefault(LEDGER, Versioned(writer.metadata, 1))
-    digest = DigestManager(LEDGER, password, writer.metadata.digest_type)
-    return LedgerRecoveryOp(ctx, LEDGER, password, digest)
 
 
 def length_through(entry_id: int) -> int:
@@ -41,7 +35,7 @@ async def test_closes_at_last_entry_that_exists_and_fences_every_bookie() -> Non
     ctx = make_cluster(3)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     writer.write(10)  # entries 0..9; LAC 8 is piggybacked in entry 9
-    result = await recovery(ctx, writer).run()
+    result = await recovery_op(ctx, writer).run()
     md = result.value
     assert md.state == LedgerState.CLOSED
     assert md.last_entry_id == 9
@@ -63,7 +57,7 @@ async def test_entry_on_a_minority_can_be_dropped_but_nothing_after_a_gap_surviv
     holder = write_set_bookies(writer.metadata, 5)[0]
     writer.write(1, skip=set(ctx.bookies) - {holder}, confirm=False)
     writer.write(1, confirm=False)
-    op = recovery(ctx, writer)
+    op = recovery_op(ctx, writer)
     ctx.bookies[holder].gate.clear()  # the only holder answers last
     task = asyncio.ensure_future(op.run())
     for _ in range(50):
@@ -80,7 +74,7 @@ async def test_unacknowledged_entries_found_on_a_quorum_are_re_added_to_full_wri
     writer.write(8)
     missing_on = list(ctx.bookies)[2]
     writer.write(3, skip={missing_on}, confirm=False)  # entries 8..10 on two of three bookies
-    op = recovery(ctx, writer)
+    op = recovery_op(ctx, writer)
     md = (await op.run()).value
     assert md.last_entry_id == 10
     assert md.length == length_through(10)
@@ -93,7 +87,7 @@ async def test_unacknowledged_entries_found_on_a_quorum_are_re_added_to_full_wri
 async def test_empty_ledger_closes_at_minus_one() -> None:
     ctx = make_cluster(3)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
-    md = (await recovery(ctx, writer).run()).value
+    md = (await recovery_op(ctx, writer).run()).value
     assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, -1, 0)
 
 
@@ -102,7 +96,7 @@ async def test_closed_ledger_is_returned_untouched() -> None:
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     writer.write(3)
     writer.metadata = writer.metadata.with_closed(2, writer.length)
-    result = await recovery(ctx, writer).run()
+    result = await recovery_op(ctx, writer).run()
     assert result.value.last_entry_id == 2
     assert ctx.ledger_manager.writes == []
     assert all(b.fence_reads == 0 for b in ctx.bookies.values())
@@ -113,7 +107,7 @@ async def test_ledger_left_in_recovery_by_a_dead_recoverer_is_finished() -> None
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     writer.write(4)
     writer.metadata = writer.metadata.with_state(LedgerState.IN_RECOVERY)
-    md = (await recovery(ctx, writer).run()).value
+    md = (await recovery_op(ctx, writer).run()).value
     assert md.state == LedgerState.CLOSED and md.last_entry_id == 3
     assert states(ctx) == [LedgerState.CLOSED]
 
@@ -154,7 +148,7 @@ async def test_dead_bookie_in_write_set_is_replaced_during_recovery() -> None:
     writer = Writer(ctx, make_metadata(ids[:3], 2, 2))
     writer.write(6)
     ctx.bookies[ids[0]].down = True  # E3 Qw2 Qa2: fence answers still cover every window
-    op = recovery(ctx, writer)
+    op = recovery_op(ctx, writer)
     md = (await op.run()).value
     assert md.state == LedgerState.CLOSED and md.last_entry_id == 5
     assert op.ensemble_changes == 1
@@ -175,7 +169,7 @@ async def test_fencing_that_cannot_cover_the_quorums_fails_and_leaves_it_in_reco
     ctx.bookies[ids[0]].down = True
     ctx.bookies[ids[1]].down = True
     with pytest.raises(Exception) as info:
-        await recovery(ctx, writer).run()
+        await recovery_op(ctx, writer).run()
     assert "cover" in str(info.value)
     assert ctx.ledger_manager.ledgers[LEDGER].value.state == LedgerState.IN_RECOVERY
 
@@ -188,7 +182,7 @@ async def test_undecidable_entry_fails_recovery() -> None:
     for bookie in ctx.bookies.values():
         bookie.corrupt.add((LEDGER, 3))  # entry 3 exists but no copy verifies
     with pytest.raises(LedgerRecoveryError):
-        await recovery(ctx, writer).run()
+        await recovery_op(ctx, writer).run()
 
 
 async def test_wrong_password_is_refused_by_the_bookies() -> None:
@@ -196,13 +190,13 @@ async def test_wrong_password_is_refused_by_the_bookies() -> None:
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     writer.write(3)
     with pytest.raises(UnauthorizedAccessError):
-        await recovery(ctx, writer, password=b"wrong").run()
+        await recovery_op(ctx, writer, password=b"wrong").run()
 
 
 async def test_second_recovery_agrees_with_the_first() -> None:
     ctx = make_cluster(3)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     writer.write(7)
-    first = (await recovery(ctx, writer).run()).value
-    second = (await recovery(ctx, writer).run()).value
+    first = (await recovery_op(ctx, writer).run()).value
+    second = (await recovery_op(ctx, writer).run()).value
     assert first == second

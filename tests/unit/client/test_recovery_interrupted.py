@@ -21,8 +21,7 @@ from tests.support.memory_cluster import (
     make_metadata,
     payload,
 )
-from tests.unit.client.test_recovery import recovery
-from tests.unit.client.test_recovery_replacement import copies_in_write_set
+from tests.support.memory_recovery import copies_in_write_set, recovery_op
 
 from bkclient.digest import DigestManager
 from bkclient.read_handle import ReadHandle
@@ -89,7 +88,7 @@ async def test_a_recoverer_dying_after_a_replacement_loses_no_acknowledged_entry
     refused.set()  # the first recoverer's re-add of entry 9 to `a` fails: `a` is replaced by `d`
     ctx.bookies[d].gate.clear()  # and its re-adds to `d` hang, until the recoverer dies
     re_adding_to_d = on_first_add(ctx, d)
-    first = recovery(ctx, writer)
+    first = recovery_op(ctx, writer)
     task = asyncio.ensure_future(first.run())
     async with asyncio.timeout(10):
         await re_adding_to_d.wait()
@@ -105,7 +104,7 @@ async def test_a_recoverer_dying_after_a_replacement_loses_no_acknowledged_entry
     # `b` and `c` answer reads of 9.. after any other bookie asked: were `d` (which holds nothing)
     # asked, its "no such entry" would come first and could end the ledger at 8.
     answers_after_another_bookie(ctx, [b, c], 9)
-    second = recovery(ctx, writer)
+    second = recovery_op(ctx, writer)
     closed = await second.run()
     md = closed.value
     assert (md.state, md.last_entry_id) == (LedgerState.CLOSED, 14)

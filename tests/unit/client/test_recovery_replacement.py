@@ -11,18 +11,12 @@ from typing import Any
 
 import pytest
 from tests.support.memory_cluster import LEDGER, FakeContext, Writer, make_cluster, make_metadata
+from tests.support.memory_recovery import copies_in_write_set, recovery_op
 from tests.support.recovery_hooks import on_replacement_picked
-from tests.unit.client.test_recovery import recovery
 
-from bkclient.ops.read import write_set_bookies
 from bkclient.transport import ReadResult
 from bkmeta.model import LedgerMetadata, LedgerState, Versioned
 from bkproto.errors import LedgerRecoveryError
-
-
-def copies_in_write_set(ctx: FakeContext, md: LedgerMetadata, entry_id: int) -> int:
-    """How many bookies the metadata names for ``entry_id`` really hold it."""
-    return sum(entry_id in ctx.bookies[b].entries.get(LEDGER, {}) for b in write_set_bookies(md, entry_id))
 
 
 def on_ensemble_change(ctx: FakeContext, action: asyncio.Event) -> None:
@@ -43,7 +37,7 @@ async def test_ack_from_a_paused_bookie_replaced_meanwhile_does_not_count() -> N
     refused.set()
     paused.refused_adds[(LEDGER, 9)] = refused  # one re-add fails at once: `a` is replaced
     on_ensemble_change(ctx, paused.gate)  # SIGCONT as soon as the new segment is in use
-    op = recovery(ctx, writer)
+    op = recovery_op(ctx, writer)
     md = (await op.run()).value
     assert (md.state, md.last_entry_id) == (LedgerState.CLOSED, 14)
     assert op.ensemble_changes == 1 and a not in md.last_ensemble and d in md.last_ensemble
@@ -74,7 +68,7 @@ async def test_entry_recovered_before_a_replacement_keeps_its_write_set() -> Non
                 refused.set()
 
         bookie.store = store_then_refuse  # type: ignore[method-assign]
-    op = recovery(ctx, writer)
+    op = recovery_op(ctx, writer)
     md = (await op.run()).value
     assert md.last_entry_id == 12 and op.ensemble_changes == 1
     for entry_id in range(9, 13):
@@ -114,7 +108,7 @@ async def test_reads_after_a_replacement_ask_the_bookies_the_writer_wrote_to() -
     delayed_reads(a, replaced)
     delayed_reads(c, replaced)
     delayed_reads(b, 0.2)  # so that a replacement's "no such ledger" would come first
-    op = recovery(ctx, writer)
+    op = recovery_op(ctx, writer)
     md = (await op.run()).value
     assert op.ensemble_changes == 1 and d in md.last_ensemble
     assert md.last_entry_id == 48  # `d` saying "no such entry" proves nothing about 20..48
@@ -143,6 +137,6 @@ async def test_close_refuses_metadata_whose_ensembles_another_recoverer_changed(
 
     store.write_ledger_metadata = other_recoverer_replaces_a_first  # type: ignore[method-assign]
     with pytest.raises(LedgerRecoveryError, match="changed its ensembles"):
-        await recovery(ctx, writer).run()
+        await recovery_op(ctx, writer).run()
     # Not closed on the other's segments: entries 9 and 11 are on `a`, which they no longer name.
     assert store.ledgers[LEDGER].value.state == LedgerState.IN_RECOVERY

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.support.add_requests import add_request, fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
-from tests.unit.server.test_service_handlers import add, body
 
 from bkproto.add_port import FRAME_HEADER, MAX_FRAME_BYTES, PREFACE, frame, read_frame
 from bkproto.v1 import bookie_pb2
@@ -60,13 +60,13 @@ async def test_batches_are_acknowledged_per_add_in_order(
     bookie, core = service
     assert bookie.add_port is not None and bookie.add_port not in (0, bookie.port)
     conn = await connect(bookie)
-    await conn.send(*(add(1, e) for e in range(3)))
-    await conn.send(add(1, 3), add(1, 4, key=b"wrong" * 4))
+    await conn.send(*(add_request(1, e) for e in range(3)))
+    await conn.send(add_request(1, 3), add_request(1, 4, key=b"wrong" * 4))
     first, second = await conn.receive(), await conn.receive()
     assert first is not None and second is not None
     assert [(r.status, r.entry_id) for r in first.results] == [(S.EOK, 0), (S.EOK, 1), (S.EOK, 2)]
     assert [(r.status, r.entry_id) for r in second.results] == [(S.EOK, 3), (S.EUA, 4)]
-    assert core.ledgers[1].entries[2] == body(1, 2)
+    assert core.ledgers[1].entries[2] == fake_entry(1, 2)
     assert core.add_calls == [3, 2]  # one core call per message, as over gRPC
 
 
@@ -77,7 +77,7 @@ async def test_batches_are_pipelined_up_to_the_stream_window(
     core.add_gate = asyncio.Event()
     conn = await connect(bookie)
     for e in range(5):
-        await conn.send(add(2, e))
+        await conn.send(add_request(2, e))
     await core.wait_for_add_calls(3)
     await asyncio.sleep(0.1)
     assert len(core.add_calls) == 3  # window 3: the socket is not read further meanwhile
@@ -108,10 +108,10 @@ async def test_a_broken_connection_is_closed_with_the_reason_and_others_carry_on
     bad.writer.write(payload)
     assert await bad.reader.read() == b""  # closed by the bookie, nothing answered
     assert any(fault in r.getMessage() for r in caplog.records), caplog.text
-    await healthy.send(add(3, 0))
+    await healthy.send(add_request(3, 0))
     response = await healthy.receive()
     assert response is not None and response.results[0].status == S.EOK
-    assert core.ledgers[3].entries[0] == body(3, 0)
+    assert core.ledgers[3].entries[0] == fake_entry(3, 0)
 
 
 async def test_stop_answers_started_batches_then_closes_the_connection(
@@ -120,7 +120,7 @@ async def test_stop_answers_started_batches_then_closes_the_connection(
     bookie, core = service
     core.add_gate = asyncio.Event()
     conn = await connect(bookie)
-    await conn.send(add(4, 0))
+    await conn.send(add_request(4, 0))
     await core.wait_for_add_calls(1)
     stopping = asyncio.ensure_future(bookie.stop(10))
     await asyncio.sleep(0.1)

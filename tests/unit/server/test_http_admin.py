@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.unit.server.test_http_last_log_mark import get
+from tests.support.admin_http import status_and_body
 
 from bookie.api import DiskInfo
 from bookie.http import BookieHttpServer
@@ -22,11 +22,12 @@ def test_is_ready_follows_the_daemon_and_says_why_not() -> None:
     server = BookieHttpServer(CollectorRegistry(), readiness=lambda: why_not[-1])
     port = server.start()
     try:
-        assert get(port, "/api/v1/bookie/is_ready") == (503, b"bookie is not ready: starting\n")
+        assert status_and_body(port, "/api/v1/bookie/is_ready") == (503, b"bookie is not ready: starting\n")
         why_not.append(None)
-        assert get(port, "/api/v1/bookie/is_ready") == (200, b"")
+        assert status_and_body(port, "/api/v1/bookie/is_ready") == (200, b"")
         why_not.append("shutting down")
-        assert get(port, "/api/v1/bookie/is_ready") == (503, b"bookie is not ready: shutting down\n")
+        stopping = status_and_body(port, "/api/v1/bookie/is_ready")
+        assert stopping == (503, b"bookie is not ready: shutting down\n")
     finally:
         server.close()
 
@@ -43,10 +44,10 @@ def test_info_gives_the_disk_space_and_a_clear_error_when_it_cannot() -> None:
     server = BookieHttpServer(CollectorRegistry(), disk_info=disk_info)
     port = server.start()
     try:
-        status, body = get(port, "/api/v1/bookie/info")
+        status, body = status_and_body(port, "/api/v1/bookie/info")
         assert status == 200 and json.loads(body) == {"freeSpace": 400, "totalSpace": 1000}
         infos.append(OSError(5, "Input/output error"))
-        status, body = get(port, "/api/v1/bookie/info")
+        status, body = status_and_body(port, "/api/v1/bookie/info")
         assert status == 500 and "cannot read the disk space" in json.loads(body)["error"]
     finally:
         server.close()
@@ -57,7 +58,7 @@ def test_endpoints_the_daemon_did_not_give_are_not_found() -> None:
     port = server.start()
     try:
         for path in ("is_ready", "info", "gc/suspend_compaction", "state"):
-            assert get(port, f"/api/v1/bookie/{path}")[0] == 404
+            assert status_and_body(port, f"/api/v1/bookie/{path}")[0] == 404
     finally:
         server.close()
 
@@ -76,7 +77,9 @@ async def test_requests_are_served_while_the_bookies_event_loop_is_blocked() -> 
     port = await asyncio.to_thread(server.start)
     try:
         answers: list[tuple[int, bytes]] = []
-        caller = threading.Thread(target=lambda: answers.append(get(port, "/api/v1/bookie/is_ready")))
+        caller = threading.Thread(
+            target=lambda: answers.append(status_and_body(port, "/api/v1/bookie/is_ready"))
+        )
         caller.start()
         caller.join(timeout=60)  # blocks the bookie's loop for the whole request
         assert answers == [(200, b"")]
@@ -89,7 +92,7 @@ def test_unknown_paths_wrong_methods_and_large_bodies_get_json_errors() -> None:
     server = BookieHttpServer(CollectorRegistry(), readiness=lambda: None)
     port = server.start()
     try:
-        status, body = get(port, "/api/v1/nothing")
+        status, body = status_and_body(port, "/api/v1/nothing")
         assert status == 404 and json.loads(body) == {"error": "no such endpoint: /api/v1/nothing"}
         request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/bookie/is_ready", method="PUT")
         with pytest.raises(urllib.error.HTTPError) as wrong:

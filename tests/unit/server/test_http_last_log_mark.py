@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.support.admin_http import status_and_body
 
 from bookie.api import JournalMark, LogMark
 from bookie.http import BookieHttpServer
@@ -16,20 +15,12 @@ from bookie.http import BookieHttpServer
 ROUTE = "/api/v1/bookie/last_log_mark"
 
 
-def get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
-            return reply.status, reply.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def test_last_log_mark_is_served_as_json_and_follows_the_core() -> None:
     marks = [[JournalMark(Path("/j"), LogMark(journal_id=7, offset=4096))]]
     server = BookieHttpServer(CollectorRegistry(), "127.0.0.1", 0, last_log_marks=lambda: marks[-1])
     port = server.start()
     try:
-        status, body = get(port, ROUTE)
+        status, body = status_and_body(port, ROUTE)
         assert status == 200
         assert json.loads(body) == {
             "journal_id": 7,
@@ -37,7 +28,7 @@ def test_last_log_mark_is_served_as_json_and_follows_the_core() -> None:
             "journals": [{"journal_dir": "/j", "journal_id": 7, "offset": 4096}],
         }
         marks.append([JournalMark(Path("/j"), LogMark(journal_id=8, offset=0))])
-        later = json.loads(get(port, ROUTE)[1])
+        later = json.loads(status_and_body(port, ROUTE)[1])
         assert later["journals"] == [{"journal_dir": "/j", "journal_id": 8, "offset": 0}]
     finally:
         server.close()
@@ -48,7 +39,7 @@ def test_several_journals_each_answer_with_their_dir() -> None:
     server = BookieHttpServer(CollectorRegistry(), "127.0.0.1", 0, last_log_marks=lambda: marks)
     port = server.start()
     try:
-        answer = json.loads(get(port, ROUTE)[1])
+        answer = json.loads(status_and_body(port, ROUTE)[1])
         assert (answer["journal_id"], answer["offset"]) == (3, 512)  # the first journal's
         assert answer["journals"] == [
             {"journal_dir": "/j0", "journal_id": 3, "offset": 512},
@@ -63,6 +54,6 @@ def test_without_a_core_the_route_is_not_found(path: str) -> None:
     server = BookieHttpServer(CollectorRegistry(), "127.0.0.1", 0)
     port = server.start()
     try:
-        assert get(port, path)[0] == 404
+        assert status_and_body(port, path)[0] == 404
     finally:
         server.close()

@@ -11,6 +11,7 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, generate_latest
+from tests.support.add_requests import MASTER_KEY, add_request, fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkproto.entry_format import HEADER, LAC_HEADER
@@ -19,20 +20,7 @@ from bookie.handlers import HandlerLimits
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
-KEY = b"k" * 20
 S = bookie_pb2
-
-
-def body(ledger_id: int, entry_id: int, lac: int = -1, payload: bytes = b"payload") -> bytes:
-    return HEADER.pack(ledger_id, entry_id, lac, len(payload)) + b"D" * 4 + payload
-
-
-def add(
-    ledger_id: int, entry_id: int, lac: int = -1, key: bytes = KEY, **kw: object
-) -> bookie_pb2.AddRequest:
-    return bookie_pb2.AddRequest(
-        ledger_id=ledger_id, entry_id=entry_id, master_key=key, body=body(ledger_id, entry_id, lac), **kw
-    )
 
 
 class Harness:
@@ -71,27 +59,27 @@ async def add_batches(
 
 
 async def test_stream_batch_is_acknowledged_per_add_in_order(harness: Harness) -> None:
-    batch = [add(1, e) for e in range(5)]
+    batch = [add_request(1, e) for e in range(5)]
     (response,) = await add_batches(harness, batch)
     assert [(r.status, r.ledger_id, r.entry_id) for r in response.results] == [
         (S.EOK, 1, e) for e in range(5)
     ]
-    assert harness.core.ledgers[1].entries[3] == body(1, 3)
+    assert harness.core.ledgers[1].entries[3] == fake_entry(1, 3)
     assert harness.core.add_calls == [5]  # one core call per message
 
 
 async def test_malformed_adds_get_their_own_status_and_neighbours_succeed(harness: Harness) -> None:
     batch = [
-        add(7, 0),
-        add(-1, 1),
-        add(7, -2),
-        add(7, 1, key=b""),
-        bookie_pb2.AddRequest(ledger_id=7, entry_id=2, master_key=KEY, body=b"short"),
+        add_request(7, 0),
+        add_request(-1, 1),
+        add_request(7, -2),
+        add_request(7, 1, key=b""),
+        bookie_pb2.AddRequest(ledger_id=7, entry_id=2, master_key=MASTER_KEY, body=b"short"),
         bookie_pb2.AddRequest(
-            ledger_id=7, entry_id=3, master_key=KEY, body=HEADER.pack(7, 3, -1, 0) + b"x" * 5000
+            ledger_id=7, entry_id=3, master_key=MASTER_KEY, body=HEADER.pack(7, 3, -1, 0) + b"x" * 5000
         ),
-        bookie_pb2.AddRequest(ledger_id=7, entry_id=4, master_key=KEY, body=body(7, 5)),
-        add(7, 6),
+        bookie_pb2.AddRequest(ledger_id=7, entry_id=4, master_key=MASTER_KEY, body=fake_entry(7, 5)),
+        add_request(7, 6),
     ]
     (response,) = await add_batches(harness, batch)
     statuses = [r.status for r in response.results]
@@ -106,8 +94,8 @@ async def test_malformed_adds_get_their_own_status_and_neighbours_succeed(harnes
 
 
 async def test_wrong_master_key_is_unauthorized(harness: Harness) -> None:
-    await add_batches(harness, [add(2, 0)])
-    (response,) = await add_batches(harness, [add(2, 1, key=b"x" * 20)])
+    await add_batches(harness, [add_request(2, 0)])
+    (response,) = await add_batches(harness, [add_request(2, 1, key=b"x" * 20)])
     assert response.results[0].status == S.EUA
     assert 1 not in harness.core.ledgers[2].entries
 
@@ -116,7 +104,7 @@ async def test_stream_pipelines_batches_and_answers_in_order(harness: Harness) -
     harness.core.add_gate = asyncio.Event()
     call = harness.stub.AddEntries()
     for e in range(3):
-        await call.write(bookie_pb2.AddEntriesRequest(adds=[add(3, e)]))
+        await call.write(bookie_pb2.AddEntriesRequest(adds=[add_request(3, e)]))
     await harness.core.wait_for_add_calls(3)  # all three batches reach the core before any is durable
     harness.core.add_gate.set()
     await call.done_writing()
@@ -128,7 +116,7 @@ async def test_stream_window_bounds_batches_in_progress(harness: Harness) -> Non
     harness.core.add_gate = asyncio.Event()
     call = harness.stub.AddEntries()
     for e in range(6):
-        await call.write(bookie_pb2.AddEntriesRequest(adds=[add(4, e)]))
+        await call.write(bookie_pb2.AddEntriesRequest(adds=[add_request(4, e)]))
     await harness.core.wait_for_add_calls(3)
     await asyncio.sleep(0.2)  # give the reader every chance to over-read
     assert len(harness.core.add_calls) == 3  # the window (3), not the 6 sent
@@ -141,30 +129,30 @@ async def test_stream_window_bounds_batches_in_progress(harness: Harness) -> Non
 async def test_core_failure_fails_that_batch_only_and_the_stream_survives(harness: Harness) -> None:
     call = harness.stub.AddEntries()
     harness.core.fail_adds_with = OSError("disk on fire")
-    await call.write(bookie_pb2.AddEntriesRequest(adds=[add(5, 0), add(5, 1)]))
+    await call.write(bookie_pb2.AddEntriesRequest(adds=[add_request(5, 0), add_request(5, 1)]))
     first = await call.read()
     assert [r.status for r in first.results] == [S.EIO, S.EIO]
     assert "disk on fire" in first.results[0].message
     harness.core.fail_adds_with = None
-    await call.write(bookie_pb2.AddEntriesRequest(adds=[add(5, 2)]))
+    await call.write(bookie_pb2.AddEntriesRequest(adds=[add_request(5, 2)]))
     second = await call.read()
     assert second.results[0].status == S.EOK
     await call.done_writing()
 
 
 async def test_unary_add_entry(harness: Harness) -> None:
-    response = await harness.stub.AddEntry(add(6, 0))
+    response = await harness.stub.AddEntry(add_request(6, 0))
     assert (response.status, response.ledger_id, response.entry_id) == (S.EOK, 6, 0)
-    bad = await harness.stub.AddEntry(bookie_pb2.AddRequest(ledger_id=6, entry_id=1, master_key=KEY))
+    bad = await harness.stub.AddEntry(bookie_pb2.AddRequest(ledger_id=6, entry_id=1, master_key=MASTER_KEY))
     assert bad.status == S.EBADREQ
 
 
 async def test_reads(harness: Harness) -> None:
-    await add_batches(harness, [add(8, 0), add(8, 1, lac=0), add(8, 2, lac=1)])
+    await add_batches(harness, [add_request(8, 0), add_request(8, 1, lac=0), add_request(8, 2, lac=1)])
     r = await harness.stub.ReadEntry(S.ReadRequest(ledger_id=8, entry_id=1))
-    assert (r.status, r.body, r.max_lac) == (S.EOK, body(8, 1, 0), 1)
+    assert (r.status, r.body, r.max_lac) == (S.EOK, fake_entry(8, 1, 0), 1)
     last = await harness.stub.ReadEntry(S.ReadRequest(ledger_id=8, entry_id=-1))
-    assert (last.status, last.entry_id, last.body) == (S.EOK, 2, body(8, 2, 1))
+    assert (last.status, last.entry_id, last.body) == (S.EOK, 2, fake_entry(8, 2, 1))
     missing = await harness.stub.ReadEntry(S.ReadRequest(ledger_id=8, entry_id=9))
     assert missing.status == S.ENOENTRY and "entry 9" in missing.message
     unknown = await harness.stub.ReadEntry(S.ReadRequest(ledger_id=99, entry_id=0))
@@ -172,7 +160,7 @@ async def test_reads(harness: Harness) -> None:
     invalid = await harness.stub.ReadEntry(S.ReadRequest(ledger_id=8, entry_id=-5))
     assert invalid.status == S.EBADREQ
     batch = await harness.stub.ReadEntries(S.ReadEntriesRequest(ledger_id=8, first_entry_id=1, max_count=10))
-    assert (batch.status, list(batch.bodies)) == (S.EOK, [body(8, 1, 0), body(8, 2, 1)])
+    assert (batch.status, list(batch.bodies)) == (S.EOK, [fake_entry(8, 1, 0), fake_entry(8, 2, 1)])
     bad_count = await harness.stub.ReadEntries(
         S.ReadEntriesRequest(ledger_id=8, first_entry_id=0, max_count=0)
     )
@@ -180,7 +168,7 @@ async def test_reads(harness: Harness) -> None:
     strided = await harness.stub.ReadEntries(
         S.ReadEntriesRequest(ledger_id=8, first_entry_id=0, max_count=10, stride=2)
     )
-    assert (strided.status, list(strided.bodies)) == (S.EOK, [body(8, 0), body(8, 2, 1)])
+    assert (strided.status, list(strided.bodies)) == (S.EOK, [fake_entry(8, 0), fake_entry(8, 2, 1)])
     for stride in (-1, 1025):
         bad_stride = await harness.stub.ReadEntries(
             S.ReadEntriesRequest(ledger_id=8, first_entry_id=0, max_count=10, stride=stride)
@@ -189,7 +177,7 @@ async def test_reads(harness: Harness) -> None:
 
 
 async def test_fencing_read(harness: Harness) -> None:
-    await add_batches(harness, [add(9, 0)])
+    await add_batches(harness, [add_request(9, 0)])
     no_key = await harness.stub.ReadEntry(S.ReadRequest(ledger_id=9, entry_id=-1, flags=S.FENCE_LEDGER))
     assert no_key.status == S.EUA
     assert not harness.core.ledgers[9].fenced
@@ -198,23 +186,23 @@ async def test_fencing_read(harness: Harness) -> None:
     )
     assert wrong.status == S.EUA
     fenced = await harness.stub.ReadEntry(
-        S.ReadRequest(ledger_id=9, entry_id=-1, flags=S.FENCE_LEDGER, master_key=KEY)
+        S.ReadRequest(ledger_id=9, entry_id=-1, flags=S.FENCE_LEDGER, master_key=MASTER_KEY)
     )
     assert (fenced.status, fenced.entry_id) == (S.EOK, 0)
-    (after,) = await add_batches(harness, [add(9, 1), add(9, 1, flags=S.RECOVERY_ADD)])
+    (after,) = await add_batches(harness, [add_request(9, 1), add_request(9, 1, flags=S.RECOVERY_ADD)])
     assert [r.status for r in after.results] == [S.EFENCED, S.EOK]
     # fencing a ledger the bookie never saw creates it fenced: a lagging writer is refused
     fresh = await harness.stub.ReadEntry(
-        S.ReadRequest(ledger_id=10, entry_id=-1, flags=S.FENCE_LEDGER, master_key=KEY)
+        S.ReadRequest(ledger_id=10, entry_id=-1, flags=S.FENCE_LEDGER, master_key=MASTER_KEY)
     )
     assert fresh.status == S.ENOENTRY
-    (late,) = await add_batches(harness, [add(10, 0)])
+    (late,) = await add_batches(harness, [add_request(10, 0)])
     assert late.results[0].status == S.EFENCED
     assert harness.stats.read_entry_fence_request.count(True) == 1
 
 
 async def test_long_poll_wakes_on_a_later_entry(harness: Harness) -> None:
-    await add_batches(harness, [add(11, 0)])
+    await add_batches(harness, [add_request(11, 0)])
     poll = asyncio.ensure_future(
         harness.stub.ReadEntry(
             S.ReadRequest(
@@ -224,13 +212,14 @@ async def test_long_poll_wakes_on_a_later_entry(harness: Harness) -> None:
     )
     await asyncio.sleep(0.2)
     assert not poll.done()  # parked: LAC is still -1
-    await add_batches(harness, [add(11, 1, lac=0)])
+    await add_batches(harness, [add_request(11, 1, lac=0)])
     response = await poll
-    assert (response.status, response.entry_id, response.body, response.max_lac) == (S.EOK, 0, body(11, 0), 0)
+    found = (response.status, response.entry_id, response.body, response.max_lac)
+    assert found == (S.EOK, 0, fake_entry(11, 0), 0)
 
 
 async def test_long_poll_times_out_with_enoentry_and_current_lac(harness: Harness) -> None:
-    await add_batches(harness, [add(12, 0), add(12, 1, lac=0)])
+    await add_batches(harness, [add_request(12, 0), add_request(12, 1, lac=0)])
     response = await harness.stub.ReadEntry(
         S.ReadRequest(ledger_id=12, entry_id=-1, flags=S.ENTRY_PIGGYBACK, previous_lac=0, timeout_ms=50)
     )
@@ -252,26 +241,30 @@ async def test_long_poll_times_out_with_enoentry_and_current_lac(harness: Harnes
 
 
 async def test_lac_write_and_read(harness: Harness) -> None:
-    await add_batches(harness, [add(13, 0), add(13, 1, lac=0)])
+    await add_batches(harness, [add_request(13, 0), add_request(13, 1, lac=0)])
     lac_body = LAC_HEADER.pack(13, 1) + b"digest"
-    ok = await harness.stub.WriteLac(S.WriteLacRequest(ledger_id=13, lac=1, master_key=KEY, body=lac_body))
+    ok = await harness.stub.WriteLac(
+        S.WriteLacRequest(ledger_id=13, lac=1, master_key=MASTER_KEY, body=lac_body)
+    )
     assert ok.status == S.EOK
     mismatch = await harness.stub.WriteLac(
-        S.WriteLacRequest(ledger_id=13, lac=2, master_key=KEY, body=lac_body)
+        S.WriteLacRequest(ledger_id=13, lac=2, master_key=MASTER_KEY, body=lac_body)
     )
     assert mismatch.status == S.EBADREQ and "LAC body says ledger 13 LAC 1" in mismatch.message
     no_key = await harness.stub.WriteLac(S.WriteLacRequest(ledger_id=13, lac=1, body=lac_body))
     assert no_key.status == S.EUA
-    short = await harness.stub.WriteLac(S.WriteLacRequest(ledger_id=13, lac=1, master_key=KEY, body=b"x"))
+    short = await harness.stub.WriteLac(
+        S.WriteLacRequest(ledger_id=13, lac=1, master_key=MASTER_KEY, body=b"x")
+    )
     assert short.status == S.EBADREQ
     read = await harness.stub.ReadLac(S.ReadLacRequest(ledger_id=13))
-    assert (read.status, read.lac_body, read.last_entry_body) == (S.EOK, lac_body, body(13, 1, 0))
+    assert (read.status, read.lac_body, read.last_entry_body) == (S.EOK, lac_body, fake_entry(13, 1, 0))
     unknown = await harness.stub.ReadLac(S.ReadLacRequest(ledger_id=14))
     assert unknown.status == S.ENOLEDGER
 
 
 async def test_force_info_and_list(harness: Harness) -> None:
-    await add_batches(harness, [add(15, e) for e in (0, 1, 2, 5, 6)])
+    await add_batches(harness, [add_request(15, e) for e in (0, 1, 2, 5, 6)])
     assert (await harness.stub.ForceLedger(S.ForceLedgerRequest(ledger_id=15))).status == S.EOK
     assert (await harness.stub.ForceLedger(S.ForceLedgerRequest(ledger_id=-3))).status == S.EBADREQ
     info = await harness.stub.GetBookieInfo(
@@ -284,10 +277,10 @@ async def test_force_info_and_list(harness: Harness) -> None:
 
 async def test_read_only_bookie_refuses_writes_but_takes_recovery_adds(harness: Harness) -> None:
     harness.core.read_only = True
-    (response,) = await add_batches(harness, [add(16, 0), add(16, 1, flags=S.RECOVERY_ADD)])
+    (response,) = await add_batches(harness, [add_request(16, 0), add_request(16, 1, flags=S.RECOVERY_ADD)])
     assert [r.status for r in response.results] == [S.EREADONLY, S.EOK]
     lac = await harness.stub.WriteLac(
-        S.WriteLacRequest(ledger_id=16, lac=0, master_key=KEY, body=LAC_HEADER.pack(16, 0))
+        S.WriteLacRequest(ledger_id=16, lac=0, master_key=MASTER_KEY, body=LAC_HEADER.pack(16, 0))
     )
     assert lac.status == S.EREADONLY
 
@@ -306,7 +299,7 @@ async def test_health_and_metrics(harness: Harness) -> None:
     for service in ("", "bkproto.v1.Bookie"):
         reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    await add_batches(harness, [add(17, 0), add(17, 1, key=b"")])
+    await add_batches(harness, [add_request(17, 0), add_request(17, 1, key=b"")])
     text = generate_latest(harness.registry).decode()
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 1.0' in text
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="false"} 1.0' in text
@@ -319,7 +312,7 @@ async def test_health_and_metrics(harness: Harness) -> None:
 async def test_stop_answers_started_batches_then_ends_the_stream(harness: Harness) -> None:
     harness.core.add_gate = asyncio.Event()
     call = harness.stub.AddEntries()
-    await call.write(bookie_pb2.AddEntriesRequest(adds=[add(18, 0)]))
+    await call.write(bookie_pb2.AddEntriesRequest(adds=[add_request(18, 0)]))
     await harness.core.wait_for_add_calls(1)
     stopping = asyncio.ensure_future(harness.service.stop(10))
     await asyncio.sleep(0.1)
@@ -344,8 +337,8 @@ async def test_add_bytes_in_progress_are_bounded_across_streams() -> None:
             calls = [stub.AddEntries(), stub.AddEntries()]
             for n, call in enumerate(calls):
                 for e in range(2):
-                    request = add(20 + n, e)
-                    request.body = body(20 + n, e, payload=payload)
+                    request = add_request(20 + n, e)
+                    request.body = fake_entry(20 + n, e, payload=payload)
                     await call.write(bookie_pb2.AddEntriesRequest(adds=[request]))
             await core.wait_for_add_calls(1)
             await asyncio.sleep(0.2)  # give the readers every chance to over-admit
