@@ -531,12 +531,9 @@ class DbLedgerStorage:
             return body
         self.stats.read_cache_misses.inc()
         run = await self.read_pool.run(
-            self.dir_for(ledger_id).read_run,
-            ledger_id,
-            entry_id,
-            1 + self.config.read_ahead_batch_size,
-            max(1, self.read_cache.max_bytes // 2),
-        )
+            self.dir_for(ledger_id).read_run, ledger_id, entry_id,
+            1 + self.config.read_ahead_batch_size, max(1, self.read_cache.max_bytes // 2),
+        )  # fmt: skip
         if not run:
             return None
         for eid, data in run:
