@@ -273,6 +273,13 @@ KEYS: dict[str, Key] = {
     "compactionRateByBytes": Key(
         _int(0), help="bytes/s compaction may copy (1000000; 0: no limit)", gc_field="rate_bytes"
     ),
+    "numReadWorkerThreads": Key(
+        _int(1), "read_worker_threads", help="threads reading entry logs on cache misses (8)",
+    ),
+    "maxPendingReadRequestsPerThread": Key(
+        _int(0), "max_pending_reads_per_thread",
+        help="cold reads waiting per read thread; more get ETOOMANYREQUESTS (10000; 0: no limit)",
+    ),
     "compactionRateByEntries": Key(
         _int(0), "compaction_rate_entries",
         help="entries/s compaction may copy, besides compactionRateByBytes (0: no limit)",

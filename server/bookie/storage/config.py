@@ -61,6 +61,11 @@ class StorageConfig:
     # of compactionRateByBytes (BookKeeper picks one of the two by isThrottleByBytes; both apply
     # here, whichever is slower)
     compaction_rate_entries: int = 0
+    # numReadWorkerThreads (8): threads that read entry logs on cache misses (the read pool)
+    read_worker_threads: int = 8
+    # maxPendingReadRequestsPerThread (10000; 0: no limit): cold reads waiting per read thread;
+    # one more is refused with ETOOMANYREQUESTS instead of queueing without bound
+    max_pending_reads_per_thread: int = 10_000
     # flushInterval (10000 ms): write cache is flushed (checkpoint) at least this often
     flush_interval_ms: int = 10_000
     # dbStorage_rocksDB_blockCacheSize, _writeBufferSizeMB, _blockSize, _bloomFilterBitsPerKey:

@@ -86,8 +86,7 @@ class DbLedgerStorage:
         stats.journal_queue_size.set_function(lambda: sum(j.outstanding for j in self.journals))
         self.write_cache = WriteCache(config.write_cache_bytes)
         self.read_cache = ReadCache(config.read_cache_bytes)
-        self.read_pool = ReadPool(stats.read_pool_task_queued, stats.read_pool_task_execution)
-        stats.read_pool_queue.waiting = self.read_pool.waiting
+        self.read_pool = ReadPool.from_config(config, stats)
         self.marks = [LogMark(0, 0)] * count  # last persisted LastLogMark of each journal
         self.replayed_records = 0
         self._flush_task: asyncio.Task[None] | None = None
@@ -204,6 +203,7 @@ class DbLedgerStorage:
         else:  # it would only write the cache to the entry logs once more, then fail
             log.warning("not flushing at close: %s; the journal keeps the unflushed entries",
                         self.health.index_failure)
+        self.read_pool.close()
         await asyncio.to_thread(self._close_dirs)
 
     def _close_dirs(self) -> None:

@@ -50,10 +50,11 @@ def test_pulsar_stock_file_loads_with_its_values() -> None:
     assert (storage.rocksdb_write_buffer_mb, storage.rocksdb_block_size) == (64, 65536)
     assert storage.rocksdb_bloom_bits_per_key == 10 and storage.rocksdb_block_cache_bytes is None
     assert storage.journal_remove_pages_from_cache  # journalRemoveFromPageCache, BookKeeper's name
-    assert {"numReadWorkerThreads", "ledgerStorageClass", "statsProviderClass"} <= set(config.ignored)
+    assert {"numAddWorkerThreads", "ledgerStorageClass", "statsProviderClass"} <= set(config.ignored)
+    assert (storage.read_worker_threads, storage.max_pending_reads_per_thread) == (8, 2500)
     assert config.ignored["allowLoopback"].where == f"{PULSAR_CONF}:69"
     line = ignored_line(config.ignored)
-    assert "numReadWorkerThreads" in line and "\n" not in line
+    assert "numAddWorkerThreads" in line and "\n" not in line
 
 
 def test_key_unknown_to_bookkeeper_too_is_refused_with_line_and_suggestion(tmp_path: Path) -> None:
@@ -90,7 +91,7 @@ def test_empty_value_in_a_later_layer_unsets_the_key(tmp_path: Path) -> None:
 
 def test_print_config_names_each_source(tmp_path: Path) -> None:
     conf = tmp_path / "c.conf"
-    conf.write_text("# header\nbookiePort=4000\nnumReadWorkerThreads=8\n")
+    conf.write_text("# header\nbookiePort=4000\nnumAddWorkerThreads=8\n")
     config = load_config(conf, {"BK_gcWaitTime": "7000"}, {"zkServers": "none"})
     rows = {row.key: row for row in effective_settings(config)}
     assert set(KEYS) <= set(rows)
@@ -99,7 +100,7 @@ def test_print_config_names_each_source(tmp_path: Path) -> None:
     assert (rows["zkServers"].value, rows["zkServers"].source) == ("none", "command line")
     assert (rows["diskCheckInterval"].value, rows["diskCheckInterval"].source) == ("10000", "default")
     assert rows["journalSyncData"].value == "true"
-    assert not rows["numReadWorkerThreads"].used and rows["numReadWorkerThreads"].source.startswith("ignored")
+    assert not rows["numAddWorkerThreads"].used and rows["numAddWorkerThreads"].source.startswith("ignored")
     # the text output, cut at its comments, is a configuration file giving the same configuration
     again = tmp_path / "again.conf"
     again.write_text("".join(line.split(" # ")[0] + "\n" for line in render_text(rows.values()).splitlines()))

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from tests.support.storage_helpers import add_all, add_op, body, make_config
 
+from bkproto.v1 import bookie_pb2
+from bookie.errors import BookieError
 from bookie.on_disk import bookie_on_disk
 from bookie.stats import OpLatency
 from bookie.storage.read_pool import ReadPool
@@ -71,7 +73,8 @@ async def test_reads_and_journal_files_are_counted_under_bookkeeper_names(tmp_pa
 
 
 async def test_the_read_queue_counts_reads_no_thread_has_started() -> None:
-    pool = ReadPool(OpLatency("queued", "q"), OpLatency("execution", "e"))
+    # one read thread (numReadWorkerThreads=1), held by the first read: the second waits
+    pool = ReadPool(OpLatency("queued", "q"), OpLatency("execution", "e"), threads=1)
     loop = asyncio.get_running_loop()
     occupied, release = asyncio.Event(), threading.Event()
 
@@ -80,17 +83,40 @@ async def test_the_read_queue_counts_reads_no_thread_has_started() -> None:
         release.wait()
         return b"x"
 
-    # one worker thread, held by the first read: the second waits in the queue
-    with ThreadPoolExecutor(max_workers=1) as executor:
-        loop.set_default_executor(executor)
-        first = asyncio.ensure_future(pool.run(blocked_read))
-        await occupied.wait()
-        second = asyncio.ensure_future(pool.run(lambda: b"y"))
-        await asyncio.sleep(0)
-        assert pool.waiting() == 1
-        second.cancel()  # given up before a thread took it: no longer waiting
-        await asyncio.gather(second, return_exceptions=True)
-        assert pool.waiting() == 0
-        release.set()
-        assert await first == b"x"
-        assert pool.waiting() == 0
+    first = asyncio.ensure_future(pool.run(blocked_read))
+    await occupied.wait()
+    second = asyncio.ensure_future(pool.run(lambda: b"y"))
+    await asyncio.sleep(0)
+    assert pool.waiting() == 1
+    second.cancel()  # given up before a thread took it: no longer waiting
+    await asyncio.gather(second, return_exceptions=True)
+    assert pool.waiting() == 0
+    release.set()
+    assert await first == b"x"
+    assert pool.waiting() == 0
+    pool.close()
+
+
+async def test_reads_beyond_the_pending_limit_are_refused_with_etoomanyrequests() -> None:
+    # maxPendingReadRequestsPerThread=2 on one thread: two reads may wait, a third is refused
+    queued, execution = OpLatency("queued", "q"), OpLatency("execution", "e")
+    pool = ReadPool(queued, execution, threads=1, max_pending_per_thread=2)
+    loop = asyncio.get_running_loop()
+    occupied, release = asyncio.Event(), threading.Event()
+
+    def blocked_read() -> bytes:
+        loop.call_soon_threadsafe(occupied.set)
+        release.wait()
+        return b"x"
+
+    running = asyncio.ensure_future(pool.run(blocked_read))
+    await occupied.wait()
+    waiting = [asyncio.ensure_future(pool.run(lambda: b"y")) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(BookieError) as refused:
+        await pool.run(lambda: b"z")
+    assert refused.value.status == bookie_pb2.ETOOMANYREQUESTS
+    assert "maxPendingReadRequestsPerThread" in str(refused.value)
+    release.set()
+    assert await asyncio.gather(running, *waiting) == [b"x", b"y", b"y"]
+    pool.close()
