@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pybk.allocator import keep_large_buffers
 from pybk.extras import DISTRIBUTION, register_commands
+from pybk.gc_setting import collect_young_garbage_less_often
 from pybk.json_option import add_top_level_json_option, check_json_request
 
 # Module names under ``pybk`` that each add one sub-command with ``register(subparsers)``, and
@@ -49,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_json_request(parser, args)
     keep_large_buffers()  # before a command starts its threads and its hot path (pybk.allocator)
+    collect_young_garbage_less_often()  # pybk.gc_setting
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

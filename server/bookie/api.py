@@ -8,10 +8,14 @@ with a BookKeeper status code for anything a client did wrong.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
+
+from bkproto.entry_format import HEADER_SIZE
+from bkproto.v1 import bookie_pb2
 
 
 class AddOp(NamedTuple):
@@ -69,7 +73,12 @@ class BookieCore(Protocol):
     async def add_entries(self, ops: Sequence[AddOp]) -> list[AddResult]:
         """Add a batch. One result per op, same order; returns once every EOK op is durable
         (journal fsync, unless ``deferred_sync``). Invalid ops get their own status without
-        affecting the others. Raises nothing for per-op problems."""
+        affecting the others. Raises nothing for per-op problems.
+
+        The core is where an add's shape is checked, once: an op :func:`malformed_add` refuses
+        gets that EBADREQ, and on a read-only bookie an op that is not a recovery add gets
+        EREADONLY, whatever else happens to the batch. The handlers check only what the core
+        cannot see (a master key present at all, the configured size limit)."""
         ...
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
@@ -126,3 +135,37 @@ class BookieCore(Protocol):
     def last_log_marks(self) -> list[JournalMark]:
         """The persisted LastLogMark of each journal dir, in configuration order."""
         ...
+
+
+# The entry header's first two longs, the ids it is for (bkproto.entry_format.HEADER's prefix).
+_HEADER_IDS = struct.Struct(">qq")
+
+
+def malformed_add(op: AddOp) -> AddResult | None:
+    """EBADREQ, with the reason, for an add whose ids are negative, whose body is shorter than the
+    entry header, or whose header names another entry than the request; ``None`` if none of these.
+
+    Part of :meth:`BookieCore.add_entries`'s contract, so that every core refuses these adds
+    alike; the bookie core inlines the same checks on its fast path and calls this to explain a
+    refusal."""
+    ledger_id = op.ledger_id
+    entry_id = op.entry_id
+    if ledger_id < 0 or entry_id < 0:
+        return AddResult(
+            bookie_pb2.EBADREQ, f"ledger id {ledger_id} and entry id {entry_id} must not be negative"
+        )
+    size = len(op.body)
+    if size < HEADER_SIZE:
+        return AddResult(
+            bookie_pb2.EBADREQ,
+            f"entry {entry_id} of ledger {ledger_id}: body of {size} bytes is shorter than"
+            f" the {HEADER_SIZE}-byte entry header",
+        )
+    header_ledger, header_entry = _HEADER_IDS.unpack_from(op.body)
+    if header_ledger != ledger_id or header_entry != entry_id:
+        return AddResult(
+            bookie_pb2.EBADREQ,
+            f"entry header says ledger {header_ledger} entry {header_entry} but the request"
+            f" is for ledger {ledger_id} entry {entry_id}",
+        )
+    return None

@@ -24,7 +24,7 @@ from types import TracebackType
 
 from bkproto.entry_format import HEADER, HEADER_SIZE, LAC_HEADER, MASTER_KEY_SIZE
 from bkproto.v1 import bookie_pb2
-from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo
+from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo, malformed_add
 from bookie.breakage import SKIP_FENCE_CHECK, SKIP_JOURNAL, deliberate_breakage
 from bookie.errors import BookieError, bad_request, no_entry, no_ledger
 from bookie.lac_waiters import LacWaiters
@@ -160,8 +160,12 @@ class Bookie:
         accepted: list[AddOp] = []
         try:
             if self._read_only and not self._high_priority_writes:
-                return [_READ_ONLY] * len(ops)
-            await self.storage.make_room(sum(len(op.body) for op in ops))
+                return _failed(self._refuse_misshapen(ops, results), _READ_ONLY)
+            try:
+                await self.storage.make_room(sum(len(op.body) for op in ops))
+            except Exception:
+                self._refuse_misshapen(ops, results)  # those keep their own status
+                raise
             updates: list[LedgerUpdate] = []
             lacs: dict[int, int] = {}
             self._validate(ops, results, accepted, updates, lacs)
@@ -211,15 +215,13 @@ class Bookie:
             body = op.body
             ledger_id = op.ledger_id
             entry_id = op.entry_id
+            # malformed_add's checks and the key's size, inlined: this loop runs once per entry.
             if len(body) < HEADER_SIZE or ledger_id < 0 or entry_id < 0 or len(op.master_key) != KEY_SIZE:
-                results[i] = AddResult(bookie_pb2.EBADREQ, _bad_add(op))
+                results[i] = _bad_add(op)
                 continue
             h_ledger, h_entry, lac, _ = unpack(body)
             if h_ledger != ledger_id or h_entry != entry_id:
-                results[i] = AddResult(
-                    bookie_pb2.EBADREQ,
-                    f"entry header says {h_ledger}/{h_entry}, request says {ledger_id}/{entry_id}",
-                )
+                results[i] = _bad_add(op)
                 continue
             if not writable and not op.recovery:
                 results[i] = _READ_ONLY
@@ -241,6 +243,19 @@ class Bookie:
             accepted.append(op)
             if lac > lacs.get(ledger_id, -2):
                 lacs[ledger_id] = lac
+
+    def _refuse_misshapen(self, ops: Sequence[AddOp], results: list[AddResult]) -> list[AddResult]:
+        """``results`` with the refusal of each op that :meth:`_validate` would refuse whatever
+        the ledger's state (its shape, or read-only): when the whole batch fails before
+        validation, those ops still get their own status, as the contract says."""
+        writable = not self._read_only
+        for i, op in enumerate(ops):
+            refusal = malformed_add(op)
+            if refusal is not None:
+                results[i] = refusal
+            elif not writable and not op.recovery:
+                results[i] = _READ_ONLY
+        return results
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -437,12 +452,11 @@ def _being_deleted(ledger_id: int) -> BookieError:
     return BookieError(bookie_pb2.EIO, f"ledger {ledger_id} is being deleted by garbage collection")
 
 
-def _bad_add(op: AddOp) -> str:
-    if op.ledger_id < 0 or op.entry_id < 0:
-        return f"ids {op.ledger_id}/{op.entry_id} are negative"
-    if len(op.master_key) != MASTER_KEY_SIZE:
-        return f"master key is {len(op.master_key)} bytes, expected {MASTER_KEY_SIZE}"
-    return f"entry body is {len(op.body)} bytes, shorter than its {HEADER_SIZE}-byte header"
+def _bad_add(op: AddOp) -> AddResult:
+    """EBADREQ for an op :meth:`Bookie._validate` refused for its shape."""
+    return malformed_add(op) or AddResult(
+        bookie_pb2.EBADREQ, f"master key is {len(op.master_key)} bytes, expected {MASTER_KEY_SIZE}"
+    )
 
 
 def _never_journaled(durable: Awaitable[None]) -> None:

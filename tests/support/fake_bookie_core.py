@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bkproto.entry_format import HEADER, LAC_HEADER
 from bkproto.v1 import bookie_pb2
-from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo, LogMark
+from bookie.api import AddOp, AddResult, DiskInfo, JournalMark, LacInfo, LogMark, malformed_add
 from bookie.errors import BookieError, no_entry, no_ledger
 
 
@@ -60,6 +60,13 @@ class FakeBookieCore:
             raise self.fail_adds_with
         results = []
         for op in ops:
+            refusal = malformed_add(op)  # the contract's checks, which the handlers leave to the core
+            if refusal is not None:
+                results.append(refusal)
+                continue
+            if self.read_only and not op.recovery:
+                results.append(AddResult(bookie_pb2.EREADONLY, "read-only"))
+                continue
             ledger = self.ledgers.setdefault(op.ledger_id, FakeLedger(op.master_key))
             if ledger.master_key != op.master_key:
                 results.append(AddResult(bookie_pb2.EUA, "wrong master key"))

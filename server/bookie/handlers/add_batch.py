@@ -1,8 +1,9 @@
 """Processing of one batch of adds, shared by the AddEntries stream and the unary AddEntry.
 
-Each add is checked on its own (ids, master key present, body shape and size, header ids equal to
-the request's); only the valid ones reach :meth:`BookieCore.add_entries` in one call, and every add
-gets its own status back in request order. A bad add never fails its neighbours.
+Each add is checked on its own for what only the handler knows (a master key present, the
+configured size limit); the rest reach :meth:`BookieCore.add_entries` in one call, which checks the
+ids, the header and read-only once for all, and every add gets its own status back in request
+order. A bad add never fails its neighbours.
 
 This is the bookie's hottest Python code (once per entry at 100k+ entries/s), so it avoids
 per-entry allocations beyond the AddOp and the response entry, and records latency once per batch.
@@ -12,13 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections.abc import Sequence
 
-from bkproto.entry_format import HEADER_SIZE
 from bkproto.v1 import bookie_pb2
-from bookie.api import AddOp, AddResult, BookieCore
+from bookie.api import AddOp, AddResult, BookieCore, malformed_add
 from bookie.handlers.common import HandlerLimits, elapsed_ms, failure_of
 from bookie.limits import PeerTurns
 from bookie.stats import RequestStats
@@ -31,7 +30,6 @@ EUA = bookie_pb2.EUA
 EREADONLY = bookie_pb2.EREADONLY
 RECOVERY_ADD = bookie_pb2.RECOVERY_ADD
 DEFERRED_SYNC = bookie_pb2.DEFERRED_SYNC
-_HEADER_IDS = struct.Struct(">qq")  # the first two longs of the entry header
 # Failed adds of one batch whose answer carries a message; the rest carry their status only.
 _DETAILED_FAILURES = 16
 
@@ -45,31 +43,21 @@ class AddBatchProcessor:
         self.turns = PeerTurns()  # shared with the add port, which decodes and encodes in them
 
     def check(self, add: bookie_pb2.AddRequest, read_only: bool) -> tuple[int, str] | None:
-        """Why ``add`` cannot be accepted, or ``None`` if it is well formed."""
-        ledger_id = add.ledger_id
-        entry_id = add.entry_id
-        if ledger_id < 0 or entry_id < 0:
-            return EBADREQ, f"ledger id {ledger_id} and entry id {entry_id} must not be negative"
-        if not add.master_key:
-            return EUA, f"add of entry {entry_id} of ledger {ledger_id} without a master key"
-        body = add.body
-        size = len(body)
-        if size < HEADER_SIZE:
-            return EBADREQ, (
-                f"entry {entry_id} of ledger {ledger_id}: body of {size} bytes is shorter than"
-                f" the {HEADER_SIZE}-byte entry header"
-            )
-        if size > self._max_entry_bytes:
-            return EBADREQ, (
-                f"entry {entry_id} of ledger {ledger_id}: body of {size} bytes exceeds the"
-                f" {self._max_entry_bytes}-byte limit"
-            )
-        header_ledger, header_entry = _HEADER_IDS.unpack_from(body)
-        if header_ledger != ledger_id or header_entry != entry_id:
-            return EBADREQ, (
-                f"entry header says ledger {header_ledger} entry {header_entry} but the request"
-                f" is for ledger {ledger_id} entry {entry_id}"
-            )
+        """Why ``add`` cannot be accepted, or ``None`` if it is well formed: the full answer, in
+        the order of precedence clients see (negative ids, then a missing key, then the body)."""
+        op = AddOp(add.ledger_id, add.entry_id, add.master_key, add.body)
+        if op.ledger_id >= 0 and op.entry_id >= 0:
+            if not op.master_key:
+                return EUA, f"add of entry {op.entry_id} of ledger {op.ledger_id} without a master key"
+            size = len(op.body)
+            if size > self._max_entry_bytes:
+                return EBADREQ, (
+                    f"entry {op.entry_id} of ledger {op.ledger_id}: body of {size} bytes exceeds the"
+                    f" {self._max_entry_bytes}-byte limit"
+                )
+        refusal = malformed_add(op)
+        if refusal is not None:
+            return refusal.status, refusal.message
         if read_only and not add.flags & RECOVERY_ADD:
             return EREADONLY, "the bookie is read-only; only recovery adds are accepted"
         return None
@@ -142,7 +130,6 @@ class AddBatchProcessor:
     ) -> tuple[list[AddOp], dict[int, tuple[int, str]]]:
         """The well-formed adds as core ops, and index in ``adds`` -> why each other one is refused."""
         max_entry_bytes = self._max_entry_bytes
-        header_ids = _HEADER_IDS.unpack_from
         ops: list[AddOp] = []
         rejected: dict[int, tuple[int, str]] = {}
         for index, add in enumerate(adds):
@@ -151,22 +138,17 @@ class AddBatchProcessor:
             entry_id = add.entry_id
             body = add.body
             master_key = add.master_key
-            flags = add.flags
-            if (
-                ledger_id >= 0
-                and entry_id >= 0
-                and master_key
-                and HEADER_SIZE <= len(body) <= max_entry_bytes
-                and header_ids(body) == (ledger_id, entry_id)
-                and not (read_only and not flags & RECOVERY_ADD)
-            ):
+            # Only the checks the core does not make: the ids, the header's ids, the header's size,
+            # the key's size and read-only are checked once, by the core (BookieCore.add_entries),
+            # with the same statuses. An add that fails here gets check()'s full answer.
+            if master_key and len(body) <= max_entry_bytes:
                 ops.append(
                     AddOp(
                         ledger_id,
                         entry_id,
                         master_key,
                         body,
-                        bool(flags & RECOVERY_ADD),
+                        bool(add.flags & RECOVERY_ADD),
                         bool(add.write_flags & DEFERRED_SYNC),
                     )
                 )

@@ -25,6 +25,7 @@ from tests.support.storage_helpers import (
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp
 from bookie.bookie import Bookie
+from bookie.errors import BookieError
 
 
 @pytest.fixture
@@ -162,6 +163,29 @@ async def test_read_only_bookie_refuses_adds_but_recovery_adds(bookie: Bookie) -
     assert refused[0].status == bookie_pb2.EREADONLY
     bookie.set_write_mode(read_only=False)
     await add_all(bookie, [add_op(12, 2)])
+
+
+async def test_misshapen_adds_keep_their_status_when_the_batch_fails_before_validation(
+    bookie: Bookie,
+) -> None:
+    # The handlers leave these checks to the core (BookieCore.add_entries's contract), so a batch
+    # refused as a whole must still answer each misshapen add with its own EBADREQ.
+    misshapen = [AddOp(-1, 0, KEY, body(-1, 0)), AddOp(15, 1, KEY, b"short"), AddOp(15, 1, KEY, body(15, 2))]
+    bookie.set_write_mode(read_only=True, high_priority_writes=False)
+    refused = await bookie.add_entries([*misshapen, add_op(15, 0, recovery=True)])
+    assert [r.status for r in refused] == [bookie_pb2.EBADREQ] * 3 + [bookie_pb2.EREADONLY]
+
+    async def no_room(nbytes: int) -> None:
+        raise BookieError(bookie_pb2.ETOOMANYREQUESTS, "no room")
+
+    bookie.set_write_mode(read_only=True)
+    bookie.storage.make_room = no_room  # type: ignore[method-assign]
+    refused = await bookie.add_entries([*misshapen, add_op(15, 0), add_op(15, 0, recovery=True)])
+    assert [r.status for r in refused] == [bookie_pb2.EBADREQ] * 3 + [
+        bookie_pb2.EREADONLY,
+        bookie_pb2.ETOOMANYREQUESTS,
+    ]
+    assert "negative" in refused[0].message and "header says" in refused[2].message
 
 
 async def test_force_ledger_and_disk_info(bookie: Bookie) -> None:
