@@ -12,6 +12,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -144,6 +145,18 @@ def test_a_peer_that_never_reads_its_answers_is_bounded_then_closed(
         client.add()
         assert attack.wait_closed(2, timeout_s=60) == 2
     assert rejections(bookie, "add_port", "write_timeout") >= 1
+
+
+def test_a_grpc_connection_without_calls_is_closed_after_the_idle_timeout(tmp_path: Path) -> None:
+    # gRPC gives no accept hook, so connections that carry no call escape the per-IP count; the
+    # core closes them (GOAWAY) after connectionIdleTimeoutMs (2 s here). A bookie of its own:
+    # this test process's gRPC channels to the shared one would be cut the same way.
+    idle = BookieProcess(tmp_path / "idle", conf={"connectionIdleTimeoutMs": "2000"}).start()
+    try:
+        with Attack("idle-connections", idle.address, "--connections", "5") as attack:
+            assert attack.wait_closed(5, timeout_s=30) == 5
+    finally:
+        idle.kill9()
 
 
 def test_a_grpc_add_stream_that_never_reads_its_answers_is_ended(

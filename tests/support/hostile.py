@@ -479,7 +479,14 @@ async def unfinished_grpc_messages(target: tuple[str, int], args: argparse.Names
     await attack(target, args)
 
 
+async def idle_connections(target: tuple[str, int], args: argparse.Namespace) -> None:
+    from tests.support.hostile_h2 import idle_connections as attack  # needs h2 (dev extra)
+
+    await attack(target, args)
+
+
 _ATTACKS = {
+    "idle-connections": idle_connections,
     "unfinished-frames": unfinished_frames,
     "unfinished-grpc-messages": unfinished_grpc_messages,
     "never-read": never_read,

@@ -97,3 +97,23 @@ async def unfinished_grpc_messages(target: tuple[str, int], args: argparse.Names
     print("ready " + json.dumps({"connections": len(tasks), "bytes_sent": stats.sent}), flush=True)
     await asyncio.gather(*tasks)
     await asyncio.Event().wait()
+
+
+
+async def idle_connections(target: tuple[str, int], args: argparse.Namespace) -> None:
+    """``--connections`` per source that speak HTTP/2's preface and settings, then start no call;
+    ``closed N`` as the server closes them."""
+    from tests.support.hostile import _Closures, _open, _until_closed, sources
+
+    closures = _Closures()
+    held: list[asyncio.Task[None]] = []
+    for source in sources(args.sources):
+        for _ in range(args.connections):
+            reader, writer = await _open(target, source)
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            writer.write(conn.data_to_send())
+            held.append(asyncio.create_task(_until_closed(reader, writer, closures)))
+    print("ready " + json.dumps({"connections": len(held)}), flush=True)
+    await asyncio.gather(*held)
+    await asyncio.Event().wait()
