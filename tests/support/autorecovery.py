@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,9 +28,11 @@ from tests.support.recover_cluster import FAST_EXPIRY, new_cluster
 def service_metrics(log_path: Path, prefixes: tuple[str, ...] = ("autorecovery_", "auditor_",
                                                                   "replication_worker_")) -> dict[str, float]:
     """The service's Prometheus samples whose names start with one of ``prefixes`` (its port is
-    in its log)."""
-    port = re.search(r"metrics on http port (\d+)", log_path.read_text())
-    assert port is not None, log_path.read_text()
+    in its log, once it has started: on a busy box a second service may still be importing)."""
+    deadline = time.monotonic() + 60
+    while (port := re.search(r"metrics on http port (\d+)", log_path.read_text())) is None:
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.2)
     with urllib.request.urlopen(f"http://127.0.0.1:{port[1]}/metrics", timeout=10) as reply:
         lines = reply.read().decode().splitlines()
     return {name: float(value) for name, _, value in (line.partition(" ") for line in lines)
