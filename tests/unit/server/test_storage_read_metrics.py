@@ -72,9 +72,8 @@ async def test_reads_and_journal_files_are_counted_under_bookkeeper_names(tmp_pa
     assert "# TYPE bookie_read_entry summary" in text
 
 
-async def test_the_read_queue_counts_reads_no_thread_has_started() -> None:
-    # one read thread (numReadWorkerThreads=1), held by the first read: the second waits
-    pool = ReadPool(OpLatency("queued", "q"), OpLatency("execution", "e"), threads=1)
+async def _occupy_the_thread(pool: ReadPool) -> tuple[asyncio.Future[bytes], threading.Event]:
+    """A read holding the pool's one thread until the returned event is set; it answers b"x"."""
     loop = asyncio.get_running_loop()
     occupied, release = asyncio.Event(), threading.Event()
 
@@ -83,8 +82,15 @@ async def test_the_read_queue_counts_reads_no_thread_has_started() -> None:
         release.wait()
         return b"x"
 
-    first = asyncio.ensure_future(pool.run(blocked_read))
+    read = asyncio.ensure_future(pool.run(blocked_read))
     await occupied.wait()
+    return read, release
+
+
+async def test_the_read_queue_counts_reads_no_thread_has_started() -> None:
+    # one read thread (numReadWorkerThreads=1), held by the first read: the second waits
+    pool = ReadPool(OpLatency("queued", "q"), OpLatency("execution", "e"), threads=1)
+    first, release = await _occupy_the_thread(pool)
     second = asyncio.ensure_future(pool.run(lambda: b"y"))
     await asyncio.sleep(0)
     assert pool.waiting() == 1
@@ -101,16 +107,7 @@ async def test_reads_beyond_the_pending_limit_are_refused_with_etoomanyrequests(
     # maxPendingReadRequestsPerThread=2 on one thread: two reads may wait, a third is refused
     queued, execution = OpLatency("queued", "q"), OpLatency("execution", "e")
     pool = ReadPool(queued, execution, threads=1, max_pending_per_thread=2)
-    loop = asyncio.get_running_loop()
-    occupied, release = asyncio.Event(), threading.Event()
-
-    def blocked_read() -> bytes:
-        loop.call_soon_threadsafe(occupied.set)
-        release.wait()
-        return b"x"
-
-    running = asyncio.ensure_future(pool.run(blocked_read))
-    await occupied.wait()
+    running, release = await _occupy_the_thread(pool)
     waiting = [asyncio.ensure_future(pool.run(lambda: b"y")) for _ in range(2)]
     await asyncio.sleep(0)
     with pytest.raises(BookieError) as refused:
