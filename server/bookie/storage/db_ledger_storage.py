@@ -34,7 +34,7 @@ from .config import StorageConfig
 from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, HURRY_AT_ACTIVE_SHARE, FlushPacer
 from .health import StorageHealth
 from .journal import Journal, JournalSettings
-from .journal_format import RECORD_HEADER_SIZE, RecordType, entry_record_header, record_update, update_record
+from .journal_format import RecordType, entry_records, record_update, update_record
 from .kv import RocksTuning
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv, tuned_rocks_kv
@@ -269,14 +269,12 @@ class DbLedgerStorage:
         records = len(parts) + len(entries)
         nbytes = sum(map(len, parts))
         self.write_cache.active.put_all(entries)
-        record_header = entry_record_header
-        append = parts.append
-        for _, _, _, body, _, _ in entries:
-            append(record_header(body))
-            append(body)
-            nbytes += len(body)
+        if entries:
+            entry_parts, entry_bytes = entry_records([op[3] for op in entries])  # op[3]: the body
+            parts += entry_parts
+            nbytes += entry_bytes
         self.after_put()
-        return parts, nbytes + RECORD_HEADER_SIZE * len(entries), records
+        return parts, nbytes, records
 
     async def _submit(self, journal: Journal, parts: list[bytes], nbytes: int, records: int) -> None:
         if parts:
