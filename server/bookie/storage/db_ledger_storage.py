@@ -85,6 +85,7 @@ class DbLedgerStorage:
         # read at scrape time: no gauge update on the add path
         stats.journal_queue_size.set_function(lambda: sum(j.outstanding for j in self.journals))
         self.write_cache = WriteCache(config.write_cache_bytes)
+        stats.write_cache_size.set_function(lambda: self.write_cache.size)
         self.read_cache = ReadCache(config.read_cache_bytes)
         self.read_pool = ReadPool.from_config(config, stats)
         self.marks = [LogMark(0, 0)] * count  # last persisted LastLogMark of each journal
@@ -314,7 +315,6 @@ class DbLedgerStorage:
 
     def after_put(self) -> None:
         cache = self.write_cache
-        self.stats.write_cache_size.set(cache.size)
         if self.health.index_failure is not None:
             return  # flushes cannot succeed before a restart (make_room refuses once full)
         if cache.active.size >= cache.half_capacity and cache.flushing is None and not self._closed:
@@ -358,7 +358,6 @@ class DbLedgerStorage:
         self.health.flush_succeeded()
         self.write_cache.flush_done()
         self.stats.flush.observe((time.perf_counter() - started) * 1000.0)
-        self.stats.write_cache_size.set(self.write_cache.size)
 
     def _keep_unflushed(self, half: WriteCacheHalf, flushed: list[int]) -> None:
         """After a failed flush: the ledgers directories did write and index (``flushed``) leave
@@ -461,7 +460,6 @@ class DbLedgerStorage:
         for ledger_id in ledger_ids:
             self.write_cache.drop_ledger(ledger_id)
         self.read_cache.drop_ledgers(ledger_ids)
-        self.stats.write_cache_size.set(self.write_cache.size)
         by_dir: dict[int, list[int]] = {}
         for ledger_id in ledger_ids:
             by_dir.setdefault(ledger_id % len(self.dirs), []).append(ledger_id)
