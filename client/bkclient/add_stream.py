@@ -11,7 +11,8 @@ answers fast would otherwise be sent a message per round trip, each a few entrie
 host the per-message CPU is what makes the latency. A lone add is never held back.
 
 Responses come back one per request message, in order, with one status per add: the receiver pops
-the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests). If the
+the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests); when
+all succeeded, with one call per listener rather than one per add. If the
 stream breaks, every add in flight or queued fails; the owner then opens a new stream for the next add.
 """
 
@@ -21,7 +22,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc.aio
@@ -113,6 +114,10 @@ class CallbackListener:
     def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None:
         self._callback(error)
 
+    def adds_completed(self, bookie_id: str, tokens: Sequence[int]) -> None:
+        for _ in tokens:
+            self._callback(None)
+
 
 # The adds of one stream message, in order: who to tell and with which token.
 _Batch = tuple[list[AddListener], list[int]]
@@ -123,6 +128,28 @@ def _notify(listener: AddListener, token: int, bookie_id: str, error: BKError | 
         listener.add_complete(bookie_id, token, error)
     except Exception:  # one broken listener must not strand the other adds of the batch
         log.exception("add completion callback failed")
+
+
+def _notify_all_acked(listeners: list[AddListener], tokens: list[int], bookie_id: str) -> None:
+    """Every add of one answer message succeeded: one ``adds_completed`` per run of adds queued
+    with the same listener (a message of one write handle's slot: one call in all)."""
+    first = listeners[0]
+    runs: list[tuple[AddListener, list[int]]]
+    if len(set(map(id, listeners))) == 1:
+        runs = [(first, tokens)]
+    else:
+        runs = []
+        start = 0
+        for i in range(1, len(listeners)):
+            if listeners[i] is not listeners[start]:
+                runs.append((listeners[start], tokens[start:i]))
+                start = i
+        runs.append((listeners[start], tokens[start:]))
+    for listener, run in runs:
+        try:
+            listener.adds_completed(bookie_id, run)
+        except Exception:  # one broken listener must not strand the other adds of the batch
+            log.exception("add completion callback failed")
 
 
 class AddStream:
@@ -237,8 +264,11 @@ class AddStream:
                 for listener, token in zip(listeners, tokens, strict=True):
                     _notify(listener, token, bookie_id, bad)
                 return
-            for listener, token, result in zip(listeners, tokens, results, strict=True):
-                status = result.status
+            statuses = [result.status for result in results]
+            if statuses.count(EOK) == len(statuses):  # the common case: completed in bulk
+                _notify_all_acked(listeners, tokens, bookie_id)
+                continue
+            for listener, token, result, status in zip(listeners, tokens, results, statuses, strict=True):
                 if status == EOK:
                     _notify(listener, token, bookie_id, None)
                 else:
