@@ -45,7 +45,7 @@ from bkproto.errors import (
 )
 from bkproto.errors import TimeoutError as BKTimeoutError
 
-from .add_stream import AddRequestEncoder
+from .add_stream import LedgerAddRequestEncoder
 from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
@@ -81,7 +81,7 @@ class WriteHandle(ReadHandle):
         self._client_ctx = ctx  # the full context (ReadHandle keeps the read-side view)
         self._config = ctx.config
         self.master_key = digest.master_key
-        self._encoder = AddRequestEncoder(ledger_id, self.master_key)
+        self._encoder = LedgerAddRequestEncoder(ledger_id, digest)
         self._max_payload = self._config.max_entry_size_bytes - HEADER_SIZE - digest.digest_size
         self.distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
         self.ensemble: list[str] = list(md.last_ensemble)
@@ -202,8 +202,7 @@ class WriteHandle(ReadHandle):
         self._outstanding_bytes += op.size
         lac = self.last_add_confirmed
         self._piggybacked_lac = lac
-        header, digest = self.digest.entry_parts(op.entry_id, lac, op.length, op.payload)
-        encoded = self._encoder.encode_split(op.entry_id, header, digest, op.payload)
+        encoded = self._encoder.encode_entry(op.entry_id, lac, op.length, op.payload)
         op.send(encoded, self._clients, self._slot_listeners, self._coarse_now)
 
     def _release_room(self) -> None:
