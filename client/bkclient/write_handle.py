@@ -183,11 +183,19 @@ class WriteHandle(ReadHandle):
             entry_id, payload, self._pushed_length, self.distribution.write_set(entry_id), future, callback
         )
         self._pending[entry_id] = op
-        if self._waiting or not self._has_room(op.size):
+        # _has_room, inlined: this runs once per entry.
+        outstanding = self._outstanding_adds
+        if not self._waiting and (
+            outstanding == 0
+            or (
+                outstanding < self._config.max_outstanding_adds
+                and self._outstanding_bytes + op.size <= self._config.max_outstanding_bytes
+            )
+        ):
+            self._send(op)
+        else:
             self._waiting.append(op)
             self._room.clear()
-        else:
-            self._send(op)
 
     def _has_room(self, size: int) -> bool:
         if self._outstanding_adds == 0:
@@ -202,8 +210,13 @@ class WriteHandle(ReadHandle):
         self._outstanding_bytes += op.size
         lac = self.last_add_confirmed
         self._piggybacked_lac = lac
-        encoded = self._encoder.encode_entry(op.entry_id, lac, op.length, op.payload)
-        op.send(encoded, self._clients, self._slot_listeners, self._coarse_now)
+        entry_id = op.entry_id
+        encoded = op.encoded = self._encoder.encode_entry(entry_id, lac, op.length, op.payload)
+        op.sent_at = self._coarse_now
+        clients = self._clients
+        listeners = self._slot_listeners
+        for index in op.write_set:
+            clients[index].add_encoded(encoded, listeners[index], entry_id)
 
     def _release_room(self) -> None:
         waiting = self._waiting

@@ -91,27 +91,14 @@ class PendingAddOp:
         self.write_set = write_set
         self.acked = 0  # bit i set: ensemble[i] acknowledged
         self.completed = False
-        # The serialized AddRequest, built once at first send (its body carries the LAC of that
-        # time) and shared by every bookie of the write set, including re-sends.
+        # The serialized AddRequest, built once at first send (``WriteHandle._send``; its body
+        # carries the LAC of that time) and shared by every bookie of the write set, re-sends too.
         self.encoded: bytes | None = None
         self.sent_at = 0.0
 
     @property
     def sent(self) -> bool:
         return self.encoded is not None
-
-    def send(
-        self,
-        encoded: bytes,
-        clients: list[BookieConnection],
-        listeners: list[EnsembleSlotListener],
-        now: float,
-    ) -> None:
-        self.encoded = encoded
-        self.sent_at = now
-        entry_id = self.entry_id
-        for index in self.write_set:
-            clients[index].add_encoded(encoded, listeners[index], entry_id)
 
     def unacked_indices(self) -> list[int]:
         return [i for i in self.write_set if not self.acked & (1 << i)]
