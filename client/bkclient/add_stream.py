@@ -112,7 +112,7 @@ class LedgerAddRequestEncoder(AddRequestEncoder):
     often all one size). The bytes equal ``encode(entry_id, digest.encode_entry(...))``, which
     the unit tests check."""
 
-    __slots__ = ("_body_overhead", "_digest", "_header", "_ledger_id", "_size", "_size_fields")
+    __slots__ = ("_body_overhead", "_digest", "_header", "_ledger_id", "_prefixes", "_size", "_size_fields")
 
     def __init__(self, ledger_id: int, digest: DigestManager) -> None:
         super().__init__(ledger_id, digest.master_key)
@@ -122,6 +122,9 @@ class LedgerAddRequestEncoder(AddRequestEncoder):
         self._body_overhead = HEADER_SIZE + digest.digest_size
         self._size = -1
         self._size_fields = b""
+        # The element's tag and length by the length of its fields (at one body size, the fields
+        # differ only by the entry id's varint: a handful of entries).
+        self._prefixes: dict[int, bytes] = {}
 
     def encode_entry(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
         """The AddRequest element of entry ``entry_id`` (``lac``: the LAC it carries; ``length``:
@@ -132,11 +135,15 @@ class LedgerAddRequestEncoder(AddRequestEncoder):
         if size != self._size:
             self._size = size
             self._size_fields = self._key + b"\x22" + _varint(size)
+            self._prefixes.clear()
         if entry_id:
             fields = self._ledger + b"\x10" + _varint(entry_id) + self._size_fields
         else:
             fields = self._ledger + self._size_fields
-        return b"".join((b"\x0a", _varint(len(fields) + size), fields, header, digest, payload))
+        prefix = self._prefixes.get(len(fields))
+        if prefix is None:
+            prefix = self._prefixes[len(fields)] = b"\x0a" + _varint(len(fields) + size)
+        return b"".join((prefix, fields, header, digest, payload))
 
 
 class CallbackListener:

@@ -168,7 +168,7 @@ class WriteHandle(ReadHandle):
                 f"ledger {self.ledger_id}: {len(self._waiting)} adds already wait for room; "
                 "await append() or wait_writable() to pace the writer"
             )
-        payload = bytes(data)
+        payload = data if type(data) is bytes else bytes(data)  # bytes(bytes) is a call for nothing
         if len(payload) > self._max_payload:
             limit = self._config.max_entry_size_bytes
             raise IncorrectParameterError(
