@@ -47,7 +47,8 @@ CLIENT_STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("transport", ("AddStream._send_loop", "AddStream._take_batch", "AddPortCall.write", "frame (",
                    "StreamWriter.", "_SelectorSocketTransport.write", "AddPortCall._connected")),
     ("application", ("pybk/bench/", "hdrh/")),  # the benchmark: its loop, its latency histogram
-    ("completion", ("_notify (", "PendingAddOp.add_complete", "WriteHandle.add_completed",
+    ("completion", ("_notify (", "_notify_all_acked", "EnsembleSlotListener.", "WriteHandle.adds_acked",
+                    "WriteHandle.add_refused", "PendingAddOp.add_complete", "WriteHandle.add_completed",
                     "_release_completed", "PendingAddOp.succeed", "PendingAddOp._call_back",
                     "AddStream._recv_loop")),
     ("submit", ("WriteHandle.", "PendingAddOp.", "BookieClient.add_encoded", "AddStream.enqueue",

@@ -108,6 +108,12 @@ class DigestManager:
         self._digest = fn
         self.digest_size = size
 
+    @property
+    def digest_function(self) -> Callable[[bytes, bytes], bytes]:
+        """The digest of two parts (an entry's header, then its payload): for encoders that frame
+        an entry themselves (``add_stream.LedgerAddRequestEncoder``)."""
+        return self._digest
+
     # -- entries -------------------------------------------------------------------------------
 
     def encode_entry(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:

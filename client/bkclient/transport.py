@@ -13,7 +13,7 @@ Nothing here imports gRPC. Errors crossing the seam are the ``bkproto.errors`` f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from bkproto.errors import BKError, ClientClosedError
@@ -63,10 +63,17 @@ AddCallback = Callable[[BKError | None], None]
 
 
 class AddListener(Protocol):
-    """Receives add completions without a closure per add (the hot path: a PendingAddOp
-    listens for each bookie of its write set, ``token`` telling which)."""
+    """Receives add completions without a closure per add (the hot path: a write handle listens
+    per ensemble slot, ``token`` being the entry id)."""
 
-    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None: ...
+    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None:
+        """One add, ``token``, succeeded (``error`` None) or failed."""
+        ...
+
+    def adds_completed(self, bookie_id: str, tokens: Sequence[int]) -> None:
+        """Every add of ``tokens`` succeeded (one call for the run of this listener's adds in
+        an answer message: per-message rather than per-add work on the hot path)."""
+        ...
 
 
 class BookieConnection(Protocol):
@@ -89,7 +96,8 @@ class BookieConnection(Protocol):
     def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
         """Queue an add serialized by :class:`bkclient.add_stream.AddRequestEncoder` (one element
         of ``AddEntriesRequest.adds`` with its field framing; :func:`decode_add` reads it back).
-        Calls ``listener.add_complete(self.bookie_id, token, error or None)`` on the loop once,
+        Calls ``listener.add_complete(self.bookie_id, token, error or None)`` or includes
+        ``token`` in a ``listener.adds_completed(self.bookie_id, tokens)``, on the loop, once,
         possibly before returning (a closed connection)."""
         ...
 

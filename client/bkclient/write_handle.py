@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -45,12 +45,12 @@ from bkproto.errors import (
 )
 from bkproto.errors import TimeoutError as BKTimeoutError
 
-from .add_stream import AddRequestEncoder
+from .add_stream import LedgerAddRequestEncoder
 from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
 from .distribution import RoundRobinDistribution
-from .ops.add import AddCompletion, PendingAddOp
+from .ops.add import AddCompletion, EnsembleSlotListener, PendingAddOp
 from .placement import BookieRacks
 from .read_handle import ReadHandle
 from .transport import BookieConnection
@@ -81,11 +81,13 @@ class WriteHandle(ReadHandle):
         self._client_ctx = ctx  # the full context (ReadHandle keeps the read-side view)
         self._config = ctx.config
         self.master_key = digest.master_key
-        self._encoder = AddRequestEncoder(ledger_id, self.master_key)
+        self._encoder = LedgerAddRequestEncoder(ledger_id, digest)
         self._max_payload = self._config.max_entry_size_bytes - HEADER_SIZE - digest.digest_size
         self.distribution = RoundRobinDistribution(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
         self.ensemble: list[str] = list(md.last_ensemble)
         self._clients: list[BookieConnection] = [ctx.bookie(b) for b in self.ensemble]
+        # The listener each slot's adds are queued with: answers arrive per slot and message.
+        self._slot_listeners = [EnsembleSlotListener(self, i) for i in range(md.ensemble_size)]
         self.last_add_pushed = md.last_entry_id if md.is_closed else -1
         self._pushed_length = self.length
         self._pending: dict[int, PendingAddOp] = {}
@@ -166,7 +168,7 @@ class WriteHandle(ReadHandle):
                 f"ledger {self.ledger_id}: {len(self._waiting)} adds already wait for room; "
                 "await append() or wait_writable() to pace the writer"
             )
-        payload = bytes(data)
+        payload = data if type(data) is bytes else bytes(data)  # bytes(bytes) is a call for nothing
         if len(payload) > self._max_payload:
             limit = self._config.max_entry_size_bytes
             raise IncorrectParameterError(
@@ -177,13 +179,23 @@ class WriteHandle(ReadHandle):
             )
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
         self._pushed_length += len(payload)
-        op = PendingAddOp(self, entry_id, payload, self._pushed_length, future, callback)
+        op = PendingAddOp(
+            entry_id, payload, self._pushed_length, self.distribution.write_set(entry_id), future, callback
+        )
         self._pending[entry_id] = op
-        if self._waiting or not self._has_room(op.size):
+        # _has_room, inlined: this runs once per entry.
+        outstanding = self._outstanding_adds
+        if not self._waiting and (
+            outstanding == 0
+            or (
+                outstanding < self._config.max_outstanding_adds
+                and self._outstanding_bytes + op.size <= self._config.max_outstanding_bytes
+            )
+        ):
+            self._send(op)
+        else:
             self._waiting.append(op)
             self._room.clear()
-        else:
-            self._send(op)
 
     def _has_room(self, size: int) -> bool:
         if self._outstanding_adds == 0:
@@ -198,9 +210,13 @@ class WriteHandle(ReadHandle):
         self._outstanding_bytes += op.size
         lac = self.last_add_confirmed
         self._piggybacked_lac = lac
-        header, digest = self.digest.entry_parts(op.entry_id, lac, op.length, op.payload)
-        encoded = self._encoder.encode_split(op.entry_id, header, digest, op.payload)
-        op.send(encoded, self._clients, self._coarse_now)
+        entry_id = op.entry_id
+        encoded = op.encoded = self._encoder.encode_entry(entry_id, lac, op.length, op.payload)
+        op.sent_at = self._coarse_now
+        clients = self._clients
+        listeners = self._slot_listeners
+        for index in op.write_set:
+            clients[index].add_encoded(encoded, listeners[index], entry_id)
 
     def _release_room(self) -> None:
         waiting = self._waiting
@@ -211,12 +227,36 @@ class WriteHandle(ReadHandle):
         if not waiting and self._has_room(0):
             self._room.set()
 
-    # -- completions (called by PendingAddOp) --------------------------------------------------
+    # -- completions (called by the slot listeners) --------------------------------------------
 
-    def add_completed(self, op: PendingAddOp) -> None:
-        self._progress.set()
-        if op.entry_id == self.last_add_confirmed + 1:
+    def adds_acked(self, index: int, bookie_id: str, entry_ids: Sequence[int]) -> None:
+        """``ensemble[index]`` (``bookie_id``) acknowledged ``entry_ids`` (one answer message's
+        worth): count each ack, then release what completed in entry-id order, in one pass."""
+        if self.ensemble[index] != bookie_id:
+            return  # a replaced bookie answering late: its copies no longer count
+        pending = self._pending
+        bit = 1 << index
+        quorum = self.distribution.ack_quorum
+        completed = False
+        for entry_id in entry_ids:
+            op = pending.get(entry_id)
+            if op is None or op.done:  # failed with the handle, or answered twice after a re-send
+                continue
+            acked = op.acked | bit
+            op.acked = acked
+            if not op.completed and acked.bit_count() >= quorum:
+                op.completed = True
+                completed = True
+        if completed:
+            self._progress.set()
             self._release_completed()
+
+    def add_refused(self, index: int, bookie_id: str, entry_id: int, error: BKError) -> None:
+        """``ensemble[index]`` (``bookie_id``) failed the add of ``entry_id``."""
+        op = self._pending.get(entry_id)
+        if op is None or op.done or self.ensemble[index] != bookie_id:
+            return
+        self.bookie_failed(index, bookie_id, error)
 
     def _release_completed(self) -> None:
         """Pop completed adds in entry-id order, advancing the LAC (never during an ensemble change)."""
@@ -232,7 +272,17 @@ class WriteHandle(ReadHandle):
             self.length += op.size  # not op.length: a ledger-adv writer may send ids out of order
             self._outstanding_adds -= 1
             self._outstanding_bytes -= op.size
-            op.succeed()
+            # PendingAddOp.succeed, inlined: this runs once per entry.
+            op.done = True
+            future = op.future
+            if future is not None and not future.done():  # the caller may have cancelled it
+                future.set_result(next_id)
+            callback = op.callback
+            if callback is not None:
+                try:
+                    callback(next_id, None)
+                except Exception:  # the writer's bookkeeping must survive a broken application callback
+                    log.exception("add completion callback for entry %d failed", next_id)
             released = True
             next_id += 1
             op = pending.get(next_id)
@@ -347,9 +397,10 @@ class WriteHandle(ReadHandle):
         log.info("ledger %d: new ensemble %s from entry %d", self.ledger_id, self.ensemble,
                  self.last_add_confirmed + 1)
         now = self._client_ctx.clock.monotonic()
+        quorum = self.distribution.ack_quorum
         for op in list(self._pending.values()):
             for index in failed:
-                op.resend(index, self._clients[index], now)
+                op.resend(index, self._clients[index], self._slot_listeners[index], quorum, now)
 
     # -- timers --------------------------------------------------------------------------------
 

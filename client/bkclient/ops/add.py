@@ -1,16 +1,21 @@
-"""One add in flight: its write set, which bookies acked it, and its result future.
+"""One add in flight, and the listeners its bookies' answers come back through.
 
-The op sends the entry body to the Qw bookies of its write set and counts acks; at Qa acks it is
-*completed*, but the application only hears about it when every earlier entry completed too (the
-handle pops completed ops strictly in entry-id order). A failed or slow bookie is reported to the
-handle, which replaces it (ensemble change) and asks the op to re-send that copy.
+An op goes to the Qw bookies of its write set, which ack it; at Qa acks it is *completed*, but the
+application only hears about it when every earlier entry completed too (the handle pops completed
+ops strictly in entry-id order). A failed or slow bookie is reported to the handle, which replaces
+it (ensemble change) and asks the op to re-send that copy.
+
+Answers are counted per bookie per answer message, not per entry: every add of a write handle is
+queued with the :class:`EnsembleSlotListener` of its bookie's slot in the ensemble (token = entry
+id), so a stream answer carrying hundreds of acks reaches the handle in one call
+(``WriteHandle.adds_acked``) instead of a chain of calls per entry and bookie.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bkproto.errors import BKError
@@ -25,10 +30,32 @@ if TYPE_CHECKING:
     from ..write_handle import WriteHandle
 
 
+class EnsembleSlotListener:
+    """The :class:`bkclient.transport.AddListener` of one ensemble slot (bookie index) of a write
+    handle. Tokens are entry ids. The slot, not the bookie, is fixed: the handle checks that the
+    bookie answering still holds the slot (a replaced bookie's late acks do not count)."""
+
+    __slots__ = ("_handle", "_index")
+
+    def __init__(self, handle: WriteHandle, index: int) -> None:
+        self._handle = handle
+        self._index = index
+
+    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None:
+        if error is None:
+            self._handle.adds_acked(self._index, bookie_id, (token,))
+        else:
+            self._handle.add_refused(self._index, bookie_id, token, error)
+
+    def adds_completed(self, bookie_id: str, tokens: Sequence[int]) -> None:
+        self._handle.adds_acked(self._index, bookie_id, tokens)
+
+
 class PendingAddOp:
-    """Listens for its copies' acks itself (``add_complete``; token = bookie index) and keeps
-    them in a bit mask: an add in flight allocates no per-bookie objects, which matters when
-    thousands are outstanding (the garbage collector walks every live object)."""
+    """The state of one add: which bookies acked it (a bit mask: an add in flight allocates no
+    per-bookie objects, which matters when thousands are outstanding and the garbage collector
+    walks every live object) and whom to tell when it completes. Success is told by
+    ``WriteHandle._release_completed`` itself (once per entry, so inlined there); failure here."""
 
     __slots__ = (
         "acked",
@@ -38,7 +65,6 @@ class PendingAddOp:
         "encoded",
         "entry_id",
         "future",
-        "handle",
         "length",
         "payload",
         "sent_at",
@@ -48,14 +74,13 @@ class PendingAddOp:
 
     def __init__(
         self,
-        handle: WriteHandle,
         entry_id: int,
         payload: bytes,
         length: int,
+        write_set: tuple[int, ...],
         future: asyncio.Future[int] | None,
         callback: AddCompletion | None = None,
     ) -> None:
-        self.handle = handle
         self.entry_id = entry_id
         self.payload = payload
         self.size = len(payload)
@@ -63,11 +88,11 @@ class PendingAddOp:
         self.future = future  # append_async's result, or None when ``callback`` is used
         self.callback = callback
         self.done = False  # the application was told (success or failure)
-        self.write_set = handle.distribution.write_set(entry_id)
+        self.write_set = write_set
         self.acked = 0  # bit i set: ensemble[i] acknowledged
         self.completed = False
-        # The serialized AddRequest, built once at first send (its body carries the LAC of that
-        # time) and shared by every bookie of the write set, including re-sends.
+        # The serialized AddRequest, built once at first send (``WriteHandle._send``; its body
+        # carries the LAC of that time) and shared by every bookie of the write set, re-sends too.
         self.encoded: bytes | None = None
         self.sent_at = 0.0
 
@@ -75,44 +100,24 @@ class PendingAddOp:
     def sent(self) -> bool:
         return self.encoded is not None
 
-    def send(self, encoded: bytes, clients: list[BookieConnection], now: float) -> None:
-        self.encoded = encoded
-        self.sent_at = now
-        for index in self.write_set:
-            clients[index].add_encoded(encoded, self, index)
-
-    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None:
-        handle = self.handle
-        if self.done:  # failed with the handle, or answered twice after a re-send
-            return
-        if handle.ensemble[token] != bookie_id:
-            return  # a replaced bookie answering late: its copy no longer counts
-        if error is not None:
-            handle.bookie_failed(token, bookie_id, error)
-            return
-        self.acked |= 1 << token
-        if not self.completed and self.acked.bit_count() >= handle.distribution.ack_quorum:
-            self.completed = True
-            handle.add_completed(self)
-
     def unacked_indices(self) -> list[int]:
         return [i for i in self.write_set if not self.acked & (1 << i)]
 
-    def resend(self, index: int, client: BookieConnection, now: float) -> None:
+    def resend(
+        self,
+        index: int,
+        client: BookieConnection,
+        listener: EnsembleSlotListener,
+        ack_quorum: int,
+        now: float,
+    ) -> None:
         """After bookie ``index`` was replaced: forget its ack and send the copy to the new one."""
         if self.encoded is None or index not in self.write_set or self.done:
             return
         self.acked &= ~(1 << index)
-        self.completed = self.acked.bit_count() >= self.handle.distribution.ack_quorum
+        self.completed = self.acked.bit_count() >= ack_quorum
         self.sent_at = now
-        client.add_encoded(self.encoded, self, index)
-
-    def succeed(self) -> None:
-        self.done = True
-        if self.future is not None and not self.future.done():  # the caller may have cancelled it
-            self.future.set_result(self.entry_id)
-        if self.callback is not None:
-            self._call_back(None)
+        client.add_encoded(self.encoded, listener, self.entry_id)
 
     def fail(self, error: BKError) -> None:
         self.done = True

@@ -79,3 +79,24 @@ def test_paced_results_report_both_latencies(capsys: pytest.CaptureFixture[str])
     assert "latency ms p50 40.0" in text
     assert "service latency ms (from the actual send) p50 2.0" in text
     assert "per second:" in text
+
+
+def test_staged_latencies_make_the_histogram_that_recording_each_one_makes() -> None:
+    """Latencies are staged and folded per second, values sharing a counter recorded together:
+    the histogram (every counter, the percentiles and the max) must be the one recording each
+    latency alone gives, over values from a microsecond to past the hour clamp."""
+    values_us = [1, 2, 999, 2047, 2048, 2049, 4097, 123_456, 123_457, 987_654_321, 3_600_000_000,
+                 3_700_000_000] + [(i * 7919) % 5_000_000 + 1 for i in range(70_000)]
+    recorder = LatencyRecorder(started=0.0)
+    alone = HdrHistogram(1, 3_600_000_000, 3)
+    for us in values_us:
+        recorder.record(us / 1000.0, now=0.5)
+        alone.record_value(min(us, 3_600_000_000))
+    recorder.finish(0.9)
+    staged = recorder.histogram
+    assert list(staged.counts) == list(alone.counts)
+    assert staged.get_total_count() == alone.get_total_count() == len(values_us)
+    assert staged.get_max_value() == alone.get_max_value()
+    assert staged.get_min_value() == alone.get_min_value()
+    for q in (50.0, 99.0, 99.9):
+        assert staged.get_value_at_percentile(q) == alone.get_value_at_percentile(q)
