@@ -46,6 +46,7 @@ from bkmeta.store import (
     ZkNoNodeError,
     ZkNotEmptyError,
 )
+from bkmeta.zk_connection import BatchingKazooClient
 from bkmeta.zk_handler import PollingThreadingHandler
 from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import MetadataStoreError, MetadataVersionError
@@ -91,7 +92,7 @@ class ZkClient(CompositeOperations):
     def __init__(self, config: ZkClientConfig) -> None:
         self.config = config
         security = config.security.kazoo_options() if config.security is not None else {}
-        self._kazoo = KazooClient(
+        self._kazoo = BatchingKazooClient(
             hosts=config.hosts, timeout=config.session_timeout_s, handler=PollingThreadingHandler(),
             **security,
         )
@@ -249,10 +250,13 @@ class ZkClient(CompositeOperations):
             await asyncio.wait_for(self._connected.wait(), self.config.operation_timeout_s)
         fut: asyncio.Future[Any] = loop.create_future()
 
-        def settle(async_result: Any) -> None:  # kazoo's completion thread
+        def settle(async_result: Any) -> None:  # kazoo's connection thread: must not block
             bridge.complete(fut, async_result.value, async_result.exception)
 
-        start().rawlink(settle)
+        result = start()
+        # Inline on the connection thread, skipping kazoo's completion thread (a test may hand
+        # back a plain kazoo result).
+        getattr(result, "link_inline", result.rawlink)(settle)
         # A timer handle rather than asyncio.wait_for: no extra task per call (this is the hot path).
         timer = loop.call_later(self.config.operation_timeout_s, _set_exception, fut, TimeoutError())
         try:
@@ -267,7 +271,8 @@ class ZkClient(CompositeOperations):
             if async_result.exception is not None:
                 log.debug("background delete of %s failed: %r", path, async_result.exception)
 
-        self._kazoo.delete_async(path).rawlink(done)
+        result = self._kazoo.delete_async(path)
+        getattr(result, "link_inline", result.rawlink)(done)
 
     async def _call(self, what: str, path: str, start: Callable[[], Any]) -> Any:
         """Run one kazoo async call with bounded retries and translate its errors."""
