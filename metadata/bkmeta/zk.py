@@ -35,6 +35,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from bkmeta.store import (
+    CREATE_EPHEMERAL_SEQUENTIAL,
     CompositeOperations,
     SessionEvent,
     SessionListener,
@@ -353,12 +354,18 @@ class ZkClient(CompositeOperations):
         """Create a znode and return its path (with the sequence suffix when ``sequence``)."""
 
         def start() -> Any:
-            return self._kazoo.create_async(
-                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
-            )
+            return self._kazoo.create_async(path, value, ephemeral=ephemeral, sequence=sequence)
 
         try:
-            return str(await self._call("create", path, start))
+            try:
+                return str(await self._call("create", path, start))
+            except ZkNoNodeError:
+                # Parents are made here rather than by kazoo's makepath, whose completions all go
+                # through kazoo's completion thread, even when the parent exists.
+                if not makepath:
+                    raise
+                await self.ensure_path(path.rsplit("/", 1)[0])
+                return str(await self._call("create", path, start))
         except ZkNodeExistsError as e:
             if e.attempts == 1 or sequence or not await self._is_own_node(path, value, ephemeral):
                 raise
@@ -396,15 +403,18 @@ class ZkClient(CompositeOperations):
                 return  # an earlier try deleted it before the connection dropped
             raise
 
-    async def multi(self, ops: list[TransactionOp]) -> None:
+    async def multi(self, ops: list[TransactionOp]) -> list[str]:
         """Commit ``ops`` atomically. Each op is ``(kind, path, data, version)`` with kind in
-        ``create`` / ``set`` / ``delete`` / ``check``; the first failed op is raised, translated."""
+        ``create`` / ``create_ephemeral_sequential`` / ``set`` / ``delete`` / ``check``; the first
+        failed op is raised, translated. Returns the created path per create op, else ``""``."""
 
         def start() -> Any:
             txn = self._kazoo.transaction()
             for kind, path, data, version in ops:
                 if kind == "create":
                     txn.create(path, data)
+                elif kind == CREATE_EPHEMERAL_SEQUENTIAL:
+                    txn.create(path, data, ephemeral=True, sequence=True)
                 elif kind == "set":
                     txn.set_data(path, data, version)
                 elif kind == "delete":
@@ -426,6 +436,7 @@ class ZkClient(CompositeOperations):
                 raise MetadataVersionError(f"multi {kind} {path}: znode version changed")
             if isinstance(result, Exception) and type(result).__name__ != "RolledBackError":
                 raise MetadataStoreError(f"multi {kind} {path}: {type(result).__name__}")
+        return [result if isinstance(result, str) else "" for result in results]
 
 
 class _LoopBridge:
