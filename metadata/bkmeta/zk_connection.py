@@ -14,7 +14,8 @@ Here the same protocol, the same request objects and the same session handling (
   are read into a buffer with one ``recv`` per burst and all complete frames in it handled before
   the next poll; a write tries ``send`` before polling;
 * :class:`BatchingKazooClient`: a request wakes the connection thread with a byte only when no
-  wake-up is already pending, instead of one byte (one syscall) per request;
+  wake-up is already pending, instead of one byte (one syscall) per request; a plain create is
+  not routed through kazoo's completion thread;
 * :class:`InlineAsyncResult`: a callback linked with ``link_inline`` runs on the thread that sets
   the result (kazoo's connection thread), skipping the completion thread. Only callbacks that
   never block may be linked so (``ZkClient``'s, which hand the result to the event loop).
@@ -35,8 +36,10 @@ from kazoo.exceptions import AuthFailedError, ConnectionClosedError, ConnectionD
 from kazoo.handlers.threading import AsyncResult
 from kazoo.protocol import connection as kazoo_connection
 from kazoo.protocol.connection import AUTH_XID, CLOSE_RESPONSE, ConnectionHandler
-from kazoo.protocol.serialization import Auth, int_struct
+from kazoo.protocol.paths import _prefix_root
+from kazoo.protocol.serialization import Auth, Create, int_struct
 from kazoo.protocol.states import KeeperState
+from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 _RECV_BYTES = 256 * 1024
 _WAKE_BYTES = 4096
@@ -189,6 +192,35 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
             self, plain.retry_sleeper, logger=plain.logger, sasl_options=plain.sasl_options
         )
         self._wake_pending = False
+
+    def create_async(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: Any = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+        include_data: bool = False,
+    ) -> Any:
+        """kazoo's ``create_async`` without its completion callback for a plain create (no
+        ``makepath``, no ``include_data``, no chroot): kazoo links one even then, and it runs on
+        the completion thread, a hand-off per create."""
+        if makepath or include_data or self.chroot or not isinstance(path, str):
+            return super().create_async(path, value, acl, ephemeral, sequence, makepath, include_data)
+        if value is not None and not isinstance(value, bytes):
+            raise TypeError("Invalid type for 'value' (must be a byte string)")
+        if acl is None and self.default_acl:
+            acl = self.default_acl
+        if acl is None:
+            acl = OPEN_ACL_UNSAFE
+        elif isinstance(acl, ACL) or not isinstance(acl, tuple | list):
+            raise TypeError("Invalid type for 'acl' (acl must be a tuple/list of ACL's)")
+        flags = (1 if ephemeral else 0) | (2 if sequence else 0)
+        result = self.handler.async_result()
+        request = Create(_prefix_root(self.chroot, path, trailing=sequence), value, acl, flags)
+        self._call(request, result)  # a refusal is set on ``result``
+        return result
 
     def _call(self, request: Any, async_object: Any) -> bool | None:
         if self._state == KeeperState.AUTH_FAILED:

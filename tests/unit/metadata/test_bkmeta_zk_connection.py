@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kazoo.client import KazooClient
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Create, GetData, int_struct
 
@@ -142,6 +143,23 @@ def test_client_wakes_its_connection_once_per_burst() -> None:
             client._call(GetData(path, None), InlineAsyncResult(client.handler))
         assert len(client._queue) == 3
         assert wake_read.recv(16) == b"\0"
+    finally:
+        wake_read.close()
+        wake_write.close()
+
+
+@pytest.mark.parametrize(("ephemeral", "sequence"), [(False, False), (True, True)])
+def test_a_plain_create_queues_the_request_kazoo_would(ephemeral: bool, sequence: bool) -> None:
+    client = BatchingKazooClient(hosts="127.0.0.1:1", handler=PollingThreadingHandler())
+    wake_read, wake_write = socket.socketpair()
+    client._connection._write_sock = wake_write
+    client._state = "CONNECTED"
+    try:
+        ours = client.create_async("/p/ID-", b"v", ephemeral=ephemeral, sequence=sequence)
+        KazooClient.create_async(client, "/p/ID-", b"v", ephemeral=ephemeral, sequence=sequence)
+        (our_request, our_result), (kazoo_request, _) = client._queue
+        assert our_request == kazoo_request
+        assert our_result is ours  # no second result linked through the completion thread
     finally:
         wake_read.close()
         wake_write.close()
