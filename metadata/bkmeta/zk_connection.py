@@ -27,6 +27,7 @@ This leans on kazoo internals (``_queue``, ``_pending``, ``_read_sock``, ``_xid`
 from __future__ import annotations
 
 import contextlib
+import functools
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -93,22 +94,29 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
         return data
 
     def _recv_some(self, timeout: float) -> bytes:
+        chunk: bytes = self._nonblocking(lambda: self._socket.recv(_RECV_BYTES), False, timeout)
+        if not chunk:
+            raise ConnectionDropped("socket connection broken")
+        return chunk
+
+    def _nonblocking(self, attempt: Callable[[], Any], writing: bool, timeout: float) -> Any:
+        """``attempt()`` on the non-blocking socket, polling only when it would block (kazoo
+        polls before every call)."""
         sock = self._socket
         with self._socket_error_handling():
             while True:
                 try:
-                    chunk: bytes = sock.recv(_RECV_BYTES)  # non-blocking: try before polling
+                    return attempt()
                 except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    if not self.handler.select([sock], [], [], timeout)[0]:
-                        raise self.handler.timeout_exception("socket time-out during read") from None
-                    continue
+                    ready = self.handler.select([], [sock], [], timeout)[1] if writing else (
+                        self.handler.select([sock], [], [], timeout)[0]
+                    )
+                    if not ready:
+                        what = "write" if writing else "read"
+                        raise self.handler.timeout_exception(f"socket time-out during {what}") from None
                 except ssl.SSLError as e:
-                    if e.errno in _WANT_IO:
-                        continue
-                    raise
-                if not chunk:
-                    raise ConnectionDropped("socket connection broken")
-                return chunk
+                    if e.errno not in _WANT_IO:
+                        raise
 
     def _frame_buffered(self) -> bool:
         buf = self._rbuf
@@ -125,23 +133,12 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
     # -- writing ----------------------------------------------------------------------------------
 
     def _write(self, msg: bytes, timeout: float) -> None:
-        sock = self._socket
         view = memoryview(msg)
-        with self._socket_error_handling():
-            while view:
-                try:
-                    sent: int = sock.send(view)
-                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    if not self.handler.select([], [sock], [], timeout)[1]:
-                        raise self.handler.timeout_exception("socket time-out during write") from None
-                    continue
-                except ssl.SSLError as e:
-                    if e.errno in _WANT_IO:
-                        continue
-                    raise
-                if not sent:
-                    raise ConnectionDropped("socket connection broken")
-                view = view[sent:]
+        while view:
+            sent: int = self._nonblocking(functools.partial(self._socket.send, view), True, timeout)
+            if not sent:
+                raise ConnectionDropped("socket connection broken")
+            view = view[sent:]
 
     def _send_request(self, read_timeout: float, connect_timeout: float) -> None:
         """Send every queued request in one write (kazoo sends one per poll)."""

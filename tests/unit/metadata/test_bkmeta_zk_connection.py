@@ -82,24 +82,24 @@ def _reply_frames(*xids: int) -> bytes:
     return out
 
 
-def _handle_with_kazoo_stub(
-    conn: BatchingConnectionHandler, mp: pytest.MonkeyPatch, handled: list[int]
-) -> None:
-    """kazoo's per-response handling, reduced to reading the header and noting the xid."""
+def _handle_with_kazoo_stub(conn: BatchingConnectionHandler, mp: pytest.MonkeyPatch) -> list[int]:
+    """kazoo's per-response handling, reduced to reading the header and noting the xid in the
+    list returned."""
+    handled: list[int] = []
 
     def read_one(self: Any, read_timeout: float) -> None:
         header, _buffer, _offset = conn._read_header(read_timeout)
         handled.append(header.xid)
 
     mp.setattr(ConnectionHandler, "_read_socket", read_one)
+    return handled
 
 
 def test_responses_that_arrived_together_are_handled_in_one_pass(
     wired: tuple[BatchingConnectionHandler, _Client, socket.socket], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conn, _client, server = wired
-    handled: list[int] = []
-    _handle_with_kazoo_stub(conn, monkeypatch, handled)
+    handled = _handle_with_kazoo_stub(conn, monkeypatch)
     server.sendall(_reply_frames(1, 2, 3))
     conn._read_socket(1.0)
     assert handled == [1, 2, 3]
@@ -109,8 +109,7 @@ def test_a_partial_frame_waits_for_its_rest(
     wired: tuple[BatchingConnectionHandler, _Client, socket.socket], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conn, _client, server = wired
-    handled: list[int] = []
-    _handle_with_kazoo_stub(conn, monkeypatch, handled)
+    handled = _handle_with_kazoo_stub(conn, monkeypatch)
     frames = _reply_frames(1, 2)
     half = len(frames) - 5
     server.sendall(frames[:half])
@@ -133,33 +132,35 @@ def test_inline_callback_runs_on_the_setting_thread_and_late_links_run_at_once()
     assert seen[-1] == ("late", 42)
 
 
-def test_client_wakes_its_connection_once_per_burst() -> None:
+@pytest.fixture
+def connected_client() -> Iterator[tuple[BatchingKazooClient, socket.socket]]:
+    """A client that takes requests as if connected, and the read end of its wake-up socket."""
     client = BatchingKazooClient(hosts="127.0.0.1:1", handler=PollingThreadingHandler())
     wake_read, wake_write = socket.socketpair()
     client._connection._write_sock = wake_write
     client._state = "CONNECTED"
-    try:
-        for path in ("/a", "/b", "/c"):
-            client._call(GetData(path, None), InlineAsyncResult(client.handler))
-        assert len(client._queue) == 3
-        assert wake_read.recv(16) == b"\0"
-    finally:
-        wake_read.close()
-        wake_write.close()
+    yield client, wake_read
+    wake_read.close()
+    wake_write.close()
+
+
+def test_client_wakes_its_connection_once_per_burst(
+    connected_client: tuple[BatchingKazooClient, socket.socket],
+) -> None:
+    client, wake_read = connected_client
+    for path in ("/a", "/b", "/c"):
+        client._call(GetData(path, None), InlineAsyncResult(client.handler))
+    assert len(client._queue) == 3
+    assert wake_read.recv(16) == b"\0"
 
 
 @pytest.mark.parametrize(("ephemeral", "sequence"), [(False, False), (True, True)])
-def test_a_plain_create_queues_the_request_kazoo_would(ephemeral: bool, sequence: bool) -> None:
-    client = BatchingKazooClient(hosts="127.0.0.1:1", handler=PollingThreadingHandler())
-    wake_read, wake_write = socket.socketpair()
-    client._connection._write_sock = wake_write
-    client._state = "CONNECTED"
-    try:
-        ours = client.create_async("/p/ID-", b"v", ephemeral=ephemeral, sequence=sequence)
-        KazooClient.create_async(client, "/p/ID-", b"v", ephemeral=ephemeral, sequence=sequence)
-        (our_request, our_result), (kazoo_request, _) = client._queue
-        assert our_request == kazoo_request
-        assert our_result is ours  # no second result linked through the completion thread
-    finally:
-        wake_read.close()
-        wake_write.close()
+def test_a_plain_create_queues_the_request_kazoo_would(
+    connected_client: tuple[BatchingKazooClient, socket.socket], ephemeral: bool, sequence: bool
+) -> None:
+    client, _ = connected_client
+    ours = client.create_async("/p/ID-", b"v", ephemeral=ephemeral, sequence=sequence)
+    KazooClient.create_async(client, "/p/ID-", b"v", ephemeral=ephemeral, sequence=sequence)
+    (our_request, our_result), (kazoo_request, _) = client._queue
+    assert our_request == kazoo_request
+    assert our_result is ours  # no second result linked through the completion thread
