@@ -139,6 +139,12 @@ async def run_metadata_bench(zk_hosts: str, ops: int, concurrency: int, as_json:
             "read": reads.as_dict(with_series=False),
             "reread_cached": rereads.as_dict(with_series=False),
             "cache": {"read": cold, "reread": warm, "capacity": cache.capacity},
+            "phases": {
+                "create": "generate_ledger_id + create_ledger_metadata (the creator does not fill the cache)",
+                "read": "first read of each ledger by this client: a ZooKeeper getData each, with a watch",
+                "reread_cached": "the same ledgers read again, unchanged: answered by the watched cache",
+                "delete": "remove_ledger_metadata",
+            },
             "delete": deletes.as_dict(with_series=False),
         }
         return creates
