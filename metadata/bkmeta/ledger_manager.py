@@ -17,7 +17,15 @@ from bkmeta.layout import LEDGER_PREFIX, RESERVED_ZNODES, BadLedgerPathError, Zk
 from bkmeta.metadata_cache import DEFAULT_CAPACITY, WatchedMetadataCache
 from bkmeta.model import LedgerMetadata, Versioned
 from bkmeta.serde import deserialize, serialize
-from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import (
+    EventType,
+    MetadataStore,
+    SessionEvent,
+    Watcher,
+    WatchEvent,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+)
 from bkproto.errors import LedgerExistsError, MetadataStoreError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -125,25 +133,35 @@ class ZkLedgerManager(LedgerManager):
         return self._cache
 
     async def read_ledger_metadata(self, ledger_id: int) -> Versioned[LedgerMetadata]:
-        """From ZooKeeper; the read also sets the cache's watch and fills it (same request)."""
-        path = self._layout.ledger(ledger_id)
-        ticket = self._cache.begin_read(ledger_id)
-        value: Versioned[LedgerMetadata] | None = None
-        try:
-            data, stat = await self._zk.get(path, watch=self._cache.watcher if ticket else None)
-            value = Versioned(deserialize(data, ledger_id, path), stat.version)
-        except ZkNoNodeError as e:
-            raise NoSuchLedgerError(f"ledger {ledger_id} has no metadata at {path}") from e
-        finally:
-            if ticket is not None:
-                self._cache.fill(ledger_id, ticket, value)
+        """From ZooKeeper, without touching the cache (GC and the shell read every ledger: they
+        must not fill it, nor set a watch each), except to drop an entry it shows outdated."""
+        value = await self._read(ledger_id)
+        cached = self._cache.peek(ledger_id)
+        if cached is not None and cached.version != value.version:
+            self._cache.invalidate(ledger_id)
         return value
 
     async def read_ledger_metadata_cached(self, ledger_id: int) -> Versioned[LedgerMetadata]:
         cached = self._cache.get(ledger_id)
         if cached is not None:
             return cached
-        return await self.read_ledger_metadata(ledger_id)
+        ticket = self._cache.begin_read(ledger_id)
+        if ticket is None:  # the cache is full: a plain read
+            return await self._read(ledger_id)
+        value: Versioned[LedgerMetadata] | None = None
+        try:
+            value = await self._read(ledger_id, self._cache.watcher)
+        finally:
+            self._cache.fill(ledger_id, ticket, value)
+        return value
+
+    async def _read(self, ledger_id: int, watch: Watcher | None = None) -> Versioned[LedgerMetadata]:
+        path = self._layout.ledger(ledger_id)
+        try:
+            data, stat = await self._zk.get(path, watch=watch)
+        except ZkNoNodeError as e:
+            raise NoSuchLedgerError(f"ledger {ledger_id} has no metadata at {path}") from e
+        return Versioned(deserialize(data, ledger_id, path), stat.version)
 
     async def write_ledger_metadata(
         self, ledger_id: int, md: LedgerMetadata, expected_version: int

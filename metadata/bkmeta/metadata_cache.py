@@ -71,6 +71,10 @@ class WatchedMetadataCache:
             self.hits += 1
         return found
 
+    def peek(self, ledger_id: int) -> Versioned[LedgerMetadata] | None:
+        """The entry, without counting a hit or a miss."""
+        return self._entries.get(ledger_id)
+
     def begin_read(self, ledger_id: int) -> tuple[int, int] | None:
         """Before a ZooKeeper read: a ticket for :meth:`fill` if the read should set the cache's
         watch, or None when the cache is full (read plainly then)."""

@@ -93,3 +93,20 @@ async def test_past_its_capacity_reads_are_served_fresh_and_not_cached() -> None
     await lm.read_ledger_metadata_cached(ids[2])
     assert lm.cache.misses == 4
     await lm.close()
+
+
+async def test_plain_reads_leave_the_cache_alone_unless_they_show_it_outdated() -> None:
+    server = MemoryZooKeeper()
+    lm = ZkLedgerManager(server.session())
+    first, _ = await lm.create_ledger(open_metadata())
+    second, v0 = await lm.create_ledger(open_metadata())
+    await lm.read_ledger_metadata(first)  # as GC or the shell read: no entry, no watch
+    assert len(lm.cache) == 0
+    await lm.write_ledger_metadata(second, open_metadata().with_closed(-1, 0), 0)
+    # An entry still at version 0, as when the watch event of the change has not arrived yet.
+    ticket = lm.cache.begin_read(second)
+    assert ticket is not None
+    lm.cache.fill(second, ticket, v0)
+    assert (await lm.read_ledger_metadata(second)).version == 1
+    assert lm.cache.peek(second) is None
+    await lm.close()
