@@ -175,7 +175,11 @@ class BookKeeper:
         ``openLedger``) an open ledger is fenced, recovered and closed first, so the handle sees
         its final content; without it the ledger is read as it is (``openLedgerNoRecovery``)."""
         self._check_open()
-        versioned = await self.ctx.ledger_manager.read_ledger_metadata(ledger_id)
+        manager = self.ctx.ledger_manager
+        # Without recovery the ledger is read as it is, and a watched cache is as fresh as a
+        # ZooKeeper read; recovery starts from ZooKeeper's latest (it CASes from that version).
+        read = manager.read_ledger_metadata if recovery else manager.read_ledger_metadata_cached
+        versioned = await read(ledger_id)
         metadata = versioned.value
         if metadata.password and not hmac.compare_digest(metadata.password, bytes(password)):
             raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")

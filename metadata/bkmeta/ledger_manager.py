@@ -14,9 +14,18 @@ from typing import Any
 
 from bkmeta.idgen import LedgerIdGenerator
 from bkmeta.layout import LEDGER_PREFIX, RESERVED_ZNODES, BadLedgerPathError, ZkLayout
+from bkmeta.metadata_cache import DEFAULT_CAPACITY, WatchedMetadataCache
 from bkmeta.model import LedgerMetadata, Versioned
 from bkmeta.serde import deserialize, serialize
-from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError, ZkNoNodeError
+from bkmeta.store import (
+    EventType,
+    MetadataStore,
+    SessionEvent,
+    Watcher,
+    WatchEvent,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+)
 from bkproto.errors import LedgerExistsError, MetadataStoreError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -37,6 +46,12 @@ class LedgerManager(abc.ABC):
     @abc.abstractmethod
     async def read_ledger_metadata(self, ledger_id: int) -> Versioned[LedgerMetadata]:
         """``NoSuchLedgerError`` if absent."""
+
+    async def read_ledger_metadata_cached(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        """Like :meth:`read_ledger_metadata`, but may answer from a cache kept true by watches
+        (as fresh as a ZooKeeper read without ``sync``): for opening a ledger to read it, not for
+        decisions that need the latest version (those CAS with :meth:`write_ledger_metadata`)."""
+        return await self.read_ledger_metadata(ledger_id)
 
     @abc.abstractmethod
     async def write_ledger_metadata(
@@ -82,10 +97,14 @@ class LedgerManager(abc.ABC):
 
 
 class ZkLedgerManager(LedgerManager):
-    def __init__(self, zk: MetadataStore, layout: ZkLayout | None = None) -> None:
+    def __init__(
+        self, zk: MetadataStore, layout: ZkLayout | None = None, cache_capacity: int = DEFAULT_CAPACITY
+    ) -> None:
         self._zk = zk
         self._layout = layout or ZkLayout()
         self._idgen = LedgerIdGenerator(zk, self._layout)
+        self._cache = WatchedMetadataCache(zk, self._layout, cache_capacity)
+        zk.add_session_listener(self._cache.on_session_event)
         self._watchers: dict[int, list[LedgerWatcher]] = {}
         # Ledgers with a ZooKeeper watch pending. It can outlive its callbacks (unwatch cannot
         # remove a ZooKeeper watch): re-watching then must not stack a second one.
@@ -109,10 +128,37 @@ class ZkLedgerManager(LedgerManager):
             raise LedgerExistsError(f"ledger {ledger_id} already exists at {path}") from e
         return Versioned(md, 0)
 
+    @property
+    def cache(self) -> WatchedMetadataCache:
+        return self._cache
+
     async def read_ledger_metadata(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        """From ZooKeeper, without touching the cache (GC and the shell read every ledger: they
+        must not fill it, nor set a watch each), except to drop an entry it shows outdated."""
+        value = await self._read(ledger_id)
+        cached = self._cache.peek(ledger_id)
+        if cached is not None and cached.version != value.version:
+            self._cache.invalidate(ledger_id)
+        return value
+
+    async def read_ledger_metadata_cached(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        cached = self._cache.get(ledger_id)
+        if cached is not None:
+            return cached
+        ticket = self._cache.begin_read(ledger_id)
+        if ticket is None:  # the cache is full: a plain read
+            return await self._read(ledger_id)
+        value: Versioned[LedgerMetadata] | None = None
+        try:
+            value = await self._read(ledger_id, self._cache.watcher)
+        finally:
+            self._cache.fill(ledger_id, ticket, value)
+        return value
+
+    async def _read(self, ledger_id: int, watch: Watcher | None = None) -> Versioned[LedgerMetadata]:
         path = self._layout.ledger(ledger_id)
         try:
-            data, stat = await self._zk.get(path)
+            data, stat = await self._zk.get(path, watch=watch)
         except ZkNoNodeError as e:
             raise NoSuchLedgerError(f"ledger {ledger_id} has no metadata at {path}") from e
         return Versioned(deserialize(data, ledger_id, path), stat.version)
@@ -121,6 +167,9 @@ class ZkLedgerManager(LedgerManager):
         self, ledger_id: int, md: LedgerMetadata, expected_version: int
     ) -> Versioned[LedgerMetadata]:
         path = self._layout.ledger(ledger_id)
+        # Whatever the outcome (written, or a conflict showing the cache behind), the next cached
+        # read goes to ZooKeeper.
+        self._cache.invalidate(ledger_id)
         try:
             stat = await self._zk.set(path, serialize(md), expected_version)
         except ZkNoNodeError as e:
@@ -129,6 +178,7 @@ class ZkLedgerManager(LedgerManager):
 
     async def remove_ledger_metadata(self, ledger_id: int, version: int = -1) -> None:
         path = self._layout.ledger(ledger_id)
+        self._cache.invalidate(ledger_id)
         try:
             await self._zk.delete(path, version)
         except ZkNoNodeError as e:
@@ -252,6 +302,8 @@ class ZkLedgerManager(LedgerManager):
     async def close(self) -> None:
         self._closed = True
         self._watchers.clear()
+        self._cache.close()
+        self._zk.remove_session_listener(self._cache.on_session_event)
         self._zk.remove_session_listener(self._on_session_event)
         for task in list(self._tasks):
             task.cancel()

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bkmeta.store import (
+    CREATE_EPHEMERAL_SEQUENTIAL,
     CompositeOperations,
     EventType,
     MetadataStore,
@@ -341,13 +342,17 @@ class MemoryZooKeeper:
         self._delete(path, version, [], events)
         self._fire(events)
 
-    def multi(self, sid: int, ops: list[TransactionOp]) -> None:
+    def multi(self, sid: int, ops: list[TransactionOp]) -> list[str]:
         undo: _Undo = []
         events: _Events = []
+        created: list[str] = []
         try:
             for kind, path, data, version in ops:
+                created.append("")
                 if kind == "create":
-                    self._create(sid, path, data, False, False, undo, events)
+                    created[-1] = self._create(sid, path, data, False, False, undo, events)
+                elif kind == CREATE_EPHEMERAL_SEQUENTIAL:
+                    created[-1] = self._create(sid, path, data, True, True, undo, events)
                 elif kind == "set":
                     self._set(path, data, version, undo, events)
                 elif kind == "delete":
@@ -365,6 +370,7 @@ class MemoryZooKeeper:
             self._roll_back(undo)
             raise
         self._fire(events)
+        return created
 
     @staticmethod
     def _roll_back(undo: _Undo) -> None:
@@ -559,9 +565,9 @@ class MemorySession(CompositeOperations):
         await self._enter("delete", path)
         self._server.delete(path, version)
 
-    async def multi(self, ops: list[TransactionOp]) -> None:
+    async def multi(self, ops: list[TransactionOp]) -> list[str]:
         sid = await self._enter("multi", ops[0][1] if ops else "(empty)")
-        self._server.multi(sid, ops)
+        return self._server.multi(sid, ops)
 
     def delete_nowait(self, path: str) -> None:
         async def delete() -> None:

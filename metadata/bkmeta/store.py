@@ -112,8 +112,10 @@ class WatchEvent(Protocol):
 
 SessionListener = Callable[[SessionEvent], None]
 Watcher = Callable[[WatchEvent], None]
-# One operation of ``multi``: (kind, path, data, version), kind one of create/set/delete/check.
+# One operation of ``multi``: (kind, path, data, version), kind one of create/set/delete/check, or
+# ``create_ephemeral_sequential`` (the path is a prefix; ZooKeeper appends the parent's counter).
 TransactionOp = tuple[str, str, bytes, int]
+CREATE_EPHEMERAL_SEQUENTIAL = "create_ephemeral_sequential"
 
 
 class MetadataStore(Protocol):
@@ -171,8 +173,9 @@ class MetadataStore(Protocol):
 
     async def ensure_path(self, path: str) -> None: ...
 
-    async def multi(self, ops: list[TransactionOp]) -> None:
-        """All of ``ops`` or none; the first failing op's error is raised."""
+    async def multi(self, ops: list[TransactionOp]) -> list[str]:
+        """All of ``ops`` or none; the first failing op's error is raised. Returns, per op, the
+        path created (for the create kinds) or ``""``."""
         ...
 
     def delete_nowait(self, path: str) -> None:

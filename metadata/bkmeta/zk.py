@@ -35,6 +35,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from bkmeta.store import (
+    CREATE_EPHEMERAL_SEQUENTIAL,
     CompositeOperations,
     SessionEvent,
     SessionListener,
@@ -46,6 +47,7 @@ from bkmeta.store import (
     ZkNoNodeError,
     ZkNotEmptyError,
 )
+from bkmeta.zk_connection import BatchingKazooClient
 from bkmeta.zk_handler import PollingThreadingHandler
 from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import MetadataStoreError, MetadataVersionError
@@ -91,7 +93,7 @@ class ZkClient(CompositeOperations):
     def __init__(self, config: ZkClientConfig) -> None:
         self.config = config
         security = config.security.kazoo_options() if config.security is not None else {}
-        self._kazoo = KazooClient(
+        self._kazoo = BatchingKazooClient(
             hosts=config.hosts, timeout=config.session_timeout_s, handler=PollingThreadingHandler(),
             **security,
         )
@@ -249,10 +251,13 @@ class ZkClient(CompositeOperations):
             await asyncio.wait_for(self._connected.wait(), self.config.operation_timeout_s)
         fut: asyncio.Future[Any] = loop.create_future()
 
-        def settle(async_result: Any) -> None:  # kazoo's completion thread
+        def settle(async_result: Any) -> None:  # kazoo's connection thread: must not block
             bridge.complete(fut, async_result.value, async_result.exception)
 
-        start().rawlink(settle)
+        result = start()
+        # Inline on the connection thread, skipping kazoo's completion thread (a test may hand
+        # back a plain kazoo result).
+        getattr(result, "link_inline", result.rawlink)(settle)
         # A timer handle rather than asyncio.wait_for: no extra task per call (this is the hot path).
         timer = loop.call_later(self.config.operation_timeout_s, _set_exception, fut, TimeoutError())
         try:
@@ -267,7 +272,8 @@ class ZkClient(CompositeOperations):
             if async_result.exception is not None:
                 log.debug("background delete of %s failed: %r", path, async_result.exception)
 
-        self._kazoo.delete_async(path).rawlink(done)
+        result = self._kazoo.delete_async(path)
+        getattr(result, "link_inline", result.rawlink)(done)
 
     async def _call(self, what: str, path: str, start: Callable[[], Any]) -> Any:
         """Run one kazoo async call with bounded retries and translate its errors."""
@@ -348,12 +354,18 @@ class ZkClient(CompositeOperations):
         """Create a znode and return its path (with the sequence suffix when ``sequence``)."""
 
         def start() -> Any:
-            return self._kazoo.create_async(
-                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
-            )
+            return self._kazoo.create_async(path, value, ephemeral=ephemeral, sequence=sequence)
 
         try:
-            return str(await self._call("create", path, start))
+            try:
+                return str(await self._call("create", path, start))
+            except ZkNoNodeError:
+                # Parents are made here rather than by kazoo's makepath, whose completions all go
+                # through kazoo's completion thread, even when the parent exists.
+                if not makepath:
+                    raise
+                await self.ensure_path(path.rsplit("/", 1)[0])
+                return str(await self._call("create", path, start))
         except ZkNodeExistsError as e:
             if e.attempts == 1 or sequence or not await self._is_own_node(path, value, ephemeral):
                 raise
@@ -391,15 +403,18 @@ class ZkClient(CompositeOperations):
                 return  # an earlier try deleted it before the connection dropped
             raise
 
-    async def multi(self, ops: list[TransactionOp]) -> None:
+    async def multi(self, ops: list[TransactionOp]) -> list[str]:
         """Commit ``ops`` atomically. Each op is ``(kind, path, data, version)`` with kind in
-        ``create`` / ``set`` / ``delete`` / ``check``; the first failed op is raised, translated."""
+        ``create`` / ``create_ephemeral_sequential`` / ``set`` / ``delete`` / ``check``; the first
+        failed op is raised, translated. Returns the created path per create op, else ``""``."""
 
         def start() -> Any:
             txn = self._kazoo.transaction()
             for kind, path, data, version in ops:
                 if kind == "create":
                     txn.create(path, data)
+                elif kind == CREATE_EPHEMERAL_SEQUENTIAL:
+                    txn.create(path, data, ephemeral=True, sequence=True)
                 elif kind == "set":
                     txn.set_data(path, data, version)
                 elif kind == "delete":
@@ -421,6 +436,7 @@ class ZkClient(CompositeOperations):
                 raise MetadataVersionError(f"multi {kind} {path}: znode version changed")
             if isinstance(result, Exception) and type(result).__name__ != "RolledBackError":
                 raise MetadataStoreError(f"multi {kind} {path}: {type(result).__name__}")
+        return [result if isinstance(result, str) else "" for result in results]
 
 
 class _LoopBridge:

@@ -25,6 +25,10 @@ def test_bench_metadata_json(capsys: pytest.CaptureFixture[str], zk_server: ZooK
         assert result["entries"] == 200 and result["errors"] == 0
         assert set(result["latency_ms"]) == {"p50", "p95", "p99", "p999", "max"}
         assert result["read"]["entries"] == 200 and result["read"]["errors"] == 0
+        # First reads go to ZooKeeper (the creator does not fill the cache); re-reads do not.
+        assert result["cache"]["read"] == {"hits": 0, "misses": 200}
+        assert result["cache"]["reread"] == {"hits": 200, "misses": 0}
+        assert result["reread_cached"]["entries"] == 200 and result["reread_cached"]["errors"] == 0
         assert result["delete"]["entries"] == 200
         assert set(client.get_children("/")) == before
     finally:

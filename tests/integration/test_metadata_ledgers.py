@@ -209,3 +209,22 @@ async def test_watch_survives_session_expiry(zk_hosts: str, meta: MetadataClient
                 return
 
     await asyncio.wait_for(closed_seen(), 15)
+
+
+async def test_cached_reads_stop_once_another_client_changes_the_ledger(
+    zk_hosts: str, meta: MetadataClient
+) -> None:
+    lm = meta.ledger_manager
+    v0 = await lm.create_ledger_metadata(44, metadata())
+    assert await lm.read_ledger_metadata_cached(44) == v0  # from ZooKeeper, with a watch
+    assert await lm.read_ledger_metadata_cached(44) == v0 and lm.cache.hits == 1
+    async with await MetadataClient.connect(zk_hosts, watch_bookies=False) as writer:
+        await writer.ledger_manager.write_ledger_metadata(44, v0.value.with_closed(1, 2), v0.version)
+
+    async def cache_dropped() -> None:
+        while lm.cache.get(44) is not None:  # noqa: ASYNC110 - the cache offers no event to wait on
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(cache_dropped(), 15)  # the watch event, not a clock, empties it
+    after = await lm.read_ledger_metadata_cached(44)
+    assert after.version == 1 and after.value.is_closed

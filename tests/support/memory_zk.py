@@ -2,14 +2,27 @@
 
 ``OpFaults`` is a ``before_op`` hook: it fails chosen operations the way a connection loss
 does (before they reach the server, so nothing applied) and can hold every create at a gate.
-``settle()`` lets the store's background work (watch deliveries, ``delete_nowait``) run."""
+``settle()`` lets the store's background work (watch deliveries, ``delete_nowait``) run.
+``open_metadata()`` is an open ledger's metadata for the ledger manager's tests."""
 
 from __future__ import annotations
 
 import asyncio
 
 from bkmeta.memory_store import MemoryZooKeeper
+from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkproto.errors import MetadataStoreError
+
+E3 = ("a:1", "b:2", "c:3")
+
+
+def open_metadata() -> LedgerMetadata:
+    return LedgerMetadata(
+        ensemble_size=3, write_quorum_size=2, ack_quorum_size=2, state=LedgerState.OPEN,
+        last_entry_id=-1, length=0, digest_type=DigestType.CRC32C, password=b"pw", ctime=1,
+        segments=(Segment(0, E3),),
+    )
+
 
 # where the registration of bookie "h:1" lives
 WRITABLE = "/ledgers/available/h:1"

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from bkmeta.store import (
+    CREATE_EPHEMERAL_SEQUENTIAL,
     EventType,
     MetadataStore,
     SessionEvent,
+    TransactionOp,
     WatchEvent,
     ZkBadVersionError,
     ZkNodeExistsError,
@@ -198,6 +200,17 @@ async def multi_is_all_or_nothing(h: StoreHarness) -> None:
     assert (await zk.get("/m"))[1].version == 1 and await zk.get_children("/m") == []
 
 
+async def multi_sequential_creates_take_consecutive_numbers(h: StoreHarness) -> None:
+    zk, other = await h.open(), await h.open()
+    await zk.create("/q")
+    await other.create("/q/ID-", b"", ephemeral=True, sequence=True)  # another client's id
+    ids: list[TransactionOp] = [(CREATE_EPHEMERAL_SEQUENTIAL, "/q/ID-", b"", -1)] * 3
+    created = await zk.multi([*ids, ("create", "/q/x", b"", -1)])
+    assert created == ["/q/ID-0000000001", "/q/ID-0000000002", "/q/ID-0000000003", "/q/x"]
+    assert (await zk.get("/q/ID-0000000002"))[1].ephemeralOwner == zk.session_id
+    assert await other.create("/q/ID-", b"", ephemeral=True, sequence=True) == "/q/ID-0000000005"
+
+
 Check = Callable[[StoreHarness], Awaitable[None]]
 
 CHECKS: list[Check] = [
@@ -210,4 +223,5 @@ CHECKS: list[Check] = [
     each_wrapped_watcher_is_a_watch_of_its_own,
     watches_on_missing_nodes_and_children,
     multi_is_all_or_nothing,
+    multi_sequential_creates_take_consecutive_numbers,
 ]

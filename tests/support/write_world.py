@@ -128,6 +128,9 @@ class FakeLedgerManager:
             raise NoSuchLedgerError(str(ledger_id))
         return self.ledgers[ledger_id]
 
+    async def read_ledger_metadata_cached(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        return await self.read_ledger_metadata(ledger_id)  # no cache: always the latest
+
     async def write_ledger_metadata(
         self, ledger_id: int, metadata: LedgerMetadata, version: int
     ) -> Versioned[LedgerMetadata]:

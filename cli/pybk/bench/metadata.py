@@ -1,10 +1,14 @@
 """``pybk bench metadata``: ledger metadata create (id + znode) and read rates against ZooKeeper.
 
-Three timed phases with ``--concurrency`` coroutines sharing one ZooKeeper session, as a client
-would: create (``generate_ledger_id`` + ``create_ledger_metadata``), read
-(``read_ledger_metadata`` of the created ledgers) and delete. The work runs under a private
+Timed phases with ``--concurrency`` coroutines sharing one ZooKeeper session, as a client would:
+create (``generate_ledger_id`` + ``create_ledger_metadata``); read (the first read of each created
+ledger through ``read_ledger_metadata_cached``, as ``open_ledger(recovery=False)`` does: the
+creator does not fill the cache, so every one of these is a ZooKeeper read, which also sets the
+cache's watch); reread (the same reads again, answered by the watched cache, as a client re-opening
+ledgers it opened before and that nobody changed since); and delete. The work runs under a private
 ledgers root (``/pybk-bench-<random>/ledgers``) removed at the end, so a live cluster is untouched.
-The main result is the create phase; ``read`` and ``delete`` carry the same report shape.
+The main result is the create phase; ``read``, ``reread_cached`` and ``delete`` carry the same
+report shape, ``cache`` the hits and misses the reads saw.
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ async def run_metadata_bench(zk_hosts: str, ops: int, concurrency: int, as_json:
             await lm.create_ledger_metadata(ids[i], md)
 
         async def read(i: int) -> None:
-            versioned = await lm.read_ledger_metadata(ids[i])
+            versioned = await lm.read_ledger_metadata_cached(ids[i])
             if versioned.value != md:
                 raise AssertionError(f"ledger {ids[i]} read back different metadata")
 
@@ -125,10 +129,22 @@ async def run_metadata_bench(zk_hosts: str, ops: int, concurrency: int, as_json:
 
         creates = await _phase("create", ops, concurrency, create, as_json)
         reads = await _phase("read", ops, concurrency, read, as_json)
+        cache = lm.cache
+        cold = {"hits": cache.hits, "misses": cache.misses}
+        rereads = await _phase("reread", ops, concurrency, read, as_json)
+        warm = {"hits": cache.hits - cold["hits"], "misses": cache.misses - cold["misses"]}
         deletes = await _phase("delete", ops, concurrency, delete, as_json)
         creates.extra = {
             "concurrency": concurrency,
             "read": reads.as_dict(with_series=False),
+            "reread_cached": rereads.as_dict(with_series=False),
+            "cache": {"read": cold, "reread": warm, "capacity": cache.capacity},
+            "phases": {
+                "create": "generate_ledger_id + create_ledger_metadata (the creator does not fill the cache)",
+                "read": "first read of each ledger by this client: a ZooKeeper getData each, with a watch",
+                "reread_cached": "the same ledgers read again, unchanged: answered by the watched cache",
+                "delete": "remove_ledger_metadata",
+            },
             "delete": deletes.as_dict(with_series=False),
         }
         return creates

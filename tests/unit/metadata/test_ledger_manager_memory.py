@@ -4,23 +4,13 @@ session expiry), iteration; and ``MetadataUpdateLoop`` over it when writers race
 from __future__ import annotations
 
 import pytest
-from tests.support.memory_zk import settle
+from tests.support.memory_zk import open_metadata, settle
 
 from bkmeta.ledger_manager import ZkLedgerManager
 from bkmeta.memory_store import MemoryZooKeeper
-from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment, Versioned
+from bkmeta.model import LedgerMetadata, LedgerState, Versioned
 from bkmeta.update_loop import MetadataUpdateLoop
 from bkproto.errors import LedgerExistsError, MetadataVersionError, NoSuchLedgerError
-
-E3 = ("a:1", "b:2", "c:3")
-
-
-def open_metadata() -> LedgerMetadata:
-    return LedgerMetadata(
-        ensemble_size=3, write_quorum_size=2, ack_quorum_size=2, state=LedgerState.OPEN,
-        last_entry_id=-1, length=0, digest_type=DigestType.CRC32C, password=b"pw", ctime=1,
-        segments=(Segment(0, E3),),
-    )
 
 
 async def test_create_read_cas_delete() -> None:
