@@ -254,15 +254,12 @@ class ReadChunkOp:
             stride=stride,
             timeout=config.read_entry_timeout_s,
         )
-        verify = self._digest.verify_entry
-        entries: list[LedgerEntry] = []
-        entry_id = first_id
-        try:
-            for body in bodies[:wanted]:  # a bookie may hold entries past the range's end
-                entries.append(LedgerEntry(ledger_id, entry_id, verify(entry_id, body).payload))
-                entry_id += stride
-        except DigestMismatchError as exc:
-            log.warning("bookie %s returned a corrupt copy: %s", bookie_id, exc)
+        payloads, corrupt = self._digest.verify_entries(first_id, stride, bodies[:wanted])
+        # a bookie may hold entries past the range's end: those were not asked for
+        ids = range(first_id, first_id + len(payloads) * stride, stride)
+        entries = [LedgerEntry(ledger_id, i, payload) for i, payload in zip(ids, payloads, strict=True)]
+        if corrupt is not None:
+            log.warning("bookie %s returned a corrupt copy: %s", bookie_id, corrupt)
             return entries, False
         return entries, True
 

@@ -39,6 +39,7 @@ from .kv import RocksTuning
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv, tuned_rocks_kv
 from .log_garbage import LogFacts, LogUsage
+from .range_read import RunReader, read_range
 from .read_cache import ReadCache
 from .read_pool import ReadPool
 from .stats import StorageStats
@@ -536,10 +537,17 @@ class DbLedgerStorage:
         )  # fmt: skip
         if not run:
             return None
-        for eid, data in run:
-            self.read_cache.put(ledger_id, eid, data)
+        self.read_cache.put_run(ledger_id, run)
         self.stats.read_cache_size.set(self.read_cache.size)
         return run[0][1]
+
+    async def read_range(
+        self, ledger_id: int, first: int, max_count: int, max_bytes: int, stride: int = 1
+    ) -> list[bytes]:
+        return await read_range(self, ledger_id, first, max_count, max_bytes, stride)
+
+    def run_reader(self, ledger_id: int) -> RunReader:
+        return self.dir_for(ledger_id).read_run
 
     def last_entry(self, ledger_id: int) -> int:
         stored = self.dir_for(ledger_id).locations.last_entry(ledger_id)
