@@ -39,7 +39,7 @@ from .kv import RocksTuning
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv, tuned_rocks_kv
 from .log_garbage import LogFacts, LogUsage
-from .range_read import RunReader, read_range
+from .range_read import RecentRuns, RunReader, read_range
 from .read_cache import ReadCache
 from .read_pool import ReadPool
 from .stats import StorageStats
@@ -87,6 +87,8 @@ class DbLedgerStorage:
         stats.journal_queue_size.set_function(lambda: sum(j.outstanding for j in self.journals))
         self.write_cache = WriteCache(config.write_cache_bytes)
         self.read_cache = ReadCache(config.read_cache_bytes)
+        # range reads' entry-log runs: half the read-ahead cache's bound again (range_read.py)
+        self.recent_runs = RecentRuns(config.read_cache_bytes // 2)
         self.read_pool = ReadPool.from_config(config, stats)
         self.marks = [LogMark(0, 0)] * count  # last persisted LastLogMark of each journal
         self.replayed_records = 0
@@ -464,6 +466,7 @@ class DbLedgerStorage:
         for ledger_id in ledger_ids:
             self.write_cache.drop_ledger(ledger_id)
         self.read_cache.drop_ledgers(ledger_ids)
+        self.recent_runs.drop_ledgers(ledger_ids)
         self.stats.write_cache_size.set(self.write_cache.size)
         by_dir: dict[int, list[int]] = {}
         for ledger_id in ledger_ids:

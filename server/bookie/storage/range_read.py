@@ -6,15 +6,20 @@ each costs a coroutine, three cache lookups, two stat updates and, every read-ah
 a read thread. Here the caches are looked up in one loop without yielding, the stats are updated
 once per call, and a cache miss reads in one blocking call on the read pool the entry-log run that
 covers the rest of the range (for a strided range, the entries in between too: the bookie holds
-the neighbouring residue of a striped ledger as well, and its reader usually asks for it next).
-What the run read and the range does not take goes to the read-ahead cache, as BookKeeper's
-read-ahead does.
+the neighbouring residue of a striped ledger as well, and its reader asks for it at the same time).
+
+Runs are kept in :class:`RecentRuns`, not entry by entry in the read-ahead cache: a range read
+that misses the caches looks there first, and waits for a run still being read that will hold
+its entry rather than reading the same entries again. A run is found once per miss, where the
+read-ahead cache costs a put and an eviction per entry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from .config import StorageConfig
@@ -26,6 +31,71 @@ from .write_cache import WriteCache
 RunReader = Callable[[int, int, int, int], list[tuple[int, bytes]]]
 
 
+class _Run:
+    """One entry-log run of a ledger: being read (``entries`` None) or read."""
+
+    __slots__ = ("done", "entries", "first", "ledger_id", "nbytes", "span_end")
+
+    def __init__(self, ledger_id: int, first: int, span_end: int) -> None:
+        self.ledger_id = ledger_id
+        self.first = first
+        self.span_end = span_end  # ids below it are in the run if the ledger holds them
+        self.done: asyncio.Future[dict[int, bytes] | None] = asyncio.get_running_loop().create_future()
+        self.entries: dict[int, bytes] | None = None
+        self.nbytes = 0
+
+
+class RecentRuns:
+    """The runs range reads have read lately or are reading, the oldest dropped past ``max_bytes``
+    (the newest is always kept). Loop only."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._runs: deque[_Run] = deque()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def find(self, ledger_id: int, entry_id: int) -> _Run | None:
+        """The newest run that holds ``entry_id``, or that is being read and should."""
+        for run in reversed(self._runs):
+            if run.ledger_id != ledger_id or not run.first <= entry_id < run.span_end:
+                continue
+            if run.entries is None or entry_id in run.entries:
+                return run
+        return None
+
+    def start(self, ledger_id: int, first: int, span_end: int) -> _Run:
+        run = _Run(ledger_id, first, span_end)
+        self._runs.append(run)
+        return run
+
+    def finish(self, run: _Run, entries: dict[int, bytes] | None) -> None:
+        """The run's entries (None: its read failed, and it is forgotten); its waiters go on."""
+        if entries is None:
+            self._forget(run)
+        else:
+            run.entries = entries
+            run.nbytes = sum(map(len, entries.values()))
+            self.size += run.nbytes
+            while self.size > self.max_bytes and len(self._runs) > 1:
+                self._forget(self._runs[0])
+        if not run.done.done():
+            run.done.set_result(entries)
+
+    def _forget(self, run: _Run) -> None:
+        try:
+            self._runs.remove(run)
+        except ValueError:
+            return
+        self.size -= run.nbytes
+
+    def drop_ledgers(self, ledger_ids: Collection[int]) -> None:
+        for run in [r for r in self._runs if r.ledger_id in ledger_ids]:
+            self._forget(run)
+
+
 class RangeSource(Protocol):
     """What a range read needs of ``DbLedgerStorage``."""
 
@@ -34,6 +104,7 @@ class RangeSource(Protocol):
     write_cache: WriteCache
     read_cache: ReadCache
     read_pool: ReadPool
+    recent_runs: RecentRuns
 
     def run_reader(self, ledger_id: int) -> RunReader:
         """The blocking ``read_run`` of the ledger's directory."""
@@ -66,10 +137,15 @@ async def read_range(
                     if body is not None:
                         ahead_hits += 1
                     else:
-                        misses += 1
-                        fetched = await _read_run(
-                            source, ledger_id, entry_id, max_count - len(out), max_bytes - size, stride
-                        )
+                        found = await _recent_run(source.recent_runs, ledger_id, entry_id)
+                        if found is not None:
+                            ahead_hits += 1
+                        else:
+                            misses += 1
+                            found = await _read_run(
+                                source, ledger_id, entry_id, max_count - len(out), max_bytes - size, stride
+                            )
+                        fetched = found
                         body = fetched.get(entry_id)
                         if body is None:
                             missing = True
@@ -96,19 +172,32 @@ async def read_range(
     return out
 
 
+async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> dict[int, bytes] | None:
+    """The entries of a recent run holding ``entry_id``, waiting for one being read."""
+    run = runs.find(ledger_id, entry_id)
+    if run is None:
+        return None
+    # shielded: a caller that gives up must not cancel the run for the others waiting on it
+    entries = run.entries if run.entries is not None else await asyncio.shield(run.done)
+    return entries if entries is not None and entry_id in entries else None
+
+
 async def _read_run(
     source: RangeSource, ledger_id: int, entry_id: int, wanted: int, wanted_bytes: int, stride: int
 ) -> dict[int, bytes]:
     """The entries from ``entry_id`` on, read from the entry logs in one call on the read pool:
     enough to cover ``wanted`` entries ``stride`` apart (at least a read-ahead batch) and about
-    ``wanted_bytes`` of them, and no more than half the read cache. The entries of the run this
-    range does not take go to the read cache: the read-ahead past its end, and the other residues
-    of a striped ledger. Those it takes do not: caching them would only push out others."""
-    cache = source.read_cache
+    ``wanted_bytes`` of them, and no more than a quarter of the recent runs' bound. Others
+    reading the same ledger meanwhile wait for it rather than read the same entries again."""
+    runs = source.recent_runs
     count = max((wanted - 1) * stride + 1, 1 + source.config.read_ahead_batch_size)
-    budget = max(1, min(cache.max_bytes // 2, wanted_bytes * stride))
-    run = await source.read_pool.run(source.run_reader(ledger_id), ledger_id, entry_id, count, budget)
-    end = entry_id + wanted * stride
-    cache.put_run(ledger_id, [(e, b) for e, b in run if e >= end or (e - entry_id) % stride])
-    source.stats.read_cache_size.set(cache.size)
-    return dict(run)
+    budget = max(1, min(runs.max_bytes // 4, wanted_bytes * stride))
+    run = runs.start(ledger_id, entry_id, entry_id + count)
+    entries: dict[int, bytes] | None = None
+    try:
+        entries = dict(
+            await source.read_pool.run(source.run_reader(ledger_id), ledger_id, entry_id, count, budget)
+        )
+    finally:
+        runs.finish(run, entries)
+    return entries
