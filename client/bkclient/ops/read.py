@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
-from bkclient.entry import LedgerEntry
+from bkclient.entry import LedgerEntry, ledger_entries
 from bkclient.transport import BookieConnection
 from bkmeta.model import LedgerMetadata
 from bkproto.errors import (
@@ -256,8 +256,7 @@ class ReadChunkOp:
         )
         payloads, corrupt = self._digest.verify_entries(first_id, stride, bodies[:wanted])
         # a bookie may hold entries past the range's end: those were not asked for
-        ids = range(first_id, first_id + len(payloads) * stride, stride)
-        entries = [LedgerEntry(ledger_id, i, payload) for i, payload in zip(ids, payloads, strict=True)]
+        entries = ledger_entries(ledger_id, first_id, stride, payloads)
         if corrupt is not None:
             log.warning("bookie %s returned a corrupt copy: %s", bookie_id, corrupt)
             return entries, False
