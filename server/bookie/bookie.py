@@ -373,8 +373,12 @@ class Bookie:
         ledger = self._keyed(ledger_id, master_key, updates)
         ledger.explicit_lac_body = body
         updates.append(LedgerUpdate(ledger_id, UpdateKind.EXPLICIT_LAC, body))
-        await self._write_durably(updates)
+        durable = self.storage.write(updates, ())  # applied now, durable when awaited
+        # Published before it is durable, as an add's piggybacked LAC is (see _publish_lacs): the
+        # writer saw these entries acknowledged by an ack quorum, so the LAC is true either way,
+        # and long polls waiting for it should not wait for a journal sync too.
         self._advance_lac(ledger_id, ledger, lac)
+        await _storage_errors_as_eio(durable)
 
     async def force_ledger(self, ledger_id: int) -> None:
         _check_ids(ledger_id)
