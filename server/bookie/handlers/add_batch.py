@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from operator import itemgetter
 
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, BookieCore, malformed_add
@@ -30,6 +31,8 @@ EUA = bookie_pb2.EUA
 EREADONLY = bookie_pb2.EREADONLY
 RECOVERY_ADD = bookie_pb2.RECOVERY_ADD
 DEFERRED_SYNC = bookie_pb2.DEFERRED_SYNC
+_MASTER_KEY = itemgetter(2)  # AddOp.master_key, read in C
+_BODY = itemgetter(3)  # AddOp.body
 # Failed adds of one batch whose answer carries a message; the rest carry their status only.
 _DETAILED_FAILURES = 16
 
@@ -128,33 +131,38 @@ class AddBatchProcessor:
     def _validate(
         self, adds: Sequence[bookie_pb2.AddRequest], read_only: bool
     ) -> tuple[list[AddOp], dict[int, tuple[int, str]]]:
-        """The well-formed adds as core ops, and index in ``adds`` -> why each other one is refused."""
+        """The well-formed adds as core ops, and index in ``adds`` -> why each other one is refused.
+
+        Only the checks the core does not make: a master key present at all and the configured
+        size limit (the ids, the header and read-only are the core's, BookieCore.add_entries).
+        One pass builds every op and two C-level passes check them; a batch with a refusal in it
+        is filtered in a second, slower pass, where check() explains each refusal."""
+        new = tuple.__new__  # AddOp's own constructor, without its Python-level __new__ frame
+        ops: list[AddOp] = [
+            new(
+                AddOp,
+                (
+                    add.ledger_id,
+                    add.entry_id,
+                    add.master_key,
+                    add.body,
+                    add.flags & RECOVERY_ADD != 0,
+                    add.write_flags & DEFERRED_SYNC != 0,
+                ),
+            )
+            for add in adds
+        ]
         max_entry_bytes = self._max_entry_bytes
-        ops: list[AddOp] = []
+        if all(map(_MASTER_KEY, ops)) and max(map(len, map(_BODY, ops)), default=0) <= max_entry_bytes:
+            return ops, {}
+        accepted: list[AddOp] = []
         rejected: dict[int, tuple[int, str]] = {}
-        for index, add in enumerate(adds):
-            # Fast path inlined: this loop runs once per entry. check() explains refusals.
-            ledger_id = add.ledger_id
-            entry_id = add.entry_id
-            body = add.body
-            master_key = add.master_key
-            # Only the checks the core does not make: the ids, the header's ids, the header's size,
-            # the key's size and read-only are checked once, by the core (BookieCore.add_entries),
-            # with the same statuses. An add that fails here gets check()'s full answer.
-            if master_key and len(body) <= max_entry_bytes:
-                ops.append(
-                    AddOp(
-                        ledger_id,
-                        entry_id,
-                        master_key,
-                        body,
-                        bool(add.flags & RECOVERY_ADD),
-                        bool(add.write_flags & DEFERRED_SYNC),
-                    )
-                )
+        for index, op in enumerate(ops):
+            if op.master_key and len(op.body) <= max_entry_bytes:
+                accepted.append(op)
             else:
-                rejected[index] = self.check(add, read_only) or (EBADREQ, "invalid add")
-        return ops, rejected
+                rejected[index] = self.check(adds[index], read_only) or (EBADREQ, "invalid add")
+        return accepted, rejected
 
     @staticmethod
     def _answer(

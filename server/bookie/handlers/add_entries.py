@@ -54,6 +54,7 @@ class TooManyAdds(DecodeError):
 
 
 _ADDS_TAG = 0x0A  # field 1 (adds), length-delimited: every top-level add starts with this byte
+_MIN_ADD_BYTES = 2  # the smallest add on the wire: its tag and a zero length
 
 
 class AddEntriesDecoder:
@@ -65,11 +66,18 @@ class AddEntriesDecoder:
         self.max_adds = max_adds
 
     def __call__(self, data: bytes) -> SizedAddEntriesRequest:
-        # Each add begins with a 0x0A byte, so a message with few of them has few adds; only one
-        # with many (payloads full of newlines, or a flood of adds) is walked, add by add, and the
-        # walk stops as soon as it is past the limit.
-        if data.count(_ADDS_TAG) > self.max_adds and _count_adds(data, self.max_adds) > self.max_adds:
-            raise TooManyAdds(f"a message with more than {self.max_adds} adds (maxAddsPerMessage)")
+        # An add takes at least 2 bytes on the wire (its tag and its length), so a message of at
+        # most twice the limit cannot exceed it, and is not scanned (the scan costs more per byte
+        # than decoding the message itself). Each add begins with a 0x0A byte, so a message
+        # with few of them has few adds; only one with many (payloads full of newlines, or a
+        # flood of adds) is walked, add by add, and the walk stops as soon as it is past the limit.
+        max_adds = self.max_adds
+        if (
+            len(data) > _MIN_ADD_BYTES * max_adds
+            and data.count(_ADDS_TAG) > max_adds
+            and _count_adds(data, max_adds) > max_adds
+        ):
+            raise TooManyAdds(f"a message with more than {max_adds} adds (maxAddsPerMessage)")
         return parse_add_entries(data)
 
 

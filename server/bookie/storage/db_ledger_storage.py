@@ -34,7 +34,7 @@ from .config import StorageConfig
 from .flush_pacer import BUDGET_SHARE_OF_FILL_TIME, HURRY_AT_ACTIVE_SHARE, FlushPacer
 from .health import StorageHealth
 from .journal import Journal, JournalSettings
-from .journal_format import RECORD_HEADER_SIZE, RecordType, entry_record_header, record_update, update_record
+from .journal_format import RecordType, entry_records, record_update, update_record
 from .kv import RocksTuning
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv, tuned_rocks_kv
@@ -86,6 +86,7 @@ class DbLedgerStorage:
         # read at scrape time: no gauge update on the add path
         stats.journal_queue_size.set_function(lambda: sum(j.outstanding for j in self.journals))
         self.write_cache = WriteCache(config.write_cache_bytes)
+        stats.write_cache_size.set_function(lambda: self.write_cache.size)
         self.read_cache = ReadCache(config.read_cache_bytes)
         # range reads' entry-log runs: half the read-ahead cache's bound again (range_read.py)
         self.recent_runs = RecentRuns(config.read_cache_bytes // 2)
@@ -272,14 +273,12 @@ class DbLedgerStorage:
         records = len(parts) + len(entries)
         nbytes = sum(map(len, parts))
         self.write_cache.active.put_all(entries)
-        record_header = entry_record_header
-        append = parts.append
-        for _, _, _, body, _, _ in entries:
-            append(record_header(body))
-            append(body)
-            nbytes += len(body)
+        if entries:
+            entry_parts, entry_bytes = entry_records([op[3] for op in entries])  # op[3]: the body
+            parts += entry_parts
+            nbytes += entry_bytes
         self.after_put()
-        return parts, nbytes + RECORD_HEADER_SIZE * len(entries), records
+        return parts, nbytes, records
 
     async def _submit(self, journal: Journal, parts: list[bytes], nbytes: int, records: int) -> None:
         if parts:
@@ -319,7 +318,6 @@ class DbLedgerStorage:
 
     def after_put(self) -> None:
         cache = self.write_cache
-        self.stats.write_cache_size.set(cache.size)
         if self.health.index_failure is not None:
             return  # flushes cannot succeed before a restart (make_room refuses once full)
         if cache.active.size >= cache.half_capacity and cache.flushing is None and not self._closed:
@@ -363,7 +361,6 @@ class DbLedgerStorage:
         self.health.flush_succeeded()
         self.write_cache.flush_done()
         self.stats.flush.observe((time.perf_counter() - started) * 1000.0)
-        self.stats.write_cache_size.set(self.write_cache.size)
 
     def _keep_unflushed(self, half: WriteCacheHalf, flushed: list[int]) -> None:
         """After a failed flush: the ledgers directories did write and index (``flushed``) leave
@@ -467,7 +464,6 @@ class DbLedgerStorage:
             self.write_cache.drop_ledger(ledger_id)
         self.read_cache.drop_ledgers(ledger_ids)
         self.recent_runs.drop_ledgers(ledger_ids)
-        self.stats.write_cache_size.set(self.write_cache.size)
         by_dir: dict[int, list[int]] = {}
         for ledger_id in ledger_ids:
             by_dir.setdefault(ledger_id % len(self.dirs), []).append(ledger_id)

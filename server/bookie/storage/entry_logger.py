@@ -31,6 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import BinaryIO
 
@@ -181,6 +182,14 @@ class EntryLogger:
     ) -> tuple[list[bytes], list[bytes]]:
         """Append entries ``entry_ids`` (ascending) of one ledger, bodies from ``bodies``; return
         their location-index keys and values, in the same order."""
+        if self._fd < 0:
+            self._open_new()
+        start = self._offset
+        chunk = [bodies[entry_id] for entry_id in entry_ids]
+        sizes = list(map(len, chunk))
+        total = sum(sizes) + RECORD_HEADER_SIZE * len(sizes)
+        if start + total <= self.size_limit:  # the usual case: no rollover inside this chunk
+            return self._append_fitting(ledger_id, entry_ids, chunk, sizes, start, total)
         keys: list[bytes] = []
         locations: list[bytes] = []
         parts: list[bytes] = []
@@ -188,9 +197,6 @@ class EntryLogger:
         pack_loc = LOCATION.pack
         pack_key = _KEY.pack
         crc = crc32c.crc32c
-        if self._fd < 0:
-            self._open_new()
-        start = self._offset
         offset = start
         appended = 0
         for entry_id in entry_ids:
@@ -212,6 +218,35 @@ class EntryLogger:
         self._write_at(parts, start)
         self._offset = offset
         self._add_ledger_bytes(ledger_id, appended)
+        return keys, locations
+
+    def _append_fitting(
+        self,
+        ledger_id: int,
+        entry_ids: Sequence[int],
+        chunk: list[bytes],
+        sizes: list[int],
+        start: int,
+        total: int,
+    ) -> tuple[list[bytes], list[bytes]]:
+        """:meth:`append` of entries that all fit in the current log, in one pass per field
+        (headers, keys, locations) instead of a chain of calls per entry: the same bytes, at a
+        fraction of the flush thread's time under the GIL."""
+        count = len(sizes)
+        pack_rec = RECORD_HEADER.pack
+        crc = crc32c.crc32c
+        parts: list[bytes] = [b""] * (2 * count)
+        parts[0::2] = [
+            pack_rec(RECORD_HEADER_SIZE - 4 + size, ledger_id, entry_id, crc(body))
+            for entry_id, body, size in zip(entry_ids, chunk, sizes, strict=True)
+        ]
+        parts[1::2] = chunk
+        offsets = accumulate([RECORD_HEADER_SIZE + size for size in sizes[:-1]], initial=start)
+        keys = list(map(_KEY.pack, repeat(ledger_id, count), entry_ids))
+        locations = list(map(LOCATION.pack, repeat(self.current_id, count), offsets, sizes))
+        self._write_at(parts, start)
+        self._offset = start + total
+        self._add_ledger_bytes(ledger_id, total)
         return keys, locations
 
     def _add_ledger_bytes(self, ledger_id: int, nbytes: int) -> None:

@@ -77,6 +77,22 @@ def entry_record_header(body: bytes) -> bytes:
     return _pack_header(len(body), _crc(body, _ENTRY_SEED), _ENTRY_TYPE)
 
 
+def entry_records(bodies: list[bytes]) -> tuple[list[bytes], int]:
+    """The ENTRY records of a batch as journal parts, each record's header then its body
+    (unchanged, not copied), and their size in bytes: byte for byte the records
+    :func:`entry_record_header` makes, in one pass over the batch rather than a call per entry
+    (the add path's per-entry work is what its throughput is made of)."""
+    seed = _ENTRY_SEED
+    entry_type = _ENTRY_TYPE
+    sizes = list(map(len, bodies))
+    parts: list[bytes] = [b""] * (2 * len(bodies))
+    parts[0::2] = [
+        _pack_header(size, _crc(body, seed), entry_type) for body, size in zip(bodies, sizes, strict=True)
+    ]
+    parts[1::2] = bodies
+    return parts, sum(sizes) + RECORD_HEADER_SIZE * len(bodies)
+
+
 def record(record_type: RecordType, payload: bytes) -> bytes:
     return _pack_header(len(payload), _crc(payload, _TYPE_SEED[record_type]), record_type) + payload
 

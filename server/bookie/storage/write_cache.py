@@ -87,7 +87,10 @@ class WriteCache:
 
     @property
     def size(self) -> int:
-        return self.active.size + (self.flushing.size if self.flushing is not None else 0)
+        """Bytes in both halves; also read by metrics scrapes on another thread, hence the one
+        read of ``flushing``."""
+        flushing = self.flushing
+        return self.active.size + (flushing.size if flushing is not None else 0)
 
     def has_room(self, nbytes: int) -> bool:
         """An empty half always takes one batch, so an entry larger than a half still goes in."""

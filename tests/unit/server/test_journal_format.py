@@ -14,6 +14,7 @@ from bookie.storage.journal_format import (
     RecordType,
     ScanEnd,
     entry_record_header,
+    entry_records,
     explicit_lac_record,
     fence_record,
     file_header,
@@ -50,6 +51,16 @@ def test_records_round_trip_and_end_clean_in_zero_fill() -> None:
     assert bytes(records[0][1])[8:] == b"k" * 20
     assert bytes(records[3][1])[16:] == b"lacbody"
     assert scan_end(data, records[-1][2]) is ScanEnd.CLEAN
+
+
+def test_a_batch_of_entry_records_is_the_records_of_its_entries_byte_for_byte() -> None:
+    bodies = [HEADER.pack(7, i, i - 1, 100 * (i + 1)) + bytes([i]) * (i * 37) for i in range(5)]
+    parts, nbytes = entry_records(bodies)
+    expected = b"".join(record(RecordType.ENTRY, body) for body in bodies)
+    assert b"".join(parts) == expected
+    assert nbytes == len(expected)
+    assert [bytes(payload) for _, payload, _ in scan_records(expected, 0)] == bodies
+    assert entry_records([]) == ([], 0)
 
 
 def test_torn_tail_is_cut() -> None:

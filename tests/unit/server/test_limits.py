@@ -85,6 +85,14 @@ def test_decoder_refuses_a_message_over_the_adds_limit_before_decoding() -> None
         decode(b"\x0a\x00" * 10_000_000)  # ten million empty adds: refused without decoding them
 
 
+def test_decoder_counts_exactly_at_the_smallest_adds() -> None:
+    # empty adds (2 bytes each): the smallest a message of that many adds can be
+    decode = AddEntriesDecoder(max_adds=100)
+    assert len(decode(b"\x0a\x00" * 100).request.adds) == 100
+    with pytest.raises(TooManyAdds):
+        decode(b"\x0a\x00" * 101)
+
+
 def test_decoder_takes_few_adds_whose_payloads_are_full_of_newlines() -> None:
     # 0x0A starts every add on the wire, and is also "\n": payloads full of them must not count
     message = adds_message(5, b"\n" * 1000)
