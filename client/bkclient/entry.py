@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -17,6 +18,34 @@ class LedgerEntry:
     @property
     def length(self) -> int:
         return len(self.data)
+
+
+# the slot descriptors of LedgerEntry's fields
+_new = object.__new__
+_SlotSetter = Callable[[LedgerEntry, object], None]
+_set_ledger_id: _SlotSetter = LedgerEntry.__dict__["ledger_id"].__set__
+_set_entry_id: _SlotSetter = LedgerEntry.__dict__["entry_id"].__set__
+_set_data: _SlotSetter = LedgerEntry.__dict__["data"].__set__
+
+
+def ledger_entries(
+    ledger_id: int, first_id: int, stride: int, payloads: Sequence[bytes]
+) -> list[LedgerEntry]:
+    """``LedgerEntry(ledger_id, first_id + i * stride, payloads[i])`` for each payload, as a range
+    read makes them a thousand at a time. A frozen dataclass's ``__init__`` goes through
+    ``object.__setattr__`` per field; filling the slots directly makes the same objects in about
+    half the time."""
+    out: list[LedgerEntry] = []
+    append = out.append
+    entry_id = first_id
+    for payload in payloads:
+        entry = _new(LedgerEntry)
+        _set_ledger_id(entry, ledger_id)
+        _set_entry_id(entry, entry_id)
+        _set_data(entry, payload)
+        append(entry)
+        entry_id += stride
+    return out
 
 
 @dataclass(frozen=True, slots=True)

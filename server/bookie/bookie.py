@@ -293,22 +293,23 @@ class Bookie:
             raise bad_request(f"first entry id {first_entry_id} is negative")
         if stride < 1:
             raise bad_request(f"stride {stride} must be positive")
-        out = [await self.read_entry(ledger_id, first_entry_id)]
-        size = len(out[0])
-        entry_id = first_entry_id + stride
-        while len(out) < max_count and (last_entry_id is None or entry_id <= last_entry_id):
-            try:
-                body = await self.read_entry(ledger_id, entry_id)
-            except BookieError as exc:
-                if exc.status == bookie_pb2.ENOENTRY:
-                    break
-                raise
-            if size + len(body) > max_bytes:
-                break
-            out.append(body)
-            size += len(body)
-            entry_id += stride
-        return out
+        if last_entry_id is not None:
+            max_count = min(max_count, max(1, (last_entry_id - first_entry_id) // stride + 1))
+        try:
+            if self._ledgers.get(ledger_id) is None:
+                raise no_ledger(ledger_id)
+            # one storage call for the whole range: its caches and entry logs are read in bulk
+            bodies = await self.storage.read_range(ledger_id, first_entry_id, max_count, max_bytes, stride)
+        except BookieError:
+            raise
+        except Exception as exc:
+            log.exception("read of %d/%d.. failed", ledger_id, first_entry_id)
+            raise BookieError(
+                bookie_pb2.EIO, f"storage error reading {ledger_id}/{first_entry_id}..: {exc}"
+            ) from exc
+        if not bodies:
+            raise no_entry(ledger_id, first_entry_id)
+        return bodies
 
     def last_add_confirmed(self, ledger_id: int) -> int:
         ledger = self._ledgers.get(ledger_id) if ledger_id >= 0 else None
@@ -372,8 +373,12 @@ class Bookie:
         ledger = self._keyed(ledger_id, master_key, updates)
         ledger.explicit_lac_body = body
         updates.append(LedgerUpdate(ledger_id, UpdateKind.EXPLICIT_LAC, body))
-        await self._write_durably(updates)
+        durable = self.storage.write(updates, ())  # applied now, durable when awaited
+        # Published before it is durable, as an add's piggybacked LAC is (see _publish_lacs): the
+        # writer saw these entries acknowledged by an ack quorum, so the LAC is true either way,
+        # and long polls waiting for it should not wait for a journal sync too.
         self._advance_lac(ledger_id, ledger, lac)
+        await _storage_errors_as_eio(durable)
 
     async def force_ledger(self, ledger_id: int) -> None:
         _check_ids(ledger_id)

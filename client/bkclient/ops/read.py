@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
-from bkclient.entry import LedgerEntry
+from bkclient.entry import LedgerEntry, ledger_entries
 from bkclient.transport import BookieConnection
 from bkmeta.model import LedgerMetadata
 from bkproto.errors import (
@@ -254,15 +254,11 @@ class ReadChunkOp:
             stride=stride,
             timeout=config.read_entry_timeout_s,
         )
-        verify = self._digest.verify_entry
-        entries: list[LedgerEntry] = []
-        entry_id = first_id
-        try:
-            for body in bodies[:wanted]:  # a bookie may hold entries past the range's end
-                entries.append(LedgerEntry(ledger_id, entry_id, verify(entry_id, body).payload))
-                entry_id += stride
-        except DigestMismatchError as exc:
-            log.warning("bookie %s returned a corrupt copy: %s", bookie_id, exc)
+        payloads, corrupt = self._digest.verify_entries(first_id, stride, bodies[:wanted])
+        # a bookie may hold entries past the range's end: those were not asked for
+        entries = ledger_entries(ledger_id, first_id, stride, payloads)
+        if corrupt is not None:
+            log.warning("bookie %s returned a corrupt copy: %s", bookie_id, corrupt)
             return entries, False
         return entries, True
 

@@ -30,10 +30,11 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from bkclient.digest import DigestManager
-from bkclient.entry import LastConfirmedAndEntry, LedgerEntry
+from bkclient.entry import LastConfirmedAndEntry, LedgerEntry, ledger_entries
 from bkclient.ops.read import ReadContext, discard_tasks, segment_end, write_set_bookies
 from bkclient.ops.read_lac import ReadLastConfirmedAndEntryOp
 from bkmeta.model import LedgerMetadata
+from bkproto.entry_format import HEADER
 from bkproto.errors import BKError
 
 log = logging.getLogger(__name__)
@@ -91,16 +92,16 @@ class StridePolls:
         result = await self._ctx.bookie(bookie_id).stride_poll(
             self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
         )
-        lac = result.max_lac
-        entries = []
-        for i, body in enumerate(result.bodies):
-            entry_id = first + i * stride
-            verified = self._digest.verify_header(body)
-            if verified.entry_id != entry_id:
-                raise _Stopped(f"bookie {bookie_id} answered entry {verified.entry_id} for {entry_id}")
-            lac = max(lac, verified.last_add_confirmed, entry_id)
-            entries.append(LedgerEntry(self._ledger_id, entry_id, verified.payload))
-        return lac, entries
+        bodies = result.bodies
+        payloads, corrupt = self._digest.verify_entries(first, stride, bodies)
+        if corrupt is not None:
+            raise _Stopped(f"bookie {bookie_id} answered a body that does not verify: {corrupt}")
+        if not bodies:
+            return result.max_lac, []
+        # each verified body's header carries the LAC its writer had when it sent the entry
+        piggybacked = max(HEADER.unpack_from(body)[2] for body in bodies)
+        lac = max(result.max_lac, piggybacked, first + (len(bodies) - 1) * stride)
+        return lac, ledger_entries(self._ledger_id, first, stride, payloads)
 
     def _first_cursors(self) -> dict[str, int]:
         """Each bookie's first entry to poll for: the entries of the next stride it ends."""

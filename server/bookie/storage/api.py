@@ -131,6 +131,14 @@ class LedgerStorage(Protocol):
         """The entry's body; None if not stored."""
         ...
 
+    async def read_range(
+        self, ledger_id: int, first: int, max_count: int, max_bytes: int, stride: int = 1
+    ) -> list[bytes]:
+        """Bodies of ``first``, ``first + stride``, ... up to the first one not stored, at most
+        ``max_count`` of them and, past the first, no more than ``max_bytes`` in all. Empty if
+        ``first`` is not stored. Range reads (catch-up readers) pay per call, not per entry."""
+        ...
+
     async def entry_ids(self, ledger_id: int) -> list[int]:
         """Every stored entry id of the ledger, ascending."""
         ...

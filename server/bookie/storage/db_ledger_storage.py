@@ -39,6 +39,7 @@ from .kv import RocksTuning
 from .last_mark import mark_file_name, mark_order, read_mark, write_mark
 from .ledger_directory import IndexWriteError, KvFactory, LedgerDirectory, rocks_kv, tuned_rocks_kv
 from .log_garbage import LogFacts, LogUsage
+from .range_read import RecentRuns, RunReader, read_range
 from .read_cache import ReadCache
 from .read_pool import ReadPool
 from .stats import StorageStats
@@ -87,6 +88,8 @@ class DbLedgerStorage:
         self.write_cache = WriteCache(config.write_cache_bytes)
         stats.write_cache_size.set_function(lambda: self.write_cache.size)
         self.read_cache = ReadCache(config.read_cache_bytes)
+        # range reads' entry-log runs: half the read-ahead cache's bound again (range_read.py)
+        self.recent_runs = RecentRuns(config.read_cache_bytes // 2)
         self.read_pool = ReadPool.from_config(config, stats)
         self.marks = [LogMark(0, 0)] * count  # last persisted LastLogMark of each journal
         self.replayed_records = 0
@@ -460,6 +463,7 @@ class DbLedgerStorage:
         for ledger_id in ledger_ids:
             self.write_cache.drop_ledger(ledger_id)
         self.read_cache.drop_ledgers(ledger_ids)
+        self.recent_runs.drop_ledgers(ledger_ids)
         by_dir: dict[int, list[int]] = {}
         for ledger_id in ledger_ids:
             by_dir.setdefault(ledger_id % len(self.dirs), []).append(ledger_id)
@@ -532,10 +536,17 @@ class DbLedgerStorage:
         )  # fmt: skip
         if not run:
             return None
-        for eid, data in run:
-            self.read_cache.put(ledger_id, eid, data)
+        self.read_cache.put_run(ledger_id, run)
         self.stats.read_cache_size.set(self.read_cache.size)
         return run[0][1]
+
+    async def read_range(
+        self, ledger_id: int, first: int, max_count: int, max_bytes: int, stride: int = 1
+    ) -> list[bytes]:
+        return await read_range(self, ledger_id, first, max_count, max_bytes, stride)
+
+    def run_reader(self, ledger_id: int) -> RunReader:
+        return self.dir_for(ledger_id).read_run
 
     def last_entry(self, ledger_id: int) -> int:
         stored = self.dir_for(ledger_id).locations.last_entry(ledger_id)

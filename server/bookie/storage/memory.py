@@ -251,6 +251,23 @@ class MemoryLedgerStorage:
         entries = self._entries.get(ledger_id)
         return None if entries is None else entries.get(entry_id)
 
+    async def read_range(
+        self, ledger_id: int, first: int, max_count: int, max_bytes: int, stride: int = 1
+    ) -> list[bytes]:
+        self._check_readable()
+        entries = self._entries.get(ledger_id, {})
+        out: list[bytes] = []
+        size = 0
+        entry_id = first
+        while len(out) < max_count:
+            body = entries.get(entry_id)
+            if body is None or (out and size + len(body) > max_bytes):
+                break
+            out.append(body)
+            size += len(body)
+            entry_id += stride
+        return out
+
     async def entry_ids(self, ledger_id: int) -> list[int]:
         self._check_readable()
         return sorted(self._entries.get(ledger_id, ()))

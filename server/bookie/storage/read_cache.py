@@ -34,6 +34,24 @@ class ReadCache:
             _, dropped = self._entries.popitem(last=False)
             self.size -= len(dropped)
 
+    def put_run(self, ledger_id: int, run: list[tuple[int, bytes]]) -> None:
+        """:meth:`put` of each ``(entry id, body)`` of a read-ahead run, evicting once at the end."""
+        entries = self._entries
+        size = self.size
+        for entry_id, body in run:
+            if len(body) > self.max_bytes:
+                continue
+            key = (ledger_id, entry_id)
+            old = entries.pop(key, None)
+            if old is not None:
+                size -= len(old)
+            entries[key] = body
+            size += len(body)
+        while size > self.max_bytes:
+            _, dropped = entries.popitem(last=False)
+            size -= len(dropped)
+        self.size = size
+
     def drop_ledgers(self, ledger_ids: Collection[int]) -> None:
         """One pass over the cache, however many ledgers (garbage collection deletes many)."""
         wanted = set(ledger_ids)

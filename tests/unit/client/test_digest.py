@@ -129,3 +129,47 @@ def test_corrupt_lac_is_a_mismatch(digest_type: int) -> None:
 def test_unknown_digest_type_is_rejected() -> None:
     with pytest.raises(IncorrectParameterError):
         DigestManager(1, b"", 99)
+
+
+def _bodies(dm: DigestManager, first: int, stride: int, count: int) -> list[bytes]:
+    return [dm.encode_entry(first + i * stride, -1, i, bytes([i]) * (i + 1)) for i in range(count)]
+
+
+@pytest.mark.parametrize("digest_type", ALL_TYPES)
+@pytest.mark.parametrize("stride", [1, 3])
+def test_verify_entries_returns_every_payload_in_order(digest_type: int, stride: int) -> None:
+    dm = DigestManager(9, b"pw", digest_type)
+    payloads, error = dm.verify_entries(10, stride, _bodies(dm, 10, stride, 5))
+    assert error is None
+    assert payloads == [bytes([i]) * (i + 1) for i in range(5)]
+
+
+@pytest.mark.parametrize("digest_type", [digest.CRC32, digest.HMAC, digest.CRC32C])
+@given(
+    bad=st.integers(min_value=0, max_value=4),
+    flip=st.integers(min_value=0, max_value=32 + 20 + 4),
+)
+def test_verify_entries_stops_at_the_first_corrupt_body(digest_type: int, bad: int, flip: int) -> None:
+    dm = DigestManager(9, b"pw", digest_type)
+    bodies = _bodies(dm, 0, 1, 5)
+    corrupt = bytearray(bodies[bad])
+    corrupt[flip % len(corrupt)] ^= 0x01
+    bodies[bad] = bytes(corrupt)
+    payloads, error = dm.verify_entries(0, 1, bodies)
+    assert isinstance(error, DigestMismatchError)
+    assert payloads == [bytes([i]) * (i + 1) for i in range(bad)]
+
+
+@pytest.mark.parametrize("digest_type", ALL_TYPES)
+def test_verify_entries_refuses_a_body_of_another_entry_ledger_or_a_short_one(digest_type: int) -> None:
+    dm = DigestManager(9, b"pw", digest_type)
+    bodies = _bodies(dm, 0, 1, 3)
+    # the bookie skipped entry 1: entry 2's body where entry 1's should be
+    payloads, error = dm.verify_entries(0, 1, [bodies[0], bodies[2]])
+    assert len(payloads) == 1
+    assert error is not None and "entry 1" in str(error)
+    other = DigestManager(8, b"pw", digest_type).encode_entry(1, -1, 1, b"x")
+    payloads, error = dm.verify_entries(0, 1, [bodies[0], other])
+    assert len(payloads) == 1 and isinstance(error, DigestMismatchError)
+    payloads, error = dm.verify_entries(0, 1, [b"\x00" * 20])
+    assert payloads == [] and isinstance(error, DigestMismatchError)

@@ -4,6 +4,7 @@ corruption, speculative reads, LAC reads with quorum coverage."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from tests.support.memory_cluster import (
@@ -17,7 +18,7 @@ from tests.support.memory_cluster import (
 )
 
 from bkclient.digest import DigestManager
-from bkclient.entry import LedgerEntry
+from bkclient.entry import LedgerEntry, ledger_entries
 from bkclient.ops.read import ReadEntryOp, ReadRangeOp, pick_failure, segment_end, write_set_bookies
 from bkclient.read_handle import ReadHandle
 from bkmeta.model import LedgerState, Segment, Versioned
@@ -423,3 +424,12 @@ def test_segment_end() -> None:
     assert segment_end(md, 0) == 9
     assert segment_end(md, 9) == 9
     assert segment_end(md, 10) is None
+
+
+def test_ledger_entries_equal_the_entries_built_one_by_one() -> None:
+    payloads = [b"a", b"", b"ccc"]
+    made = ledger_entries(4, 10, 3, payloads)
+    assert made == [LedgerEntry(4, 10, b"a"), LedgerEntry(4, 13, b""), LedgerEntry(4, 16, b"ccc")]
+    assert [hash(e) for e in made] == [hash(LedgerEntry(4, 10 + 3 * i, p)) for i, p in enumerate(payloads)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].entry_id = 11  # type: ignore[misc]

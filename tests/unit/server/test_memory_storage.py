@@ -15,6 +15,7 @@ from tests.support.storage_helpers import (
     add_all,
     add_op,
     body,
+    lac_body,
     settle,
     status_of,
 )
@@ -231,3 +232,25 @@ async def test_a_long_journal_is_checkpointed_so_the_disk_stays_bounded() -> Non
     async with host.bookie() as reopened:  # what the checkpoints took survives unsynced
         found = await _entries(reopened, 15)
         assert len(found) >= 40 - 4096 // len(body(15, 0)) and found == list(range(len(found)))
+
+
+async def test_an_explicit_lac_wakes_long_polls_before_it_is_durable() -> None:
+    """As a piggybacked LAC: the writer saw the entries acknowledged, so the LAC is true whether
+    or not the WriteLac record survives; a tailing reader need not wait for the journal."""
+    gate = GatedSync()
+    host = InMemoryHost(sync=gate)
+    bookie = host.bookie()
+    await bookie.start()
+    try:
+        await add_all(bookie, [add_op(3, 0, -1), add_op(3, 1, -1)])
+        waiter = asyncio.create_task(bookie.wait_for_lac(3, -1, 30.0))
+        gate.hold()
+        write = asyncio.create_task(bookie.write_lac(3, 1, KEY, lac_body(3, 1)))
+        await settle()
+        assert waiter.done() and waiter.result() == 1
+        assert not write.done()  # still waiting for its sync
+        gate.release()
+        await write
+    finally:
+        gate.release()
+        await bookie.close()
