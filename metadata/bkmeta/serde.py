@@ -55,7 +55,7 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def decode_varint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
     """(value, position after it); raises ``ValueError`` on truncation or > 64 bits."""
     result = 0
     shift = 0

@@ -25,6 +25,9 @@ PREFACE = b"PYBKADD\x01"  # magic + version 1
 FRAME_HEADER = struct.Struct(">I")
 # As gRPC's message limit on both sides: a full client batch (4 MiB of bodies) or a 5 MiB entry.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
+# A message up to this size is read whole (asyncio's default StreamReader buffer limit); a larger one
+# is gathered piece by piece (read_body).
+_READ_WHOLE_BYTES = 64 * 1024
 ENDPOINT_ID = "add"  # the add port's endpoint in a bookie's registration (BookieServiceInfo)
 ENDPOINT_PROTOCOL = "pybk-add-v1"
 
@@ -53,6 +56,28 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
     if length > max_bytes:
         raise FrameError(f"frame of {length} bytes exceeds the {max_bytes}-byte limit")
     return await reader.readexactly(length)
+
+
+async def read_body(reader: asyncio.StreamReader, length: int) -> bytes | bytearray:
+    """A frame's message of ``length`` bytes, its header read; ``asyncio.IncompleteReadError`` for
+    a connection closed inside it.
+
+    A large message is read in the pieces the reader holds into one bytearray of its size: the
+    reader's ``readexactly`` would gather it all in its own buffer and then slice it out, two more
+    copies of the whole message into fresh memory (the dearest part of receiving a full batch,
+    docs/cost-model.md). A small one is taken whole, in one step."""
+    if length <= _READ_WHOLE_BYTES:
+        return await reader.readexactly(length)
+    body = bytearray(length)
+    view = memoryview(body)
+    received = 0
+    while received < length:
+        piece = await reader.read(length - received)
+        if not piece:
+            raise asyncio.IncompleteReadError(bytes(view[:received]), length)
+        view[received : received + len(piece)] = piece
+        received += len(piece)
+    return body
 
 
 async def read_preface(reader: asyncio.StreamReader, accepted: tuple[bytes, ...] = (PREFACE,)) -> bytes:

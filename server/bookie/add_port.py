@@ -38,6 +38,7 @@ from bkproto.add_port import (
     FrameError,
     frame,
     keep_alive,
+    read_body,
     read_frame,
     read_preface,
 )
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 PREFACE_TIMEOUT_S = 10.0
 LISTENER = "add_port"  # the ``listener`` label of the limit metrics
 
-Decoder = Callable[[bytes], SizedAddEntriesRequest]
+Decoder = Callable[[bytes | bytearray], SizedAddEntriesRequest]
 
 
 class AddPortServer:
@@ -246,7 +247,9 @@ class AddPortServer:
             if reserved:
                 receiving.release(host, reserved)
 
-    async def _frame_after(self, reader: asyncio.StreamReader, first: bytes, host: str) -> tuple[int, bytes]:
+    async def _frame_after(
+        self, reader: asyncio.StreamReader, first: bytes, host: str
+    ) -> tuple[int, bytes | bytearray]:
         """The rest of a frame whose first byte has arrived: (its length, its message), with the
         length reserved in the receive budget (released by the caller)."""
         timeout_s = self._limits.frame_timeout_s
@@ -260,7 +263,7 @@ class AddPortServer:
                     raise FrameError(f"frame of {length} bytes exceeds the {limit}-byte limit")
                 await self._receiving.acquire(host, length)
                 reserved = length
-                message = await reader.readexactly(length)
+                message = await read_body(reader, length)
         except TimeoutError:
             if reserved:
                 self._receiving.release(host, reserved)

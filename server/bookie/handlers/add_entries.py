@@ -65,7 +65,7 @@ class AddEntriesDecoder:
     def __init__(self, max_adds: int) -> None:
         self.max_adds = max_adds
 
-    def __call__(self, data: bytes) -> SizedAddEntriesRequest:
+    def __call__(self, data: bytes | bytearray) -> SizedAddEntriesRequest:
         # An add takes at least 2 bytes on the wire (its tag and its length), so a message of at
         # most twice the limit cannot exceed it, and is not scanned (the scan costs more per byte
         # than decoding the message itself). Each add begins with a 0x0A byte, so a message
@@ -81,12 +81,14 @@ class AddEntriesDecoder:
         return parse_add_entries(data)
 
 
-def parse_add_entries(data: bytes) -> SizedAddEntriesRequest:
+def parse_add_entries(data: bytes | bytearray) -> SizedAddEntriesRequest:
     """The message plus its wire size, whatever its number of adds (tests and tools)."""
-    return SizedAddEntriesRequest(len(data), bookie_pb2.AddEntriesRequest.FromString(data))
+    # The stubs say bytes; upb parses any buffer, and copies what it keeps (the add port's bytearray)
+    message = bookie_pb2.AddEntriesRequest.FromString(data)  # type: ignore[arg-type]
+    return SizedAddEntriesRequest(len(data), message)
 
 
-def _count_adds(data: bytes, limit: int) -> int:
+def _count_adds(data: bytes | bytearray, limit: int) -> int:
     """Top-level ``adds`` fields of a serialized AddEntriesRequest, counted up to ``limit + 1``."""
     try:
         return _count_fields(data, limit)
@@ -94,7 +96,7 @@ def _count_adds(data: bytes, limit: int) -> int:
         raise DecodeError(str(exc)) from None
 
 
-def _count_fields(data: bytes, limit: int) -> int:
+def _count_fields(data: bytes | bytearray, limit: int) -> int:
     count = pos = 0
     end = len(data)
     while pos < end and count <= limit:

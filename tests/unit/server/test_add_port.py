@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.support.add_requests import add_request, fake_entry
+from tests.support.add_requests import MASTER_KEY, add_request, fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkproto.add_port import FRAME_HEADER, MAX_FRAME_BYTES, PREFACE, frame, read_frame
@@ -153,3 +153,24 @@ async def test_a_connection_that_never_sends_the_preface_is_closed(
     assert await asyncio.wait_for(silent.reader.read(), 5) == b""
     assert "no preface within 0.2 s" in caplog.text
     assert bookie.add_port_connections == 0
+
+
+async def test_a_large_batch_arriving_in_pieces_is_stored_byte_for_byte(
+    service: tuple[BookieService, FakeBookieCore],
+) -> None:
+    bookie, core = service
+    adds = [
+        bookie_pb2.AddRequest(
+            ledger_id=5, entry_id=e, master_key=MASTER_KEY, body=fake_entry(5, e, payload=bytes([e]) * 3000)
+        )
+        for e in range(40)
+    ]  # a message well over the size read in one step
+    message = frame(bookie_pb2.AddEntriesRequest(adds=adds).SerializeToString())
+    conn = await connect(bookie)
+    for start in range(0, len(message), 7000):
+        conn.writer.write(message[start : start + 7000])
+        await conn.writer.drain()
+        await asyncio.sleep(0.001)
+    response = await conn.receive()
+    assert response is not None and [r.status for r in response.results] == [S.EOK] * 40
+    assert [core.ledgers[5].entries[e] for e in range(40)] == [a.body for a in adds]
