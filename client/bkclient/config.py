@@ -46,19 +46,13 @@ class ClientConfig:
     enforce_min_racks_per_write_quorum: bool = False  # enforceMinNumRacksPerWriteQuorum
     # Bookie connections.
     # Add-stream messages awaiting a response, per bookie. One: while a message is out, the next
-    # fills up, so a bookie gets about one message per round trip whatever the rate. Each gRPC
-    # message costs ~200 us of client CPU to send and ~300 us of bookie CPU, entries only a few
-    # us, so fewer, fuller messages leave CPU for everything else. Measured on the shared 2-core
-    # box (3 bookies, E3 Qw2 Qa2, 1 KiB): with 1 rather than 2, p50 at 15,000 entries/s 7-11 ms
-    # vs 18-38 ms, peak 32-34k vs 27.5-29k entries/s; 8 was worse than 2. A lone add is sent
-    # at once either way.
+    # fills up, so a bookie gets about one message per round trip whatever the rate, and the
+    # per-message CPU (far above an entry's) is paid as rarely as the latency allows. A lone add
+    # is sent at once either way. Measurements: docs/performance.md ("The add-stream window").
     bookie_max_inflight_messages: int = 1
     # While adds queue up for a bookie, at most one add-stream message per interval (0: no
-    # limit); a lone add always goes at once. A bookie answering in ~1.5 ms was otherwise sent a
-    # message per round trip, a few entries each, at every rate: at 19,000 entries/s about 2,000
-    # messages/s in all, each ~0.2-0.3 ms of CPU on both sides, on a 2-core box already busy.
-    # Measured (3 bookies, E3 Qw2 Qa2, 1 KiB, tmpfs, --rate 19000, 3 alternating runs each):
-    # with 3 ms, p99 45/41/33 ms and the box 69-77 % busy; without, 86/70/55 ms and 86-87 %.
+    # limit); a lone add always goes at once. A bookie that answers fast would otherwise be sent
+    # a message per round trip, a few entries each, at every rate. Measurements: the same section.
     bookie_min_batch_interval_s: float = 0.003
     bookie_max_batch_bytes: int = 4 * MiB  # entry bytes per add-stream message
     # Send adds over a bookie's add port (plain TCP, ``bkproto.add_port``) when its registration
