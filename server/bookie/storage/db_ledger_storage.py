@@ -368,7 +368,7 @@ class DbLedgerStorage:
         readable, and still journaled (the mark did not move), to be retried."""
         for ledger_id in flushed:
             half.drop_ledger(ledger_id)
-        self.write_cache.active, self.write_cache.flushing = _merge(half, self.write_cache.active), None
+        self.write_cache.active, self.write_cache.flushing = half.absorb(self.write_cache.active), None
 
     def _report_failure(self, exc: BaseException) -> None:
         if isinstance(exc, IndexWriteError):
@@ -596,10 +596,3 @@ def _failure_seen(task: asyncio.Task[None]) -> None:
 
 async def _submit_all(submissions: list[Coroutine[None, None, None]]) -> None:
     await asyncio.gather(*submissions)
-
-
-def _merge(old: WriteCacheHalf, new: WriteCacheHalf) -> WriteCacheHalf:
-    for ledger_id, entries in new.ledgers.items():
-        for entry_id, body in entries.items():
-            old.put(ledger_id, entry_id, body)
-    return old

@@ -37,6 +37,13 @@ class WriteCacheHalf:
         if entry_id > self.last_entries.get(ledger_id, -1):
             self.last_entries[ledger_id] = entry_id
 
+    def absorb(self, newer: WriteCacheHalf) -> WriteCacheHalf:
+        """This half with ``newer``'s entries put over it (a newer body wins), returned."""
+        for ledger_id, entries in newer.ledgers.items():
+            for entry_id, body in entries.items():
+                self.put(ledger_id, entry_id, body)
+        return self
+
     def put_all(self, adds: Iterable[AddOp]) -> None:
         """:meth:`put` for each add of a batch, in one call: the add path's per-entry work is
         what its throughput is made of, and a method call per entry was a fair part of it."""
