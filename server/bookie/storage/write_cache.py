@@ -29,6 +29,10 @@ class WriteCacheHalf:
     ledgers: dict[int, dict[int, bytes]] = field(default_factory=dict)
     last_entries: dict[int, int] = field(default_factory=dict)  # ledger -> highest entry id here
     size: int = 0
+    # Ledger -> entry id -> the CRC32C of the entry's body here, when the add path computed it
+    # already (journal_format.entry_records): the flush writes it into the entry log rather than
+    # computing it again. An entry without one (a replayed or absorbed entry) gets its CRC then.
+    crcs: dict[int, dict[int, int]] = field(default_factory=dict)
 
     def put(self, ledger_id: int, entry_id: int, body: bytes) -> None:
         entries = self.ledgers.get(ledger_id)
@@ -37,6 +41,9 @@ class WriteCacheHalf:
         old = entries.get(entry_id)
         if old is not None:
             self.size -= len(old)
+            crcs = self.crcs.get(ledger_id)
+            if crcs is not None:
+                crcs.pop(entry_id, None)  # the CRC of the body this one replaces
         entries[entry_id] = body
         self.size += len(body)
         if entry_id > self.last_entries.get(ledger_id, -1):
@@ -49,11 +56,33 @@ class WriteCacheHalf:
                 self.put(ledger_id, entry_id, body)
         return self
 
-    def put_all(self, adds: Sequence[AddOp]) -> None:
+    def put_all(self, adds: Sequence[AddOp], crcs: Sequence[int] | None = None) -> None:
         """:meth:`put` for each add of a batch, in one call: the add path's per-entry work is
-        what its throughput is made of, and a method call per entry was a fair part of it."""
+        what its throughput is made of, and a method call per entry was a fair part of it.
+        ``crcs``: each add's body CRC32C, in the same order, kept for the flush."""
         if not self._put_new_entries_of_one_ledger(adds):
             self._put_each(adds)
+        if crcs is not None and adds:
+            self._keep_crcs(adds, crcs)
+        elif self.crcs:  # bodies without a CRC: none kept for a body they replace
+            for ledger_id, entry_id, *_ in adds:
+                found = self.crcs.get(ledger_id)
+                if found is not None:
+                    found.pop(entry_id, None)
+
+    def _keep_crcs(self, adds: Sequence[AddOp], crcs: Sequence[int]) -> None:
+        ledger_id = adds[0][0]
+        if list(map(_LEDGER_ID, adds)).count(ledger_id) == len(adds):
+            found = self.crcs.get(ledger_id)
+            if found is None:
+                found = self.crcs[ledger_id] = {}
+            found.update(zip(map(_ENTRY_ID, adds), crcs, strict=True))
+            return
+        for (ledger_id, entry_id, *_), crc in zip(adds, crcs, strict=True):
+            found = self.crcs.get(ledger_id)
+            if found is None:
+                found = self.crcs[ledger_id] = {}
+            found[entry_id] = crc
 
     def _put_new_entries_of_one_ledger(self, adds: Sequence[AddOp]) -> bool:
         """:meth:`put_all` of the usual batch, entries of one ledger that are not here yet, in a
@@ -111,6 +140,7 @@ class WriteCacheHalf:
         return self.last_entries.get(ledger_id, -1)
 
     def drop_ledger(self, ledger_id: int) -> None:
+        self.crcs.pop(ledger_id, None)
         entries = self.ledgers.pop(ledger_id, None)
         if entries is not None:
             self.size -= sum(len(body) for body in entries.values())

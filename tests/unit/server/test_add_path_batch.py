@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,6 +136,39 @@ def test_put_all_keeps_the_half_as_puts_one_by_one_do(batches: list[list[tuple[i
     assert whole.last_entries == each.last_entries
     stored = sum(len(b) for entries in each.ledgers.values() for b in entries.values())
     assert whole.size == each.size == stored
+
+
+cache_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["put_all with crcs", "put_all", "put", "drop", "absorbed"]),
+        st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(0, 3)), max_size=5),
+    ),
+    max_size=8,
+)
+
+
+@given(steps=cache_steps)
+def test_a_kept_crc_is_always_its_body_s(steps: list[tuple[str, list[tuple[int, int, int]]]]) -> None:
+    half = WriteCacheHalf()
+    for step, batch in steps:
+        ops = [AddOp(ledger, entry, KEY, bytes([entry, variant]) * 20) for ledger, entry, variant in batch]
+        if step == "put_all with crcs":
+            half.put_all(ops, [crc32c.crc32c(op.body) for op in ops])
+        elif step == "put_all":
+            half.put_all(ops)
+        elif step == "put":
+            for op in ops:
+                half.put(op.ledger_id, op.entry_id, op.body)
+        elif step == "drop":
+            for op in ops:
+                half.drop_ledger(op.ledger_id)
+        else:  # a failed flush's half takes back the newer entries over its own
+            newer = WriteCacheHalf()
+            newer.put_all(ops, [crc32c.crc32c(op.body) for op in ops])
+            half = half.absorb(newer)
+        for ledger_id, crcs in half.crcs.items():
+            for entry_id, crc in crcs.items():
+                assert crc == crc32c.crc32c(half.ledgers[ledger_id][entry_id])
 
 
 # ---- the decoder's count of adds --------------------------------------------------------------
