@@ -18,6 +18,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp
 from bookie.bookie import Bookie
 from bookie.errors import BookieError
+from bookie.handlers.add_answer import append_all_ok
 from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, _count_adds, _count_fields
 from bookie.storage.write_cache import WriteCacheHalf
 
@@ -217,3 +218,26 @@ def test_a_message_of_equal_adds_over_the_limit_is_refused() -> None:
         decode(message([50] * 4, 0))
     with pytest.raises(TooManyAdds):
         decode(message([50, 51, 50, 50], 0))  # not equal: counted add by add
+
+
+# ---- the all-EOK answer -------------------------------------------------------------------------
+
+
+@given(
+    ledger_id=st.one_of(st.integers(0, 300), st.integers(0, 2**63 - 1)),
+    first_entry=st.one_of(st.integers(0, 20_000), st.integers(0, 2**63 - 1000)),
+    count=st.integers(1, 400),
+    before=st.integers(0, 2),
+)
+def test_an_all_ok_answer_is_the_answer_built_result_by_result(
+    ledger_id: int, first_entry: int, count: int, before: int
+) -> None:
+    built, expected = bookie_pb2.AddEntriesResponse(), bookie_pb2.AddEntriesResponse()
+    for response in (built, expected):  # results already in the answer (an earlier slice's) stay
+        for index in range(before):
+            response.results.add(status=bookie_pb2.EFENCED, ledger_id=9, entry_id=index, message="m")
+    append_all_ok(built, ledger_id, first_entry, count)
+    for entry_id in range(first_entry, first_entry + count):
+        expected.results.add(ledger_id=ledger_id, entry_id=entry_id)
+    assert built == expected
+    assert built.SerializeToString() == expected.SerializeToString()
