@@ -170,7 +170,7 @@ class Bookie:
             if self._read_only and not self._high_priority_writes:
                 return _failed(self._refuse_misshapen(ops, results), _READ_ONLY)
             try:
-                await self.storage.make_room(sum(len(op.body) for op in ops))
+                await self.storage.make_room(sum(map(len, map(_BODY, ops))))
             except Exception:
                 self._refuse_misshapen(ops, results)  # those keep their own status
                 raise

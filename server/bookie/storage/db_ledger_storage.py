@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Collection, Coroutine, Sequence
+from operator import itemgetter
 from pathlib import Path
 
 from bkproto.entry_format import HEADER
@@ -46,6 +47,7 @@ from .stats import StorageStats
 from .write_cache import WriteCache, WriteCacheHalf
 
 log = logging.getLogger(__name__)
+_BODY = itemgetter(3)  # AddOp.body, read in C
 
 
 class DbLedgerStorage:
@@ -273,7 +275,7 @@ class DbLedgerStorage:
         records = len(parts) + len(entries)
         nbytes = sum(map(len, parts))
         if entries:
-            entry_parts, entry_bytes, crcs = entry_records([op[3] for op in entries])  # op[3]: the body
+            entry_parts, entry_bytes, crcs = entry_records(list(map(_BODY, entries)))
             self.write_cache.active.put_all(entries, crcs)  # the entry log's CRCs too (one pass each)
             parts += entry_parts
             nbytes += entry_bytes

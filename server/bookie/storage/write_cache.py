@@ -60,31 +60,22 @@ class WriteCacheHalf:
         """:meth:`put` for each add of a batch, in one call: the add path's per-entry work is
         what its throughput is made of, and a method call per entry was a fair part of it.
         ``crcs``: each add's body CRC32C, in the same order, kept for the flush."""
-        if not self._put_new_entries_of_one_ledger(adds):
-            self._put_each(adds)
-        if crcs is not None and adds:
-            self._keep_crcs(adds, crcs)
+        if self._put_new_entries_of_one_ledger(adds, crcs):
+            return
+        self._put_each(adds)
+        if crcs is not None:
+            for (ledger_id, entry_id, *_), crc in zip(adds, crcs, strict=True):
+                found = self.crcs.get(ledger_id)
+                if found is None:
+                    found = self.crcs[ledger_id] = {}
+                found[entry_id] = crc
         elif self.crcs:  # bodies without a CRC: none kept for a body they replace
             for ledger_id, entry_id, *_ in adds:
                 found = self.crcs.get(ledger_id)
                 if found is not None:
                     found.pop(entry_id, None)
 
-    def _keep_crcs(self, adds: Sequence[AddOp], crcs: Sequence[int]) -> None:
-        ledger_id = adds[0][0]
-        if list(map(_LEDGER_ID, adds)).count(ledger_id) == len(adds):
-            found = self.crcs.get(ledger_id)
-            if found is None:
-                found = self.crcs[ledger_id] = {}
-            found.update(zip(map(_ENTRY_ID, adds), crcs, strict=True))
-            return
-        for (ledger_id, entry_id, *_), crc in zip(adds, crcs, strict=True):
-            found = self.crcs.get(ledger_id)
-            if found is None:
-                found = self.crcs[ledger_id] = {}
-            found[entry_id] = crc
-
-    def _put_new_entries_of_one_ledger(self, adds: Sequence[AddOp]) -> bool:
+    def _put_new_entries_of_one_ledger(self, adds: Sequence[AddOp], crcs: Sequence[int] | None) -> bool:
         """:meth:`put_all` of the usual batch, entries of one ledger that are not here yet, in a
         few C-level passes; False, having changed nothing, for any other batch."""
         count = len(adds)
@@ -105,6 +96,11 @@ class WriteCacheHalf:
             self.size += sum(map(len, map(_BODY, adds)))
         else:  # an entry id twice in the batch: each id's last body is the one kept
             self.size += sum(len(entries[entry_id]) for entry_id in set(entry_ids))
+        if crcs is not None:  # (ids new to this half: no CRC of theirs is here to drop)
+            known = self.crcs.get(ledger_id)
+            if known is None:
+                known = self.crcs[ledger_id] = {}
+            known.update(zip(entry_ids, crcs, strict=True))
         last = max(entry_ids)
         if last > self.last_entries.get(ledger_id, -1):
             self.last_entries[ledger_id] = last
