@@ -221,18 +221,15 @@ class AddBatchProcessor:
 def _all_ok_in_a_row(
     response: bookie_pb2.AddEntriesResponse, ops: list[AddOp], outcomes: list[AddResult]
 ) -> bool:
-    """Answer the usual batch, consecutive entries of one ledger all EOK, per batch
+    """Answer the usual batch, entries of one ledger in ascending order all EOK, per batch
     (:func:`append_all_ok`); False, having answered nothing, for any other."""
     if not ops or any(map(_STATUS, outcomes)):  # EOK is 0
         return False
-    ledger_id, first_entry, *_ = ops[0]
-    count = len(ops)
-    if (
-        list(map(_LEDGER_ID, ops)).count(ledger_id) != count
-        or list(map(_ENTRY_ID, ops)) != list(range(first_entry, first_entry + count))
-    ):
+    ledger_id = ops[0][0]
+    entry_ids = list(map(_ENTRY_ID, ops))
+    if list(map(_LEDGER_ID, ops)).count(ledger_id) != len(ops) or entry_ids != sorted(entry_ids):
         return False
-    append_all_ok(response, ledger_id, first_entry, count)
+    append_all_ok(response, ledger_id, entry_ids)
     return True
 
 

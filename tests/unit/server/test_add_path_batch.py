@@ -225,19 +225,27 @@ def test_a_message_of_equal_adds_over_the_limit_is_refused() -> None:
 
 @given(
     ledger_id=st.one_of(st.integers(0, 300), st.integers(0, 2**63 - 1)),
-    first_entry=st.one_of(st.integers(0, 20_000), st.integers(0, 2**63 - 1000)),
-    count=st.integers(1, 400),
+    entry_ids=st.one_of(
+        st.tuples(st.integers(0, 20_000), st.integers(1, 400)).map(lambda fc: list(range(fc[0], sum(fc)))),
+        st.tuples(st.integers(0, 2**63 - 1000), st.integers(1, 400)).map(
+            lambda fc: list(range(fc[0], sum(fc)))
+        ),
+        st.tuples(st.integers(0, 5000), st.integers(1, 300)).map(  # striped: two of every three ids
+            lambda fc: [e for e in range(fc[0], fc[0] + fc[1]) if e % 3 != 1]
+        ),
+        st.lists(st.integers(0, 2**63 - 1), max_size=50).map(sorted),
+    ),
     before=st.integers(0, 2),
 )
 def test_an_all_ok_answer_is_the_answer_built_result_by_result(
-    ledger_id: int, first_entry: int, count: int, before: int
+    ledger_id: int, entry_ids: list[int], before: int
 ) -> None:
     built, expected = bookie_pb2.AddEntriesResponse(), bookie_pb2.AddEntriesResponse()
     for response in (built, expected):  # results already in the answer (an earlier slice's) stay
         for index in range(before):
             response.results.add(status=bookie_pb2.EFENCED, ledger_id=9, entry_id=index, message="m")
-    append_all_ok(built, ledger_id, first_entry, count)
-    for entry_id in range(first_entry, first_entry + count):
+    append_all_ok(built, ledger_id, entry_ids)
+    for entry_id in entry_ids:
         expected.results.add(ledger_id=ledger_id, entry_id=entry_id)
     assert built == expected
     assert built.SerializeToString() == expected.SerializeToString()
