@@ -27,7 +27,7 @@ from bkclient.transport import BookieAddress, BookieConnection, BookieConnection
 from bkclient.write_handle import WriteHandle
 from bkproto.v1 import bookie_pb2
 
-ENTRIES = 100_000
+ENTRIES = int(os.environ.get("ENTRIES", "100000"))
 OUTSTANDING = 2_000
 
 

@@ -235,6 +235,14 @@ class AddStream:
         self._queued_tokens.append(token)
         self._wakeup.set()
 
+    def enqueue_many(self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]) -> None:
+        """:meth:`enqueue` of each ``encoded[i]`` with ``tokens[i]``, in order: three C-level
+        extends instead of three appends and a call per add."""
+        self._queued_bytes.extend(encoded)
+        self._queued_listeners.extend(itertools.repeat(listener, len(tokens)))
+        self._queued_tokens.extend(tokens)
+        self._wakeup.set()
+
     async def _send_loop(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self._options.min_batch_interval_s

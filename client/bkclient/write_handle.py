@@ -33,7 +33,6 @@ from bkproto.errors import (
     BadRequestError,
     BKError,
     ClientClosedError,
-    DuplicateEntryIdError,
     IncorrectParameterError,
     LedgerClosedError,
     LedgerFencedError,
@@ -50,7 +49,7 @@ from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
 from .distribution import RoundRobinDistribution
-from .ops.add import AddCompletion, EnsembleSlotListener, PendingAddOp
+from .ops.add import AddCompletion, EnsembleSlotListener, PendingAddOp, checked_payloads, send_adds
 from .placement import BookieRacks
 from .read_handle import ReadHandle
 from .transport import BookieConnection
@@ -92,6 +91,7 @@ class WriteHandle(ReadHandle):
         self._pushed_length = self.length
         self._pending: dict[int, PendingAddOp] = {}
         self._waiting: deque[PendingAddOp] = deque()
+        self._unsent: list[PendingAddOp] = []  # sent in this loop turn, flushed at its end
         self._outstanding_adds = 0
         self._outstanding_bytes = 0
         self._room = asyncio.Event()
@@ -142,6 +142,60 @@ class WriteHandle(ReadHandle):
         entry_id = self.last_add_pushed + 1
         self._add(entry_id, data, None, callback)
         return entry_id
+
+    def append_batch_async(self, payloads: Sequence[bytes]) -> asyncio.Future[int]:
+        """Append every payload of ``payloads`` without waiting, as consecutive entries in their
+        order; the future resolves to the last one's entry id once all of them completed (in
+        entry-id order, as for :meth:`append_async`). If the handle fails first the future fails
+        with that error, and the entries up to ``last_add_confirmed`` are the ones that completed.
+
+        The batch is checked whole before any entry is appended: not a list or tuple of bytes-like
+        payloads, empty, a payload over the size limit, or more adds than may wait for room
+        (``max_waiting_adds``) raise and append nothing. Cheaper per entry than
+        :meth:`append_async` (one future and one check for the batch)."""
+        self._check_writable()
+        batch = self._checked_batch(payloads)
+        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
+        first = self.last_add_pushed + 1
+        last = len(batch) - 1
+        add = self._add
+        for offset, payload in enumerate(batch):
+            add(first + offset, payload, future if offset == last else None, None)
+        return future
+
+    async def append_batch(self, payloads: Sequence[bytes]) -> int:
+        """:meth:`append_batch_async` once there is room for an add (backpressure, as
+        :meth:`append`), then wait for the whole batch; returns its last entry id."""
+        async with self._append_lock:
+            await self.wait_writable()
+            future = self.append_batch_async(payloads)
+        return await future
+
+    def _checked_batch(self, payloads: Sequence[bytes]) -> list[bytes]:
+        """``payloads`` as a list of bytes, after :meth:`append_batch_async`'s checks."""
+        batch, sizes = checked_payloads(self.ledger_id, payloads, self._max_payload)
+        room = self._config.max_waiting_adds - len(self._waiting)
+        if len(batch) > room and self._adds_that_would_wait(sizes) > room:
+            raise TooManyRequestsError(
+                f"ledger {self.ledger_id}: a batch of {len(batch)} adds would leave more than"
+                f" max_waiting_adds={self._config.max_waiting_adds} waiting for room; send smaller batches"
+                " or await append_batch() or wait_writable() to pace the writer"
+            )
+        return batch
+
+    def _adds_that_would_wait(self, sizes: list[int]) -> int:
+        """How many adds of these sizes, appended now, would wait for room (the rule of
+        :meth:`_add`: one add always goes when none is outstanding)."""
+        if self._waiting:
+            return len(sizes)
+        adds, total = self._outstanding_adds, self._outstanding_bytes
+        max_adds, max_bytes = self._config.max_outstanding_adds, self._config.max_outstanding_bytes
+        for index, size in enumerate(sizes):
+            if adds and (adds >= max_adds or total + size > max_bytes):
+                return len(sizes) - index
+            adds += 1
+            total += size
+        return 0
 
     async def wait_writable(self) -> None:
         """Return once an add would be sent at once (outstanding limits not reached)."""
@@ -206,17 +260,39 @@ class WriteHandle(ReadHandle):
         )
 
     def _send(self, op: PendingAddOp) -> None:
+        """Count ``op`` as outstanding and send it: at once if it is the only add outstanding (a
+        lone add waits for nothing), else with every other add sent in this loop turn, in one
+        :meth:`_flush_unsent` at the end of the turn (encoded in one pass and queued per bookie in
+        one call each, rather than per entry and per bookie)."""
         self._outstanding_adds += 1
         self._outstanding_bytes += op.size
+        unsent = self._unsent
+        if unsent:
+            unsent.append(op)
+        elif self._outstanding_adds == 1:
+            self._send_now((op,))
+        else:
+            unsent.append(op)
+            self._client_ctx.loop.call_soon(self._flush_unsent)
+
+    def _flush_unsent(self) -> None:
+        """Send the adds :meth:`_send` held in this loop turn. The ensemble is read now: an
+        ensemble change adopted since their append re-sent nothing of theirs (they were not
+        encoded yet, ``PendingAddOp.resend``), so they go to the bookies that hold the slots now."""
+        ops = self._unsent
+        if not ops:
+            return
+        self._unsent = []
+        if self._error is None:  # else _fail failed them already
+            self._send_now(ops)
+
+    def _send_now(self, ops: Sequence[PendingAddOp]) -> None:
+        """Encode ``ops`` with the LAC of now and queue them to the bookies of the current ensemble."""
         lac = self.last_add_confirmed
         self._piggybacked_lac = lac
-        entry_id = op.entry_id
-        encoded = op.encoded = self._encoder.encode_entry(entry_id, lac, op.length, op.payload)
-        op.sent_at = self._coarse_now
-        clients = self._clients
-        listeners = self._slot_listeners
-        for index in op.write_set:
-            clients[index].add_encoded(encoded, listeners[index], entry_id)
+        send_adds(
+            ops, self._encoder, lac, self._coarse_now, self.distribution, self._clients, self._slot_listeners
+        )
 
     def _release_room(self) -> None:
         waiting = self._waiting
@@ -549,40 +625,3 @@ class WriteHandle(ReadHandle):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
-
-
-class WriteAdvHandle(WriteHandle):
-    """A ledger written with caller-chosen entry ids (BookKeeper's ledger-adv). Entries may be
-    written in any order; completion (and the LAC) still advance strictly in id order."""
-
-    def append_async(self, data: bytes) -> asyncio.Future[int]:
-        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
-
-    def append_with_callback(self, data: bytes, callback: AddCompletion) -> int:
-        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
-
-    async def append(self, data: bytes) -> int:
-        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
-
-    def write_async(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
-        self._check_new_entry(entry_id)
-        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
-        self._add(entry_id, data, future, None)
-        return future
-
-    def write_with_callback(self, entry_id: int, data: bytes, callback: AddCompletion) -> None:
-        self._check_new_entry(entry_id)
-        self._add(entry_id, data, None, callback)
-
-    def _check_new_entry(self, entry_id: int) -> None:
-        self._check_writable()
-        if entry_id < 0:
-            raise DuplicateEntryIdError(f"entry id must be >= 0, got {entry_id}")
-        if entry_id <= self.last_add_confirmed or entry_id in self._pending:
-            raise DuplicateEntryIdError(f"ledger {self.ledger_id}: entry {entry_id} was already written")
-
-    async def write(self, entry_id: int, data: bytes) -> int:
-        async with self._append_lock:
-            await self.wait_writable()
-            future = self.write_async(entry_id, data)
-        return await future
