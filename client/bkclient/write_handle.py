@@ -23,11 +23,11 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Coroutine, Sequence
+from itertools import accumulate, count
 from types import TracebackType
 from typing import Any
 
-from bkmeta.model import LedgerMetadata, LedgerState, Versioned
-from bkmeta.update_loop import MetadataUpdateLoop
+from bkmeta.model import LedgerMetadata, Versioned
 from bkproto.entry_format import HEADER_SIZE
 from bkproto.errors import (
     BadRequestError,
@@ -36,7 +36,6 @@ from bkproto.errors import (
     IncorrectParameterError,
     LedgerClosedError,
     LedgerFencedError,
-    MetadataVersionError,
     NotEnoughBookiesError,
     TooManyRequestsError,
     UnauthorizedAccessError,
@@ -49,8 +48,15 @@ from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
 from .distribution import RoundRobinDistribution
-from .ops.add import AddCompletion, EnsembleSlotListener, PendingAddOp, checked_payloads, send_adds
-from .placement import BookieRacks
+from .ops.add import (
+    AddCompletion,
+    EnsembleSlotListener,
+    PendingAddOp,
+    adds_that_would_wait,
+    checked_payloads,
+    send_adds,
+)
+from .ops.write_metadata import close_at, replace_failed_bookies
 from .read_handle import ReadHandle
 from .transport import BookieConnection
 
@@ -154,13 +160,28 @@ class WriteHandle(ReadHandle):
         (``max_waiting_adds``) raise and append nothing. Cheaper per entry than
         :meth:`append_async` (one future and one check for the batch)."""
         self._check_writable()
-        batch = self._checked_batch(payloads)
+        batch, sizes, waits = self._checked_batch(payloads)
         future: asyncio.Future[int] = self._client_ctx.loop.create_future()
         first = self.last_add_pushed + 1
-        last = len(batch) - 1
-        add = self._add
-        for offset, payload in enumerate(batch):
-            add(first + offset, payload, future if offset == last else None, None)
+        write_set = self.distribution.write_set
+        lengths = accumulate(sizes, initial=self._pushed_length)
+        next(lengths)
+        ops = [
+            PendingAddOp(entry_id, payload, length, write_set(entry_id), None, None)
+            for entry_id, payload, length in zip(count(first), batch, lengths)
+        ]
+        ops[-1].future = future
+        self._pending.update(zip(count(first), ops))
+        self.last_add_pushed = ops[-1].entry_id
+        self._pushed_length = ops[-1].length
+        if waits:
+            self._waiting.extend(ops[len(ops) - waits :])
+            self._room.clear()
+            del ops[len(ops) - waits :]
+        if len(ops) == 1:
+            self._send(ops[0])  # a lone add leaves at once
+        elif ops:
+            self._send_batch(ops, sum(op.size for op in ops))
         return future
 
     async def append_batch(self, payloads: Sequence[bytes]) -> int:
@@ -171,31 +192,22 @@ class WriteHandle(ReadHandle):
             future = self.append_batch_async(payloads)
         return await future
 
-    def _checked_batch(self, payloads: Sequence[bytes]) -> list[bytes]:
-        """``payloads`` as a list of bytes, after :meth:`append_batch_async`'s checks."""
+    def _checked_batch(self, payloads: Sequence[bytes]) -> tuple[list[bytes], list[int], int]:
+        """``payloads`` as bytes, their sizes, and how many of them will wait for room, after
+        :meth:`append_batch_async`'s checks."""
         batch, sizes = checked_payloads(self.ledger_id, payloads, self._max_payload)
-        room = self._config.max_waiting_adds - len(self._waiting)
-        if len(batch) > room and self._adds_that_would_wait(sizes) > room:
+        config = self._config
+        waits = len(sizes) if self._waiting else adds_that_would_wait(
+            sizes, self._outstanding_adds, self._outstanding_bytes, config.max_outstanding_adds,
+            config.max_outstanding_bytes,
+        )
+        if waits > self._config.max_waiting_adds - len(self._waiting):
             raise TooManyRequestsError(
                 f"ledger {self.ledger_id}: a batch of {len(batch)} adds would leave more than"
                 f" max_waiting_adds={self._config.max_waiting_adds} waiting for room; send smaller batches"
                 " or await append_batch() or wait_writable() to pace the writer"
             )
-        return batch
-
-    def _adds_that_would_wait(self, sizes: list[int]) -> int:
-        """How many adds of these sizes, appended now, would wait for room (the rule of
-        :meth:`_add`: one add always goes when none is outstanding)."""
-        if self._waiting:
-            return len(sizes)
-        adds, total = self._outstanding_adds, self._outstanding_bytes
-        max_adds, max_bytes = self._config.max_outstanding_adds, self._config.max_outstanding_bytes
-        for index, size in enumerate(sizes):
-            if adds and (adds >= max_adds or total + size > max_bytes):
-                return len(sizes) - index
-            adds += 1
-            total += size
-        return 0
+        return batch, sizes, waits
 
     async def wait_writable(self) -> None:
         """Return once an add would be sent at once (outstanding limits not reached)."""
@@ -274,6 +286,15 @@ class WriteHandle(ReadHandle):
         else:
             unsent.append(op)
             self._client_ctx.loop.call_soon(self._flush_unsent)
+
+    def _send_batch(self, ops: list[PendingAddOp], size: int) -> None:
+        """:meth:`_send` of each of ``ops`` (``size``: their payload bytes), as one step."""
+        self._outstanding_adds += len(ops)
+        self._outstanding_bytes += size
+        unsent = self._unsent
+        if not unsent:
+            self._client_ctx.loop.call_soon(self._flush_unsent)
+        unsent += ops
 
     def _flush_unsent(self) -> None:
         """Send the adds :meth:`_send` held in this loop turn. The ensemble is read now: an
@@ -408,7 +429,10 @@ class WriteHandle(ReadHandle):
                 failed = dict(self._failed_bookies)
                 if self.ensemble_changes >= self._config.max_ensemble_changes:
                     raise WriteError(f"ledger {self.ledger_id}: too many ensemble changes")
-                versioned = await self._replace_in_metadata(failed)
+                versioned = await replace_failed_bookies(
+                    self._client_ctx.ledger_manager, self.ledger_id, self.versioned_metadata, failed,
+                    self.last_add_confirmed + 1, self._pick_replacement,
+                )
                 if self._error is not None:
                     return
                 self._adopt_ensemble(versioned, failed)
@@ -419,41 +443,12 @@ class WriteHandle(ReadHandle):
         self._release_completed()
         self._progress.set()  # close() and force() wait for the change to end
 
-    async def _replace_in_metadata(self, failed: dict[int, str]) -> Versioned[LedgerMetadata]:
-        """CAS a new last segment starting at LAC+1 with the failed bookies replaced; after a
-        conflict, again over the metadata read (replacements picked anew)."""
-        first_entry = self.last_add_confirmed + 1
-
-        def still_writable(md: LedgerMetadata) -> bool:
-            if md.state == LedgerState.IN_RECOVERY:
-                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
-            if md.state == LedgerState.CLOSED:
-                raise LedgerClosedError(f"ledger {self.ledger_id} was closed by another client")
-            return True
-
-        def replaced(md: LedgerMetadata) -> LedgerMetadata:
-            ensemble = list(md.last_ensemble)
-            racks = self._client_ctx.writable_bookie_racks()
-            for index, bookie_id in failed.items():
-                if ensemble[index] == bookie_id:
-                    ensemble[index] = self._pick_replacement(ensemble, index, md.write_quorum_size, racks)
-            return md.with_ensemble_change(first_entry, tuple(ensemble))
-
-        return await MetadataUpdateLoop(
-            self._client_ctx.ledger_manager,
-            self.ledger_id,
-            needs_transformation=still_writable,
-            transform=replaced,
-            current=self.versioned_metadata,
-        ).run()
-
-    def _pick_replacement(
-        self, ensemble: list[str], index: int, write_quorum: int, racks: BookieRacks
-    ) -> str:
+    def _pick_replacement(self, ensemble: list[str], index: int, write_quorum: int) -> str:
         """A new bookie for slot ``index``. Bookies that failed this handle recently are avoided
         while others exist: a crashed bookie stays registered until its ZooKeeper session expires
         (BookKeeper's bookie quarantine, simplified)."""
         placement = self._client_ctx.placement
+        racks = self._client_ctx.writable_bookie_racks()
         now = self._client_ctx.clock.monotonic()
         recent = {b for b, at in self._recently_failed.items() if now - at < _QUARANTINE_S}
         try:
@@ -568,7 +563,11 @@ class WriteHandle(ReadHandle):
         try:
             await self._wait_pending()
             self._abandon_unreachable()
-            await self._close_metadata()
+            closed = await close_at(
+                self._client_ctx.ledger_manager, self.ledger_id, self.versioned_metadata,
+                self.last_add_confirmed, self.length,
+            )
+            self.update_metadata(closed)
         finally:
             await self._stop_timers()
 
@@ -593,30 +592,6 @@ class WriteHandle(ReadHandle):
         for op in pending:
             if not op.done:
                 op.fail(LedgerClosedError(f"ledger {self.ledger_id} closed before entry {op.entry_id}"))
-
-    async def _close_metadata(self) -> None:
-        lac, length = self.last_add_confirmed, self.length
-
-        def needs_closing(md: LedgerMetadata) -> bool:
-            if md.state == LedgerState.CLOSED:
-                if md.last_entry_id == lac and md.length == length:
-                    return False  # closed already, at this writer's point: success
-                raise MetadataVersionError(
-                    f"ledger {self.ledger_id} was closed at entry {md.last_entry_id} "
-                    f"(length {md.length}), this writer's LAC is {lac} (length {length})"
-                )
-            if md.state == LedgerState.IN_RECOVERY:
-                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
-            return True
-
-        closed = await MetadataUpdateLoop(
-            self._client_ctx.ledger_manager,
-            self.ledger_id,
-            needs_transformation=needs_closing,
-            transform=lambda md: md.with_closed(lac, length),
-            current=self.versioned_metadata,
-        ).run()
-        self.update_metadata(closed)
 
     async def __aenter__(self) -> WriteHandle:
         return self

@@ -228,3 +228,18 @@ def checked_payloads(
             f" {max_payload}-byte limit (ClientConfig.max_entry_size_bytes less header and digest)"
         )
     return batch, sizes
+
+
+def adds_that_would_wait(sizes: list[int], adds: int, total: int, max_adds: int, max_bytes: int) -> int:
+    """How many of a batch of adds of ``sizes`` would wait for room, appended to a handle with
+    ``adds`` adds of ``total`` bytes outstanding and none waiting, under ``max_adds`` and
+    ``max_bytes`` (``WriteHandle._add``'s rule: one add always goes when none is outstanding;
+    once one waits, the later ones wait behind it)."""
+    if adds + len(sizes) <= max_adds and total + sum(sizes) <= max_bytes:
+        return 0  # all fit (the usual case, checked in C)
+    for index, size in enumerate(sizes):
+        if adds and (adds >= max_adds or total + size > max_bytes):
+            return len(sizes) - index
+        adds += 1
+        total += size
+    return 0

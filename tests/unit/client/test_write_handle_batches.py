@@ -25,11 +25,13 @@ _QUORUMS = [(3, 2), (3, 3), (4, 2), (5, 3), (5, 4), (2, 1), (1, 1)]
 
 
 async def _sent_per_bookie(
-    quorums: tuple[int, int], sizes: list[int], order: list[int] | None, batched: bool
+    quorums: tuple[int, int], sizes: list[int], order: list[int] | None, how: str
 ) -> dict[str, list[bytes]]:
     """Every bookie's queued bytes after appending entries of ``sizes`` (to a ledger-adv handle
-    in the id order ``order`` if given) in one loop turn (``batched``) or one per turn. The
-    bookies hold every add, so the LAC each entry carries is the same (-1) both ways."""
+    in the id order ``order`` if given) one per loop turn (``how`` "one by one"), all in one turn
+    ("one turn") or in one ``append_batch_async`` ("api"). The bookies hold every add, so the LAC
+    each entry carries is the same (-1) every way."""
+    batched = how != "one by one"
     ensemble_size, write_quorum = quorums
     world = make_world(bookies=ensemble_size)
     ensemble = tuple(f"b{i}" for i in range(ensemble_size))
@@ -39,8 +41,11 @@ async def _sent_per_bookie(
     futures: list[asyncio.Future[int]] = []
     if order is None:
         handle = WriteHandle(world.ctx, *ledger)  # type: ignore[arg-type]
-        for index, size in enumerate(sizes):
-            futures.append(handle.append_async(bytes([index % 256]) * size))
+        payloads = [bytes([index % 256]) * size for index, size in enumerate(sizes)]
+        if how == "api":
+            futures.append(handle.append_batch_async(payloads))
+        for payload in payloads if how != "api" else []:
+            futures.append(handle.append_async(payload))
             if not batched:
                 await asyncio.sleep(0)
     else:
@@ -62,8 +67,9 @@ async def _sent_per_bookie(
 def test_a_batch_sends_each_bookie_the_bytes_of_adds_sent_one_by_one(
     quorums: tuple[int, int], sizes: list[int]
 ) -> None:
-    one_by_one = asyncio.run(_sent_per_bookie(quorums, sizes, None, batched=False))
-    assert asyncio.run(_sent_per_bookie(quorums, sizes, None, batched=True)) == one_by_one
+    one_by_one = asyncio.run(_sent_per_bookie(quorums, sizes, None, "one by one"))
+    assert asyncio.run(_sent_per_bookie(quorums, sizes, None, "one turn")) == one_by_one
+    assert asyncio.run(_sent_per_bookie(quorums, sizes, None, "api")) == one_by_one
     write_quorum = quorums[1]
     assert sum(map(len, one_by_one.values())) == len(sizes) * write_quorum
 
@@ -74,8 +80,8 @@ def test_a_ledger_adv_batch_in_any_id_order_sends_the_same_bytes(
     quorums: tuple[int, int], order: list[int]
 ) -> None:
     sizes = [10 + i for i in range(12)]
-    one_by_one = asyncio.run(_sent_per_bookie(quorums, sizes, order, batched=False))
-    assert asyncio.run(_sent_per_bookie(quorums, sizes, order, batched=True)) == one_by_one
+    one_by_one = asyncio.run(_sent_per_bookie(quorums, sizes, order, "one by one"))
+    assert asyncio.run(_sent_per_bookie(quorums, sizes, order, "one turn")) == one_by_one
 
 
 def _handle(world: WriteWorld) -> WriteHandle:
