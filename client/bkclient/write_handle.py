@@ -335,8 +335,7 @@ class WriteHandle(ReadHandle):
         bit = 1 << index
         quorum = self.distribution.ack_quorum
         completed = False
-        for entry_id in entry_ids:
-            op = pending.get(entry_id)
+        for op in map(pending.get, entry_ids):
             if op is None or op.done:  # failed with the handle, or answered twice after a re-send
                 continue
             acked = op.acked | bit

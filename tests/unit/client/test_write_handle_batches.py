@@ -152,3 +152,27 @@ async def test_a_ledger_adv_handle_refuses_batches_without_ids() -> None:
         adv.append_batch_async([b"x"])
     with pytest.raises(DuplicateEntryIdError):
         await adv.append_batch([b"x"])
+
+
+async def test_an_application_told_of_an_add_sees_the_lac_and_length_including_it() -> None:
+    world = make_world(max_outstanding_adds=3)
+    wh = _handle(world)
+    seen: list[tuple[int, int, int]] = []
+
+    def told(entry_id: int, error: object) -> None:
+        assert error is None
+        seen.append((entry_id, wh.last_add_confirmed, wh.length))
+
+    wh.append_with_callback(b"a", told)
+    batch = wh.append_batch_async([b"bb", b"ccc"])
+    wh.append_with_callback(b"dddd", told)
+    assert await batch == 2
+    assert await wh.append_batch([b"eeeee"]) == 4
+    # A future's callbacks run later, when the LAC may have moved on; a callback runs at once.
+    assert seen == [(0, 0, 1), (3, 3, 10)]
+    assert (wh.last_add_confirmed, wh.length) == (4, 15)
+    for bookie_id in ("b0", "b1", "b2"):
+        world.bookie(bookie_id).mode = "hold"
+    wh.append_batch_async([b"x"] * 3)  # the limit: room for all three only if all was released
+    await asyncio.sleep(0)
+    assert {add.entry_id for b in ("b0", "b1", "b2") for add in world.bookie(b).held} == {5, 6, 7}
