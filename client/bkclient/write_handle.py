@@ -12,6 +12,10 @@ Rules (BookKeeper's ``LedgerHandle`` / ``PendingAddOp``, reference §1.4):
 * Fencing (LedgerFencedError), a wrong password (UnauthorizedAccessError), metadata saying the
   ledger is in recovery or closed, or an impossible ensemble change fail every pending add and
   every later call with that error.
+* Adds appended while others are outstanding leave together at the end of the loop turn (one
+  encode pass, one queueing call per bookie); a lone add leaves at once. An add is encoded, and
+  its bookies read from the ensemble, only when it leaves. ``append_batch_async`` appends a list
+  of payloads with one future.
 * Backpressure: at most ``max_outstanding_adds`` adds / ``max_outstanding_bytes`` payload bytes are
   sent and not yet completed; further adds wait unsent (``append`` awaits room first, and at most
   ``max_waiting_adds`` may wait behind ``append_async``).
@@ -201,10 +205,10 @@ class WriteHandle(ReadHandle):
             sizes, self._outstanding_adds, self._outstanding_bytes, config.max_outstanding_adds,
             config.max_outstanding_bytes,
         )
-        if waits > self._config.max_waiting_adds - len(self._waiting):
+        if waits > config.max_waiting_adds - len(self._waiting):
             raise TooManyRequestsError(
                 f"ledger {self.ledger_id}: a batch of {len(batch)} adds would leave more than"
-                f" max_waiting_adds={self._config.max_waiting_adds} waiting for room; send smaller batches"
+                f" max_waiting_adds={config.max_waiting_adds} waiting for room; send smaller batches"
                 " or await append_batch() or wait_writable() to pace the writer"
             )
         return batch, sizes, waits
