@@ -48,7 +48,8 @@ from .bookkeeper import BookKeeper
 from .config import ClientConfig
 from .entry import LastConfirmedAndEntry, LedgerEntry
 from .read_handle import ReadHandle
-from .write_handle import WriteAdvHandle, WriteHandle
+from .write_adv_handle import WriteAdvHandle
+from .write_handle import WriteHandle
 
 __all__ = [
     "AddQuorumTimeoutError",
