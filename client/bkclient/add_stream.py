@@ -6,9 +6,13 @@ so every add queued while the previous stream message was being written goes int
 (natural batching: the busier the connection, the bigger the batches). At most
 ``max_inflight_messages`` messages wait for their response; past that, adds accumulate in the queue
 (bounded upstream by the write handle's outstanding-adds/bytes limits) and leave in the next message.
-While adds queue up, messages also leave at most every ``min_batch_interval_s``: a bookie that
-answers fast would otherwise be sent a message per round trip, each a few entries, and on a busy
-host the per-message CPU is what makes the latency. A lone add is never held back.
+When the bookie is behind, messages also leave at most every ``min_batch_interval_s``: a bookie
+that answers fast would otherwise be sent a message per round trip, each a few entries, and on a
+busy host the per-message CPU is what makes the latency. "Behind" means that at least
+``batch_interval_min_adds`` adds queued up while the previous message was out (counted when its
+answer arrives, before any holding back, so a wait never feeds itself): a writer whose adds trickle
+in (a few per round trip) is never held back, nor is a lone add, as BookKeeper's journal groups
+only what queued while it was busy.
 
 Responses come back one per request message, in order, with one status per add: the receiver pops
 the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests); when
@@ -217,6 +221,9 @@ class AddStream:
         self._queued_listeners: deque[AddListener] = deque()
         self._queued_tokens: deque[int] = deque()
         self._inflight: deque[_Batch] = deque()
+        # Adds queued when the last answer came: what arrived during that round trip (a message
+        # takes all that is queued, up to its byte budget). The sender holds back only past it.
+        self._queued_at_answer = 0
         self._wakeup = asyncio.Event()
         self._window = asyncio.Event()
         self._window.set()
@@ -238,6 +245,7 @@ class AddStream:
     async def _send_loop(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self._options.min_batch_interval_s
+        behind = self._options.batch_interval_min_adds
         last_sent = -interval
         while True:
             await self._wakeup.wait()
@@ -246,7 +254,7 @@ class AddStream:
                 while len(self._inflight) >= self._options.max_inflight_messages:
                     self._window.clear()
                     await self._window.wait()
-                if len(self._queued_bytes) > 1:  # adds are queueing: a fuller message pays
+                if self._queued_at_answer >= behind:  # the bookie is behind: a fuller message pays
                     delay = last_sent + interval - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
@@ -295,6 +303,7 @@ class AddStream:
                 self.fail(UnexpectedConditionError(f"bookie {bookie_id}: response without request"))
                 return
             listeners, tokens = self._inflight.popleft()
+            self._queued_at_answer = len(self._queued_bytes)
             self._window.set()
             results = response.results
             if len(results) != len(listeners):

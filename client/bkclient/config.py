@@ -50,10 +50,13 @@ class ClientConfig:
     # per-message CPU (far above an entry's) is paid as rarely as the latency allows. A lone add
     # is sent at once either way. Measurements: docs/performance.md ("The add-stream window").
     bookie_max_inflight_messages: int = 1
-    # While adds queue up for a bookie, at most one add-stream message per interval (0: no
-    # limit); a lone add always goes at once. A bookie that answers fast would otherwise be sent
-    # a message per round trip, a few entries each, at every rate. Measurements: the same section.
+    # While a bookie is behind, at most one add-stream message per interval (0: no limit). A
+    # bookie that answers fast would otherwise be sent a message per round trip, a few entries
+    # each, at every rate. "Behind": at least ``bookie_batch_interval_min_adds`` adds queued for it
+    # while its previous message was out; a writer whose adds trickle in, or a lone add, is never
+    # held back. Measurements: the same section.
     bookie_min_batch_interval_s: float = 0.003
+    bookie_batch_interval_min_adds: int = 16
     bookie_max_batch_bytes: int = 4 * MiB  # entry bytes per add-stream message
     # Send adds over a bookie's add port (plain TCP, ``bkproto.add_port``) when its registration
     # advertises one; False keeps every call on gRPC (e.g. behind a gRPC-only proxy).
@@ -79,6 +82,7 @@ class ClientConfig:
             "long_poll_timeout_s": self.long_poll_timeout_s,
             "min_racks_per_write_quorum": self.min_racks_per_write_quorum,
             "bookie_max_inflight_messages": self.bookie_max_inflight_messages,
+            "bookie_batch_interval_min_adds": self.bookie_batch_interval_min_adds,
             "bookie_max_batch_bytes": self.bookie_max_batch_bytes,
             "metadata_timeout_s": self.metadata_timeout_s,
         }

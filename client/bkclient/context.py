@@ -39,6 +39,7 @@ def pool_for(
             BookieClientOptions(
                 max_inflight_messages=config.bookie_max_inflight_messages,
                 min_batch_interval_s=config.bookie_min_batch_interval_s,
+                batch_interval_min_adds=config.bookie_batch_interval_min_adds,
                 max_batch_bytes=config.bookie_max_batch_bytes,
                 default_timeout_s=config.read_entry_timeout_s,
                 use_add_port=config.bookie_use_add_port,

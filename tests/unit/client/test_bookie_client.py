@@ -194,26 +194,42 @@ async def test_adds_queued_while_a_message_is_in_flight_share_the_next_message(
     await client.close()
 
 
-async def test_queued_adds_wait_out_the_batch_interval_but_a_lone_add_does_not(
+async def test_a_bookie_behind_gets_at_most_one_message_per_batch_interval(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    options = BookieClientOptions(min_batch_interval_s=0.3, batch_interval_min_adds=2)
+    client = BookieClient(address, address, options)
+    servicer.hold.clear()
+    adds = [client.add(2, 0, b"k" * 20, b"a")]
+    await servicer.got_message.wait()
+    adds += [client.add(2, i, b"k" * 20, b"b") for i in range(1, 6)]  # queued while it is out
+    servicer.hold.set()
+    for burst in range(10):  # a steady writer: adds keep coming while the next message waits
+        adds += [client.add(2, 6 + 3 * burst + i, b"k" * 20, b"c") for i in range(3)]
+        await asyncio.sleep(0.005)
+    await asyncio.gather(*adds)
+    # Five adds queued during the first round trip: the bookie is behind, so the next message
+    # waits out the interval and takes every add that came meanwhile.
+    assert servicer.message_sizes == [1, 35]
+    await client.close()
+
+
+async def test_adds_that_trickle_in_and_a_lone_add_are_not_held_back(
     bookie: tuple[MemoryBookie, str],
 ) -> None:
     servicer, address = bookie
     patient = BookieClient(address, address, BookieClientOptions(min_batch_interval_s=60.0))
     for i in range(3):  # each add alone, just after the previous message: none waits 60 s
         await asyncio.wait_for(patient.add(1, i, b"k" * 20, b"a"), 5)
-    await patient.close()
     assert servicer.message_sizes == [1, 1, 1]
-    servicer.message_sizes.clear()
-    client = BookieClient(address, address, BookieClientOptions(min_batch_interval_s=0.3))
-    await client.add(2, 0, b"k" * 20, b"a")
     adds = []
-    for burst in range(10):  # a steady writer: adds queue up behind each other
-        adds += [client.add(2, 1 + 3 * burst + i, b"k" * 20, b"b") for i in range(3)]
+    for burst in range(10):  # fewer adds per round trip than batch_interval_min_adds (16)
+        adds += [patient.add(1, 3 + 3 * burst + i, b"k" * 20, b"b") for i in range(3)]
         await asyncio.sleep(0.005)
-    await asyncio.gather(*adds)
-    # Without the interval the fake, which answers at once, gets a message per burst.
-    assert servicer.message_sizes == [1, 30]
-    await client.close()
+    await asyncio.wait_for(asyncio.gather(*adds), 5)  # held back, they would wait 60 s
+    assert sum(servicer.message_sizes) == 33
+    await patient.close()
 
 
 async def test_in_flight_messages_are_bounded_by_the_window(bookie: tuple[MemoryBookie, str]) -> None:
