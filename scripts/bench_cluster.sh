@@ -6,12 +6,12 @@
 # a day, so a rate fixed once would mean a different load each time.
 set -u
 cd "$(dirname "$0")/.."
-PYBK=.venv/bin/pybk
+PYBK=${PYBK:-.venv/bin/pybk}
 . scripts/local_cluster.sh
 start_local_cluster pybk-bench
 host_speed
-ZK=127.0.0.1:22181
-B=127.0.0.1:23181
+ZK=127.0.0.1:${ZK_PORT:-22181}
+B=127.0.0.1:${BASE_PORT:-23181}
 echo "== bench journal-disk $D";   $PYBK bench journal-disk --dir "$D" --time 10 --json
 echo "== bench bookie $B";            $PYBK bench bookie --bookie $B --entries 200000 --latency-entries 3000 --json
 echo "== bench writes (1 outstanding)"; $PYBK bench writes --zk $ZK --entries 3000 --throttle 1 --json

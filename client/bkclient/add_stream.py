@@ -3,12 +3,18 @@ coalescing AddEntries stream that carries them.
 
 A Python gRPC message costs hundreds of microseconds of CPU while an entry's own work costs a few,
 so every add queued while the previous stream message was being written goes into the next message
-(natural batching: the busier the connection, the bigger the batches). At most
-``max_inflight_messages`` messages wait for their response; past that, adds accumulate in the queue
-(bounded upstream by the write handle's outstanding-adds/bytes limits) and leave in the next message.
-While adds queue up, messages also leave at most every ``min_batch_interval_s``: a bookie that
-answers fast would otherwise be sent a message per round trip, each a few entries, and on a busy
-host the per-message CPU is what makes the latency. A lone add is never held back.
+(natural batching: the busier the connection, the bigger the batches). How many messages may wait
+for their response, and how often one may leave, depends on whether the bookie is behind: at least
+``behind_min_adds`` adds queued up for it while its previous message was out (counted when that
+answer arrives, before any holding back, so a wait never feeds itself). Then at most
+``max_inflight_messages`` messages are out, and one leaves at most every ``min_batch_interval_s``:
+a bookie that answers fast would otherwise be sent a message per round trip, each a few entries,
+and on a busy host the per-message CPU is what makes the latency. Otherwise (adds trickle in, a
+few per round trip) up to ``max_inflight_messages_keeping_up`` messages may be out and none is held
+back: an add, and the LAC it carries to tailing readers, need not wait for the previous message's
+round trip. BookKeeper's journal groups the same way: only what queued while it was busy. Past the
+window, adds accumulate in the queue (bounded upstream by the write handle's outstanding-adds/bytes
+limits) and leave in the next message.
 
 Responses come back one per request message, in order, with one status per add: the receiver pops
 the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests); when
@@ -232,6 +238,9 @@ class AddStream:
         self._queued_listeners: deque[AddListener] = deque()
         self._queued_tokens: deque[int] = deque()
         self._inflight: deque[_Batch] = deque()
+        # Adds queued when the last answer came: what arrived during that round trip (a message
+        # takes all that is queued, up to its byte budget). The sender holds back only past it.
+        self._queued_at_answer = 0
         self._wakeup = asyncio.Event()
         self._window = asyncio.Event()
         self._window.set()
@@ -261,15 +270,18 @@ class AddStream:
     async def _send_loop(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self._options.min_batch_interval_s
+        behind = self._options.behind_min_adds
+        window = self._options.max_inflight_messages
+        keeping_up = max(window, self._options.max_inflight_messages_keeping_up)
         last_sent = -interval
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._queued_bytes:
-                while len(self._inflight) >= self._options.max_inflight_messages:
+                while len(self._inflight) >= (window if self._queued_at_answer >= behind else keeping_up):
                     self._window.clear()
                     await self._window.wait()
-                if len(self._queued_bytes) > 1:  # adds are queueing: a fuller message pays
+                if self._queued_at_answer >= behind:  # the bookie is behind: a fuller message pays
                     delay = last_sent + interval - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
@@ -318,6 +330,7 @@ class AddStream:
                 self.fail(UnexpectedConditionError(f"bookie {bookie_id}: response without request"))
                 return
             listeners, tokens = self._inflight.popleft()
+            self._queued_at_answer = len(self._queued_bytes)
             self._window.set()
             results = response.results
             if len(results) != len(listeners):

@@ -56,8 +56,10 @@ MAX_MESSAGE_BYTES = 16 * MiB
 class BookieClientOptions:
     """Connection tuning. Defaults suit a few bookies on one host as well as a real cluster."""
 
-    max_inflight_messages: int = 1  # add-stream messages awaiting a response (window)
-    min_batch_interval_s: float = 0.0  # while adds queue: at most one message per interval
+    max_inflight_messages: int = 1  # add-stream messages awaiting a response while the bookie is behind
+    max_inflight_messages_keeping_up: int = 2  # ... while it keeps up
+    min_batch_interval_s: float = 0.0  # while the bookie is behind: at most one message per interval
+    behind_min_adds: int = 16  # "behind": this many adds queued during the last round trip
     max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
     use_add_port: bool = True  # adds over the bookie's add port when it has one (else gRPC)

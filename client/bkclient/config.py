@@ -45,15 +45,21 @@ class ClientConfig:
     min_racks_per_write_quorum: int = 2  # minNumRacksPerWriteQuorum
     enforce_min_racks_per_write_quorum: bool = False  # enforceMinNumRacksPerWriteQuorum
     # Bookie connections.
-    # Add-stream messages awaiting a response, per bookie. One: while a message is out, the next
-    # fills up, so a bookie gets about one message per round trip whatever the rate, and the
-    # per-message CPU (far above an entry's) is paid as rarely as the latency allows. A lone add
-    # is sent at once either way. Measurements: docs/performance.md ("The add-stream window").
+    # Add-stream pacing, per bookie. A bookie is behind when at least ``bookie_behind_min_adds``
+    # adds queued for it while its previous message was out. Then one message is out at a time
+    # (``bookie_max_inflight_messages``): while it is, the next fills up, so the bookie gets about
+    # one message per round trip whatever the rate, and the per-message CPU (far above an
+    # entry's) is paid as rarely as the latency allows; and at most one message leaves per
+    # ``bookie_min_batch_interval_s`` (0: no limit), or a bookie that answers fast would be sent a
+    # message per round trip, a few entries each. While it keeps up (adds trickle in, a lone add),
+    # up to ``bookie_max_inflight_messages_keeping_up`` messages are out and none is held back, so
+    # an add (and the LAC it carries to tailing readers) does not wait for the previous one's
+    # round trip. Measurements: docs/performance.md ("The add-stream window", and issue 32's
+    # latency rows).
     bookie_max_inflight_messages: int = 1
-    # While adds queue up for a bookie, at most one add-stream message per interval (0: no
-    # limit); a lone add always goes at once. A bookie that answers fast would otherwise be sent
-    # a message per round trip, a few entries each, at every rate. Measurements: the same section.
+    bookie_max_inflight_messages_keeping_up: int = 2
     bookie_min_batch_interval_s: float = 0.003
+    bookie_behind_min_adds: int = 16
     bookie_max_batch_bytes: int = 4 * MiB  # entry bytes per add-stream message
     # Send adds over a bookie's add port (plain TCP, ``bkproto.add_port``) when its registration
     # advertises one; False keeps every call on gRPC (e.g. behind a gRPC-only proxy).
@@ -79,6 +85,8 @@ class ClientConfig:
             "long_poll_timeout_s": self.long_poll_timeout_s,
             "min_racks_per_write_quorum": self.min_racks_per_write_quorum,
             "bookie_max_inflight_messages": self.bookie_max_inflight_messages,
+            "bookie_max_inflight_messages_keeping_up": self.bookie_max_inflight_messages_keeping_up,
+            "bookie_behind_min_adds": self.bookie_behind_min_adds,
             "bookie_max_batch_bytes": self.bookie_max_batch_bytes,
             "metadata_timeout_s": self.metadata_timeout_s,
         }

@@ -38,7 +38,9 @@ def pool_for(
         connector = grpc_connector(
             BookieClientOptions(
                 max_inflight_messages=config.bookie_max_inflight_messages,
+                max_inflight_messages_keeping_up=config.bookie_max_inflight_messages_keeping_up,
                 min_batch_interval_s=config.bookie_min_batch_interval_s,
+                behind_min_adds=config.bookie_behind_min_adds,
                 max_batch_bytes=config.bookie_max_batch_bytes,
                 default_timeout_s=config.read_entry_timeout_s,
                 use_add_port=config.bookie_use_add_port,

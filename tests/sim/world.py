@@ -211,11 +211,16 @@ class World:
             long_poll_timeout_s=2.0,
             explicit_lac_interval_s=swarm.explicit_lac_interval_s,
             bookie_min_batch_interval_s=swarm.batch_interval_s,
+            # Hold back whenever anything queued during a round trip: the most holding, the most
+            # interleavings of held messages with faults.
+            bookie_behind_min_adds=1,
             bookie_use_add_port=False,
         )
         options = BookieClientOptions(
             max_inflight_messages=config.bookie_max_inflight_messages,
+            max_inflight_messages_keeping_up=config.bookie_max_inflight_messages_keeping_up,
             min_batch_interval_s=config.bookie_min_batch_interval_s,
+            behind_min_adds=config.bookie_behind_min_adds,
             max_batch_bytes=config.bookie_max_batch_bytes,
             default_timeout_s=config.read_entry_timeout_s,
             use_add_port=False,

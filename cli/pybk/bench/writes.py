@@ -307,6 +307,12 @@ async def _write_phase(
             sent += 1
         if progress is not None and sent % 1024 < burst:
             progress.update(tally.completed)
+        # One loop turn between bursts: the add streams send what the burst queued and the
+        # answers that came meanwhile complete before the next burst. Without it, a producer
+        # that fell behind (a burst is all the entries due) sent burst after burst in one task
+        # step, holding every message back until it caught up: the next burst was larger, and so
+        # the latency of every later add.
+        await asyncio.sleep(0)
     await tally.drained()
     elapsed = loop.time() - started
     tally.finish()

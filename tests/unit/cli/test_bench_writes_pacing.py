@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any, cast
 
-from pybk.bench.writes import _Pacer, _Tally
+from tests.support.bench_ledgers import SlowAppendBookKeeper, paced_write_args
+
+from pybk.bench.writes import _Pacer, _Tally, _write_phase
 
 
 async def test_unlimited_rate_allows_everything_asked() -> None:
@@ -66,3 +69,21 @@ async def test_paced_adds_count_from_when_they_were_due() -> None:
     service = tally.service_latencies.histogram.get_max_value() / 1000.0
     assert corrected >= 500.0
     assert service < corrected - 400.0
+
+
+async def test_a_producer_behind_schedule_lets_other_tasks_run_between_bursts() -> None:
+    """A producer that cannot keep up (each append costs more than the rate allows) sends every
+    due entry in a burst; the add streams' senders and the answers must get the loop between
+    bursts, or nothing leaves until the producer catches up, which it never does."""
+    loop = asyncio.get_running_loop()
+    bk = SlowAppendBookKeeper(append_cost_s=20e-6)  # 20 µs per append: at most 50,000/s
+    observer = asyncio.ensure_future(bk.observe())
+    tally = _Tally(loop, throttle=1_000_000)
+    entries = 20_000
+    await _write_phase(cast(Any, bk), paced_write_args(100_000.0), b"x", tally, entries, None, None)
+    observer.cancel()
+    seen = bk.ledger.turns_seen
+    assert len(seen) == entries
+    # The bursts grow while the producer falls further behind; the observer got the loop between
+    # them, not only once the last entry had left.
+    assert len(set(seen)) >= 2

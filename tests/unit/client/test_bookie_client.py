@@ -72,6 +72,12 @@ class MemoryBookie(bookie_pb2_grpc.BookieServicer):
         finally:
             reading.cancel()
 
+    async def wait_for_messages(self, count: int) -> None:
+        """Until ``count`` request messages have arrived in all."""
+        while len(self.message_sizes) < count:
+            self.got_message.clear()
+            await self.got_message.wait()
+
     def _apply(self, request: bookie_pb2.AddEntriesRequest) -> bookie_pb2.AddEntriesResponse:
         response = bookie_pb2.AddEntriesResponse()
         for add in request.adds:
@@ -181,7 +187,8 @@ async def test_adds_queued_while_a_message_is_in_flight_share_the_next_message(
     bookie: tuple[MemoryBookie, str],
 ) -> None:
     servicer, address = bookie
-    client = BookieClient(address, address, BookieClientOptions(max_inflight_messages=1))
+    options = BookieClientOptions(max_inflight_messages=1, max_inflight_messages_keeping_up=1)
+    client = BookieClient(address, address, options)
     servicer.hold.clear()
     first = client.add(1, 0, b"k" * 20, b"a")
     await servicer.got_message.wait()
@@ -194,26 +201,80 @@ async def test_adds_queued_while_a_message_is_in_flight_share_the_next_message(
     await client.close()
 
 
-async def test_queued_adds_wait_out_the_batch_interval_but_a_lone_add_does_not(
+async def test_a_bookie_behind_gets_at_most_one_message_per_batch_interval(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    options = BookieClientOptions(
+        min_batch_interval_s=0.3, behind_min_adds=2, max_inflight_messages_keeping_up=1
+    )
+    client = BookieClient(address, address, options)
+    servicer.hold.clear()
+    adds = [client.add(2, 0, b"k" * 20, b"a")]
+    await servicer.got_message.wait()
+    adds += [client.add(2, i, b"k" * 20, b"b") for i in range(1, 6)]  # queued while it is out
+    servicer.hold.set()
+    for burst in range(10):  # a steady writer: adds keep coming while the next message waits
+        adds += [client.add(2, 6 + 3 * burst + i, b"k" * 20, b"c") for i in range(3)]
+        await asyncio.sleep(0.005)
+    await asyncio.gather(*adds)
+    # Five adds queued during the first round trip: the bookie is behind, so the next message
+    # waits out the interval and takes every add that came meanwhile.
+    assert servicer.message_sizes == [1, 35]
+    await client.close()
+
+
+async def test_adds_that_trickle_in_and_a_lone_add_are_not_held_back(
     bookie: tuple[MemoryBookie, str],
 ) -> None:
     servicer, address = bookie
     patient = BookieClient(address, address, BookieClientOptions(min_batch_interval_s=60.0))
     for i in range(3):  # each add alone, just after the previous message: none waits 60 s
         await asyncio.wait_for(patient.add(1, i, b"k" * 20, b"a"), 5)
-    await patient.close()
     assert servicer.message_sizes == [1, 1, 1]
-    servicer.message_sizes.clear()
-    client = BookieClient(address, address, BookieClientOptions(min_batch_interval_s=0.3))
-    await client.add(2, 0, b"k" * 20, b"a")
     adds = []
-    for burst in range(10):  # a steady writer: adds queue up behind each other
-        adds += [client.add(2, 1 + 3 * burst + i, b"k" * 20, b"b") for i in range(3)]
+    for burst in range(10):  # fewer adds per round trip than behind_min_adds (16)
+        adds += [patient.add(1, 3 + 3 * burst + i, b"k" * 20, b"b") for i in range(3)]
         await asyncio.sleep(0.005)
-    await asyncio.gather(*adds)
-    # Without the interval the fake, which answers at once, gets a message per burst.
-    assert servicer.message_sizes == [1, 30]
-    await client.close()
+    await asyncio.wait_for(asyncio.gather(*adds), 5)  # held back, they would wait 60 s
+    assert sum(servicer.message_sizes) == 33
+    await patient.close()
+
+
+async def test_a_bookie_keeping_up_gets_a_second_message_while_one_is_out_and_one_behind_does_not(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    servicer, address = bookie
+    options = BookieClientOptions(
+        max_inflight_messages=1, max_inflight_messages_keeping_up=2, behind_min_adds=4
+    )
+    client = BookieClient(address, address, options)
+    try:
+        servicer.hold.clear()
+        adds = [client.add(1, 0, b"k" * 20, b"a")]
+        await servicer.got_message.wait()
+        adds.append(client.add(1, 1, b"k" * 20, b"b"))  # keeping up: it need not wait for the first
+        await asyncio.wait_for(servicer.wait_for_messages(2), 10)
+        adds += [client.add(1, i, b"k" * 20, b"c") for i in range(2, 7)]  # a third waits: window of 2
+        await asyncio.sleep(0.05)
+        assert servicer.message_sizes == [1, 1]
+        servicer.hold.set()
+        await asyncio.gather(*adds)
+        # Five adds were queued when the first answer came: the bookie was behind, so they left in
+        # one message once the second was answered, not one by one.
+        assert servicer.message_sizes == [1, 1, 5]
+        # Nothing was queued when that one was answered: it keeps up again, two messages go out.
+        servicer.hold.clear()
+        again = [client.add(1, 7, b"k" * 20, b"d")]
+        await servicer.wait_for_messages(4)
+        again.append(client.add(1, 8, b"k" * 20, b"e"))
+        await asyncio.wait_for(servicer.wait_for_messages(5), 10)
+        assert servicer.message_sizes == [1, 1, 5, 1, 1]
+        servicer.hold.set()
+        await asyncio.gather(*again)
+    finally:
+        servicer.hold.set()  # a failed check must not leave the fake's answers held
+        await client.close()
 
 
 async def test_in_flight_messages_are_bounded_by_the_window(bookie: tuple[MemoryBookie, str]) -> None:
