@@ -54,5 +54,5 @@ class SlowAppendBookKeeper:
 def paced_write_args(rate: float) -> argparse.Namespace:
     """The arguments ``_write_phase`` reads, for one ledger at ``rate`` entries/s."""
     return argparse.Namespace(
-        ensemble=3, write_quorum=2, ack_quorum=2, digest="crc32", ledgers=1, rate=rate, size=16
+        ensemble=3, write_quorum=2, ack_quorum=2, digest="crc32", ledgers=1, rate=rate, size=16, batch=False
     )

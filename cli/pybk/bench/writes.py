@@ -298,13 +298,14 @@ async def _write_phase(
         if args.batch:
             _append_burst(handles, payload, tally, sent, burst, now(), started if paced else None, args.rate)
             sent += burst
-        for _ in range(0 if args.batch else burst):  # every reserved slot is used: drained() counts them down
-            index = sent % len(handles)
-            sent_at[index].append(now())
-            if due_at is not None:
-                due_at[index].append(started + sent / args.rate)
-            handles[index].append_with_callback(payload, callbacks[index])
-            sent += 1
+        else:
+            for _ in range(burst):  # every reserved slot is used: drained() counts them down
+                index = sent % len(handles)
+                sent_at[index].append(now())
+                if due_at is not None:
+                    due_at[index].append(started + sent / args.rate)
+                handles[index].append_with_callback(payload, callbacks[index])
+                sent += 1
         if progress is not None and sent % 1024 < burst:
             progress.update(tally.completed)
         # One loop turn between bursts: the add streams send what the burst queued and the
