@@ -10,14 +10,17 @@ batch and streaming, next to what bounds it on the same cluster in the same run:
 - ``spark_batch_write``: ``format("bookkeeper")``, the first job whose workers import the client
   and open their ZooKeeper session and bookie connections; ``spark_batch_write_again``: the same
   job again, on workers that have them already;
-- ``spark_batch_read``, ``spark_stream_read`` (``availableNow`` into ``noop``) and
-  ``spark_stream_copy`` (a streaming read of the log written into a new log).
+- ``spark_batch_read`` (the session's first read: its planning workers start, and the JVM runs
+  the read path for the first time), ``spark_batch_read_again`` (the same read again),
+  ``spark_stream_read`` (``availableNow`` into ``noop``) and ``spark_stream_copy`` (a streaming
+  read of the log written into a new log).
 
 Each phase also reports the CPU seconds Spark's processes used (this process's descendants:
-the JVM and its Python workers), and with ``--cluster-pid`` those of the cluster's process tree
-(``pybk localcluster``: ZooKeeper and the bookies): on a machine of a few cores the figures
-say where the time went when wall-clock rates are noisy. Every run uses ensemble 3, write and ack
-quorum 2 (E3 Qw2 Qa2) and new log names. ``scripts/bench_spark.sh`` starts a fresh cluster."""
+the JVM and its Python workers; ``spark_jvm`` the JVM's share), and with ``--cluster-pid`` those
+of the cluster's process tree (``pybk localcluster``: ZooKeeper and the bookies): on a machine of
+a few cores the figures say where the time went when wall-clock rates are noisy. Every run uses
+ensemble 3, write and ack quorum 2 (E3 Qw2 Qa2) and new log names. ``scripts/bench_spark.sh``
+starts a fresh cluster."""
 
 from __future__ import annotations
 
@@ -100,6 +103,7 @@ class SparkBench:
     def _cpu(self) -> dict[str, float]:
         cpu = {"bench": process_tree_cpu(os.getpid(), descendants_only=False) - process_tree_cpu(os.getpid())}
         cpu["spark"] = process_tree_cpu(os.getpid())
+        cpu["spark_jvm"] = process_tree_cpu(os.getpid(), command="java")
         if self.args.cluster_pid is not None:
             cpu["cluster"] = process_tree_cpu(self.args.cluster_pid, descendants_only=False)
         return cpu
@@ -146,8 +150,13 @@ class SparkBench:
                    .mode("append").save(log))
         self.phase("spark_batch_write_again", lambda: source.write.format("bookkeeper")
                    .options(**options).mode("append").save(f"{log}-again"))
-        self.phase("spark_batch_read", lambda: spark.read.format("bookkeeper").options(**options)
-                   .load(log).selectExpr("sum(length(value))").collect())
+        def batch_read() -> None:
+            spark.read.format("bookkeeper").options(**options).load(log).selectExpr(
+                "sum(length(value))"
+            ).collect()
+
+        self.phase("spark_batch_read", batch_read)
+        self.phase("spark_batch_read_again", batch_read)
 
         def stream(sink: str, **sink_options: str) -> None:
             query = (
@@ -194,28 +203,34 @@ def python_noop_source() -> type:
     return NoopSource
 
 
-def process_tree_cpu(root: int, *, descendants_only: bool = True) -> float:
+def process_tree_cpu(root: int, *, descendants_only: bool = True, command: str | None = None) -> float:
     """CPU seconds (user + system, reaped children included) of ``root``'s live descendants, and
-    of ``root`` itself unless ``descendants_only``. Linux's /proc; 0.0 where there is none."""
+    of ``root`` itself unless ``descendants_only``; with ``command``, only of the processes of
+    that name (``java``: Spark's JVM, apart from its Python workers). Linux's /proc; 0.0 where
+    there is none."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
+    names: dict[int, str] = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             stat = (entry / "stat").read_text()
         except OSError:
             continue  # gone meanwhile
-        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+        head, _, tail = stat.rpartition(")")  # the command name may hold spaces and parentheses
+        fields = tail.split()
         pid = int(entry.name)
         parents[pid] = int(fields[1])
         cpu[pid] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+        names[pid] = head.partition("(")[2]
     children: dict[int, list[int]] = {}
     for pid, parent in parents.items():
         children.setdefault(parent, []).append(pid)
-    total = 0.0 if descendants_only else cpu.get(root, 0.0)
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo.extend(children.get(pid, []))
+    counted = list(children.get(root, [])) if descendants_only else [root]
+    total = 0.0
+    while counted:
+        pid = counted.pop()
+        if command is None or names.get(pid) == command:
+            total += cpu.get(pid, 0.0)
+        counted.extend(children.get(pid, []))
     return total
