@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bkmeta.log_retention import Retention, Truncation, apply_retention
 from bkmeta.model import DigestType
@@ -39,9 +40,10 @@ from bkmeta.named_log import (
 )
 from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError, UnexpectedConditionError
 
-from .bookkeeper import BookKeeper
-from .entry import LedgerEntry
-from .write_handle import WriteHandle
+if TYPE_CHECKING:  # annotations only: the options and the log layout need no client loaded
+    from .bookkeeper import BookKeeper
+    from .entry import LedgerEntry
+    from .write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -44,7 +44,9 @@ from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
 
 from .spark_sink import SinkOptions
 from .spark_sink import _int as int_option
-from .sync import BookKeeper
+
+if TYPE_CHECKING:
+    from .sync import BookKeeper
 
 __all__ = ["EntryRange", "LogStreamReader", "SourceOptions", "entry_batches", "plan_partitions"]
 
