@@ -58,6 +58,10 @@ def register(targets: Any) -> None:
     parser.add_argument(
         "--cluster-pid", type=positive, help="also count the CPU of this process tree (pybk localcluster)"
     )
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting for the session (repeatable), e.g. spark.python.worker.reuse=false",
+    )
     parser.set_defaults(func=main)  # --json: the bench group adds it to every target
 
 
@@ -79,7 +83,7 @@ class SparkBench:
         }
         self.results: dict[str, Any] = {
             "entries": self.entries, "value_bytes": VALUE_BYTES, "partitions": args.partitions,
-            "master": args.master, "load_average_1m": round(os.getloadavg()[0], 2),
+            "master": args.master, "conf": args.conf, "load_average_1m": round(os.getloadavg()[0], 2),
         }
 
     def phase(self, name: str, fn: Callable[[], object]) -> None:
@@ -123,13 +127,18 @@ class SparkBench:
         from bkclient.spark import BookKeeperDataSource
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this interpreter
-        spark = (
+        builder = (
             SparkSession.builder.master(self.args.master).appName("pybk-bench-spark")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", str(self.args.partitions))
             .config("spark.local.dir", tempfile.mkdtemp(prefix="pybk-bench-spark-"))
-            .getOrCreate()
         )
+        for setting in self.args.conf:
+            key, sep, value = setting.partition("=")
+            if not sep:
+                raise SystemExit(f"--conf {setting!r}: expected KEY=VALUE")
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(BookKeeperDataSource)
         spark.dataSource.register(python_noop_source())
