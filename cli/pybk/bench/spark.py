@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     bench.run()
     if args.json:
         print(json.dumps(bench.results))
-    return 0
+    return 1 if bench.failed else 0
 
 
 class SparkBench:
@@ -78,6 +78,7 @@ class SparkBench:
         self.args = args
         self.entries = args.mb * 1024 * 1024 // VALUE_BYTES
         self.run_id = uuid.uuid4().hex[:8]
+        self.failed = False
         self.options = {
             "zkServers": args.zk, "ensembleSize": "3", "writeQuorumSize": "2", "ackQuorumSize": "2",
         }
@@ -89,7 +90,13 @@ class SparkBench:
     def phase(self, name: str, fn: Callable[[], object]) -> None:
         cpu_before = self._cpu()
         started = time.perf_counter()
-        fn()
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - a loaded box can fail a phase (Spark, the client): keep the rest
+            self.results[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            self.failed = True
+            print(f"{name}: failed: {exc}", file=sys.stderr, flush=True)
+            return
         seconds = time.perf_counter() - started
         cpu = {key: round(after - cpu_before.get(key, 0.0), 1) for key, after in self._cpu().items()}
         self.results[name] = {
@@ -176,7 +183,7 @@ class SparkBench:
             )
             query.awaitTermination()
             if query.exception() is not None:
-                raise SystemExit(f"streaming query failed: {query.exception()}")
+                raise RuntimeError(f"streaming query failed: {query.exception()}")
 
         self.phase("spark_stream_read", lambda: stream("noop"))
         self.phase("spark_stream_copy", lambda: stream("bookkeeper", **options))
