@@ -5,9 +5,11 @@ submit, the stream's batching and the per-message completion run as in productio
 framing and the bookies do not. For before/after comparisons of client changes on a busy box
 (docs/cost-model.md), where a cluster run's figures move with the neighbours::
 
-    PYTHONPATH=proto:metadata:server:client:cli:. python scripts/client_add_path.py [ROUNDS]
+    PYTHONPATH=proto:metadata:server:client:cli:. python scripts/client_add_path.py [ROUNDS] [--batch]
 
-Each round writes 100,000 entries with at most 2,000 outstanding; the minimum is the figure.
+Each round writes 100,000 entries (ENTRIES in the environment changes it) with at most 2,000
+outstanding, each burst one ``append_with_callback`` per entry, or with ``--batch`` one
+``append_batch_async`` (one future); the minimum is the figure.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import gc
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tests.support.write_world import make_world, new_ledger
@@ -27,7 +30,7 @@ from bkclient.transport import BookieAddress, BookieConnection, BookieConnection
 from bkclient.write_handle import WriteHandle
 from bkproto.v1 import bookie_pb2
 
-ENTRIES = 100_000
+ENTRIES = int(os.environ.get("ENTRIES", "100000"))
 OUTSTANDING = 2_000
 
 
@@ -69,7 +72,7 @@ def connect(bookie_id: str, address: BookieAddress) -> BookieConnection:
     return client
 
 
-async def one_round() -> float:
+async def one_round(batch: bool) -> float:
     world = make_world(bookies=3, max_outstanding_adds=OUTSTANDING, max_outstanding_bytes=1 << 30)
     ledger_id, versioned, digest = new_ledger(world)
     pool = BookieConnectionPool(connect)
@@ -86,6 +89,16 @@ async def one_round() -> float:
         outstanding -= 1
         room.set()
 
+    def batch_done(count: int) -> Callable[[asyncio.Future[int]], None]:
+        def batch_completed(future: asyncio.Future[int]) -> None:
+            nonlocal completed, outstanding
+            assert future.exception() is None, future.exception()
+            completed += count
+            outstanding -= count
+            room.set()
+
+        return batch_completed
+
     cpu = time.process_time()
     sent = 0
     while sent < ENTRIES:
@@ -93,7 +106,9 @@ async def one_round() -> float:
             room.clear()
             await room.wait()
         burst = min(OUTSTANDING - outstanding, ENTRIES - sent)
-        for _ in range(burst):
+        if batch:
+            handle.append_batch_async([payload] * burst).add_done_callback(batch_done(burst))
+        for _ in range(0 if batch else burst):
             handle.append_with_callback(payload, done)
         sent += burst
         outstanding += burst
@@ -109,8 +124,10 @@ async def one_round() -> float:
 
 def main() -> None:
     gc.set_threshold(20_000, 10, 10)  # as every pybk command sets it (pybk/gc_setting.py)
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    figures = [asyncio.run(one_round()) for _ in range(rounds)]
+    numbers = [a for a in sys.argv[1:] if a.isdigit()]
+    rounds = int(numbers[0]) if numbers else 3
+    batch = "--batch" in sys.argv[1:]
+    figures = [asyncio.run(one_round(batch)) for _ in range(rounds)]
     rounds_text = " ".join(f"{f:.2f}" for f in figures)
     print(f"client add path: {rounds_text} µs CPU per entry, min {min(figures):.2f}")
 

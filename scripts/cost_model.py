@@ -266,6 +266,7 @@ def main() -> int:
         help="writes: entries/s (default 0: max load); a fixed rate compares runs at the same batch sizes",
     )
     parser.add_argument("--ledgers", type=int, default=1, help="writes: ledgers written round-robin")
+    parser.add_argument("--batch", action="store_true", help="writes: bench writes --batch")
     parser.add_argument("--settle", type=float, default=6.0, help="seconds before the CPU window")
     parser.add_argument("--window", type=float, default=10.0, help="seconds of each window")
     parser.add_argument("--pyspy", default="py-spy", help="the py-spy command")
@@ -287,6 +288,7 @@ def main() -> int:
     if args.load == "writes":
         command = [*pybk, "writes", "--zk", args.zk, "--time", str(runtime), "--json"]
         command += ["--rate", str(args.rate), "--ledgers", str(args.ledgers)]
+        command += ["--batch"] if args.batch else []
     else:  # one bookie, pipelined: enough entries to outlast both windows at 200,000/s
         grpc_port = _grpc_port(bookies[0].pid)
         command = [*pybk, "bookie", "--bookie", f"127.0.0.1:{grpc_port}", "--latency-entries", "0",

@@ -55,7 +55,8 @@ _EXPORTS = {
     "bkclient.config": ("ClientConfig",),
     "bkclient.entry": ("LastConfirmedAndEntry", "LedgerEntry"),
     "bkclient.read_handle": ("ReadHandle",),
-    "bkclient.write_handle": ("WriteAdvHandle", "WriteHandle"),
+    "bkclient.write_adv_handle": ("WriteAdvHandle",),
+    "bkclient.write_handle": ("WriteHandle",),
 }
 
 if TYPE_CHECKING:
@@ -66,7 +67,8 @@ if TYPE_CHECKING:
     from .config import ClientConfig
     from .entry import LastConfirmedAndEntry, LedgerEntry
     from .read_handle import ReadHandle
-    from .write_handle import WriteAdvHandle, WriteHandle
+    from .write_adv_handle import WriteAdvHandle
+    from .write_handle import WriteHandle
 else:
     __getattr__ = lazy_getattr(__name__, _EXPORTS)
 

@@ -60,6 +60,10 @@ def _varint(value: int) -> bytes:
         return bytes(((value & 0x7F) | 0x80, value >> 7))
     if 0 <= value < 0x200000:
         return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
+    if 0 <= value < 0x10000000:  # entry ids past 2 million: a long ledger's
+        return bytes(
+            ((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, ((value >> 14) & 0x7F) | 0x80, value >> 21)
+        )
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -112,23 +116,33 @@ class LedgerAddRequestEncoder(AddRequestEncoder):
     often all one size). The bytes equal ``encode(entry_id, digest.encode_entry(...))``, which
     the unit tests check."""
 
-    __slots__ = ("_body_overhead", "_digest", "_header", "_ledger_id", "_prefixes", "_size", "_size_fields")
+    __slots__ = (
+        "_body_overhead",
+        "_digest",
+        "_header",
+        "_ledger_id",
+        "_ledger_tag",
+        "_prefixes",
+        "_size",
+        "_size_fields",
+    )
 
     def __init__(self, ledger_id: int, digest: DigestManager) -> None:
         super().__init__(ledger_id, digest.master_key)
         self._ledger_id = ledger_id
+        self._ledger_tag = self._ledger + b"\x10"  # the ledger id field, then the entry id's tag
         self._header = HEADER.pack
         self._digest = digest.digest_function
         self._body_overhead = HEADER_SIZE + digest.digest_size
         self._size = -1
         self._size_fields = b""
-        # The element's tag and length by the length of its fields (at one body size, the fields
-        # differ only by the entry id's varint: a handful of entries).
+        # The element's tag and length by the length of the entry id's varint (at one body size,
+        # the element's fields differ only by it).
         self._prefixes: dict[int, bytes] = {}
 
     def encode_entry(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
         """The AddRequest element of entry ``entry_id`` (``lac``: the LAC it carries; ``length``:
-        the ledger's length including it)."""
+        the ledger's length including it). The parts are joined once: no intermediate bytes."""
         header = self._header(self._ledger_id, entry_id, lac, length)
         digest = self._digest(header, payload)
         size = self._body_overhead + len(payload)
@@ -136,14 +150,15 @@ class LedgerAddRequestEncoder(AddRequestEncoder):
             self._size = size
             self._size_fields = self._key + b"\x22" + _varint(size)
             self._prefixes.clear()
-        if entry_id:
-            fields = self._ledger + b"\x10" + _varint(entry_id) + self._size_fields
-        else:
+        if not entry_id:  # proto3 leaves a zero field out
             fields = self._ledger + self._size_fields
-        prefix = self._prefixes.get(len(fields))
+            return b"".join((b"\x0a", _varint(len(fields) + size), fields, header, digest, payload))
+        entry_field = _varint(entry_id)
+        prefix = self._prefixes.get(len(entry_field))
         if prefix is None:
-            prefix = self._prefixes[len(fields)] = b"\x0a" + _varint(len(fields) + size)
-        return b"".join((prefix, fields, header, digest, payload))
+            fields_size = len(self._ledger_tag) + len(entry_field) + len(self._size_fields)
+            prefix = self._prefixes[len(entry_field)] = b"\x0a" + _varint(fields_size + size)
+        return b"".join((prefix, self._ledger_tag, entry_field, self._size_fields, header, digest, payload))
 
 
 class CallbackListener:
@@ -233,6 +248,14 @@ class AddStream:
         self._queued_bytes.append(encoded)
         self._queued_listeners.append(listener)
         self._queued_tokens.append(token)
+        self._wakeup.set()
+
+    def enqueue_many(self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]) -> None:
+        """:meth:`enqueue` of each ``encoded[i]`` with ``tokens[i]``, in order: three C-level
+        extends instead of three appends and a call per add."""
+        self._queued_bytes.extend(encoded)
+        self._queued_listeners.extend(itertools.repeat(listener, len(tokens)))
+        self._queued_tokens.extend(tokens)
         self._wakeup.set()
 
     async def _send_loop(self) -> None:

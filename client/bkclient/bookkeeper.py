@@ -26,7 +26,8 @@ from .digest import DigestManager
 from .distribution import validate_quorums
 from .ops.recovery import LedgerRecoveryOp
 from .read_handle import ReadHandle
-from .write_handle import WriteAdvHandle, WriteHandle
+from .write_adv_handle import WriteAdvHandle
+from .write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
 

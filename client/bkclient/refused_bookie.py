@@ -8,6 +8,7 @@ error and every call raises it, so the caller sees why instead of an unreachable
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from bkproto.errors import BKError
 
@@ -31,6 +32,12 @@ class RefusedBookie:
 
     def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
         listener.add_complete(self._bookie_id, token, self.error)
+
+    def add_encoded_many(
+        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
+    ) -> None:
+        for token in tokens:
+            listener.add_complete(self._bookie_id, token, self.error)
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False

@@ -32,6 +32,7 @@ from bkproto.errors import BKError
 from . import bookkeeper as aio
 from . import named_log as aio_log
 from . import read_handle as aio_read
+from . import write_adv_handle as aio_write_adv
 from . import write_handle as aio_write
 from .config import ClientConfig
 from .entry import LastConfirmedAndEntry, LedgerEntry
@@ -189,6 +190,11 @@ class WriteHandle(ReadHandle):
         """Append and wait until Qa bookies acknowledged; returns the entry id."""
         return self._runner.run(self._writer.append(data))
 
+    def append_batch(self, payloads: Sequence[bytes]) -> int:
+        """Append ``payloads`` as consecutive entries and wait until all were acknowledged;
+        returns the last entry id (the async handle's ``append_batch``, whose checks apply)."""
+        return self._runner.run(self._writer.append_batch(payloads))
+
     def append_async(self, data: bytes) -> concurrent.futures.Future[int]:
         """Append without waiting for the acks (blocks only while the throttle is full)."""
 
@@ -242,7 +248,7 @@ class WriteHandle(ReadHandle):
 
 
 class WriteAdvHandle(WriteHandle):
-    def __init__(self, runner: _LoopThread, handle: aio_write.WriteAdvHandle) -> None:
+    def __init__(self, runner: _LoopThread, handle: aio_write_adv.WriteAdvHandle) -> None:
         super().__init__(runner, handle)
         self._adv = handle
 

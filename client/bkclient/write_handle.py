@@ -12,6 +12,10 @@ Rules (BookKeeper's ``LedgerHandle`` / ``PendingAddOp``, reference §1.4):
 * Fencing (LedgerFencedError), a wrong password (UnauthorizedAccessError), metadata saying the
   ledger is in recovery or closed, or an impossible ensemble change fail every pending add and
   every later call with that error.
+* Adds appended while others are outstanding leave together at the end of the loop turn (one
+  encode pass, one queueing call per bookie); a lone add leaves at once. An add is encoded, and
+  its bookies read from the ensemble, only when it leaves. ``append_batch_async`` appends a list
+  of payloads with one future.
 * Backpressure: at most ``max_outstanding_adds`` adds / ``max_outstanding_bytes`` payload bytes are
   sent and not yet completed; further adds wait unsent (``append`` awaits room first, and at most
   ``max_waiting_adds`` may wait behind ``append_async``).
@@ -23,21 +27,19 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Coroutine, Sequence
+from itertools import accumulate, count
 from types import TracebackType
 from typing import Any
 
-from bkmeta.model import LedgerMetadata, LedgerState, Versioned
-from bkmeta.update_loop import MetadataUpdateLoop
+from bkmeta.model import LedgerMetadata, Versioned
 from bkproto.entry_format import HEADER_SIZE
 from bkproto.errors import (
     BadRequestError,
     BKError,
     ClientClosedError,
-    DuplicateEntryIdError,
     IncorrectParameterError,
     LedgerClosedError,
     LedgerFencedError,
-    MetadataVersionError,
     NotEnoughBookiesError,
     TooManyRequestsError,
     UnauthorizedAccessError,
@@ -50,8 +52,15 @@ from .config import ClientConfig
 from .context import ClientContext
 from .digest import DigestManager
 from .distribution import RoundRobinDistribution
-from .ops.add import AddCompletion, EnsembleSlotListener, PendingAddOp
-from .placement import BookieRacks
+from .ops.add import (
+    AddCompletion,
+    EnsembleSlotListener,
+    PendingAddOp,
+    adds_that_would_wait,
+    checked_payloads,
+    send_adds,
+)
+from .ops.write_metadata import close_at, replace_failed_bookies
 from .read_handle import ReadHandle
 from .transport import BookieConnection
 
@@ -92,6 +101,7 @@ class WriteHandle(ReadHandle):
         self._pushed_length = self.length
         self._pending: dict[int, PendingAddOp] = {}
         self._waiting: deque[PendingAddOp] = deque()
+        self._unsent: list[PendingAddOp] = []  # sent in this loop turn, flushed at its end
         self._outstanding_adds = 0
         self._outstanding_bytes = 0
         self._room = asyncio.Event()
@@ -142,6 +152,66 @@ class WriteHandle(ReadHandle):
         entry_id = self.last_add_pushed + 1
         self._add(entry_id, data, None, callback)
         return entry_id
+
+    def append_batch_async(self, payloads: Sequence[bytes]) -> asyncio.Future[int]:
+        """Append every payload of ``payloads`` without waiting, as consecutive entries in their
+        order; the future resolves to the last one's entry id once all of them completed (in
+        entry-id order, as for :meth:`append_async`). If the handle fails first the future fails
+        with that error, and the entries up to ``last_add_confirmed`` are the ones that completed.
+
+        The batch is checked whole before any entry is appended: not a list or tuple of bytes-like
+        payloads, empty, a payload over the size limit, or more adds than may wait for room
+        (``max_waiting_adds``) raise and append nothing. Cheaper per entry than
+        :meth:`append_async` (one future and one check for the batch)."""
+        self._check_writable()
+        batch, sizes, waits = self._checked_batch(payloads)
+        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
+        first = self.last_add_pushed + 1
+        write_set = self.distribution.write_set
+        lengths = accumulate(sizes, initial=self._pushed_length)
+        next(lengths)
+        ops = [
+            PendingAddOp(entry_id, payload, length, write_set(entry_id), None, None)
+            for entry_id, payload, length in zip(count(first), batch, lengths)
+        ]
+        ops[-1].future = future
+        self._pending.update(zip(count(first), ops))
+        self.last_add_pushed = ops[-1].entry_id
+        self._pushed_length = ops[-1].length
+        if waits:
+            self._waiting.extend(ops[len(ops) - waits :])
+            self._room.clear()
+            del ops[len(ops) - waits :]
+        if len(ops) == 1:
+            self._send(ops[0])  # a lone add leaves at once
+        elif ops:
+            self._send_batch(ops, sum(op.size for op in ops))
+        return future
+
+    async def append_batch(self, payloads: Sequence[bytes]) -> int:
+        """:meth:`append_batch_async` once there is room for an add (backpressure, as
+        :meth:`append`), then wait for the whole batch; returns its last entry id."""
+        async with self._append_lock:
+            await self.wait_writable()
+            future = self.append_batch_async(payloads)
+        return await future
+
+    def _checked_batch(self, payloads: Sequence[bytes]) -> tuple[list[bytes], list[int], int]:
+        """``payloads`` as bytes, their sizes, and how many of them will wait for room, after
+        :meth:`append_batch_async`'s checks."""
+        batch, sizes = checked_payloads(self.ledger_id, payloads, self._max_payload)
+        config = self._config
+        waits = len(sizes) if self._waiting else adds_that_would_wait(
+            sizes, self._outstanding_adds, self._outstanding_bytes, config.max_outstanding_adds,
+            config.max_outstanding_bytes,
+        )
+        if waits > config.max_waiting_adds - len(self._waiting):
+            raise TooManyRequestsError(
+                f"ledger {self.ledger_id}: a batch of {len(batch)} adds would leave more than"
+                f" max_waiting_adds={config.max_waiting_adds} waiting for room; send smaller batches"
+                " or await append_batch() or wait_writable() to pace the writer"
+            )
+        return batch, sizes, waits
 
     async def wait_writable(self) -> None:
         """Return once an add would be sent at once (outstanding limits not reached)."""
@@ -206,17 +276,48 @@ class WriteHandle(ReadHandle):
         )
 
     def _send(self, op: PendingAddOp) -> None:
+        """Count ``op`` as outstanding and send it: at once if it is the only add outstanding (a
+        lone add waits for nothing), else with every other add sent in this loop turn, in one
+        :meth:`_flush_unsent` at the end of the turn (encoded in one pass and queued per bookie in
+        one call each, rather than per entry and per bookie)."""
         self._outstanding_adds += 1
         self._outstanding_bytes += op.size
+        unsent = self._unsent
+        if unsent:
+            unsent.append(op)
+        elif self._outstanding_adds == 1:
+            self._send_now((op,))
+        else:
+            unsent.append(op)
+            self._client_ctx.loop.call_soon(self._flush_unsent)
+
+    def _send_batch(self, ops: list[PendingAddOp], size: int) -> None:
+        """:meth:`_send` of each of ``ops`` (``size``: their payload bytes), as one step."""
+        self._outstanding_adds += len(ops)
+        self._outstanding_bytes += size
+        unsent = self._unsent
+        if not unsent:
+            self._client_ctx.loop.call_soon(self._flush_unsent)
+        unsent += ops
+
+    def _flush_unsent(self) -> None:
+        """Send the adds :meth:`_send` held in this loop turn. The ensemble is read now: an
+        ensemble change adopted since their append re-sent nothing of theirs (they were not
+        encoded yet, ``PendingAddOp.resend``), so they go to the bookies that hold the slots now."""
+        ops = self._unsent
+        if not ops:
+            return
+        self._unsent = []
+        if self._error is None:  # else _fail failed them already
+            self._send_now(ops)
+
+    def _send_now(self, ops: Sequence[PendingAddOp]) -> None:
+        """Encode ``ops`` with the LAC of now and queue them to the bookies of the current ensemble."""
         lac = self.last_add_confirmed
         self._piggybacked_lac = lac
-        entry_id = op.entry_id
-        encoded = op.encoded = self._encoder.encode_entry(entry_id, lac, op.length, op.payload)
-        op.sent_at = self._coarse_now
-        clients = self._clients
-        listeners = self._slot_listeners
-        for index in op.write_set:
-            clients[index].add_encoded(encoded, listeners[index], entry_id)
+        send_adds(
+            ops, self._encoder, lac, self._coarse_now, self.distribution, self._clients, self._slot_listeners
+        )
 
     def _release_room(self) -> None:
         waiting = self._waiting
@@ -238,8 +339,7 @@ class WriteHandle(ReadHandle):
         bit = 1 << index
         quorum = self.distribution.ack_quorum
         completed = False
-        for entry_id in entry_ids:
-            op = pending.get(entry_id)
+        for op in map(pending.get, entry_ids):
             if op is None or op.done:  # failed with the handle, or answered twice after a re-send
                 continue
             acked = op.acked | bit
@@ -332,7 +432,10 @@ class WriteHandle(ReadHandle):
                 failed = dict(self._failed_bookies)
                 if self.ensemble_changes >= self._config.max_ensemble_changes:
                     raise WriteError(f"ledger {self.ledger_id}: too many ensemble changes")
-                versioned = await self._replace_in_metadata(failed)
+                versioned = await replace_failed_bookies(
+                    self._client_ctx.ledger_manager, self.ledger_id, self.versioned_metadata, failed,
+                    self.last_add_confirmed + 1, self._pick_replacement,
+                )
                 if self._error is not None:
                     return
                 self._adopt_ensemble(versioned, failed)
@@ -343,41 +446,12 @@ class WriteHandle(ReadHandle):
         self._release_completed()
         self._progress.set()  # close() and force() wait for the change to end
 
-    async def _replace_in_metadata(self, failed: dict[int, str]) -> Versioned[LedgerMetadata]:
-        """CAS a new last segment starting at LAC+1 with the failed bookies replaced; after a
-        conflict, again over the metadata read (replacements picked anew)."""
-        first_entry = self.last_add_confirmed + 1
-
-        def still_writable(md: LedgerMetadata) -> bool:
-            if md.state == LedgerState.IN_RECOVERY:
-                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
-            if md.state == LedgerState.CLOSED:
-                raise LedgerClosedError(f"ledger {self.ledger_id} was closed by another client")
-            return True
-
-        def replaced(md: LedgerMetadata) -> LedgerMetadata:
-            ensemble = list(md.last_ensemble)
-            racks = self._client_ctx.writable_bookie_racks()
-            for index, bookie_id in failed.items():
-                if ensemble[index] == bookie_id:
-                    ensemble[index] = self._pick_replacement(ensemble, index, md.write_quorum_size, racks)
-            return md.with_ensemble_change(first_entry, tuple(ensemble))
-
-        return await MetadataUpdateLoop(
-            self._client_ctx.ledger_manager,
-            self.ledger_id,
-            needs_transformation=still_writable,
-            transform=replaced,
-            current=self.versioned_metadata,
-        ).run()
-
-    def _pick_replacement(
-        self, ensemble: list[str], index: int, write_quorum: int, racks: BookieRacks
-    ) -> str:
+    def _pick_replacement(self, ensemble: list[str], index: int, write_quorum: int) -> str:
         """A new bookie for slot ``index``. Bookies that failed this handle recently are avoided
         while others exist: a crashed bookie stays registered until its ZooKeeper session expires
         (BookKeeper's bookie quarantine, simplified)."""
         placement = self._client_ctx.placement
+        racks = self._client_ctx.writable_bookie_racks()
         now = self._client_ctx.clock.monotonic()
         recent = {b for b, at in self._recently_failed.items() if now - at < _QUARANTINE_S}
         try:
@@ -492,7 +566,11 @@ class WriteHandle(ReadHandle):
         try:
             await self._wait_pending()
             self._abandon_unreachable()
-            await self._close_metadata()
+            closed = await close_at(
+                self._client_ctx.ledger_manager, self.ledger_id, self.versioned_metadata,
+                self.last_add_confirmed, self.length,
+            )
+            self.update_metadata(closed)
         finally:
             await self._stop_timers()
 
@@ -518,30 +596,6 @@ class WriteHandle(ReadHandle):
             if not op.done:
                 op.fail(LedgerClosedError(f"ledger {self.ledger_id} closed before entry {op.entry_id}"))
 
-    async def _close_metadata(self) -> None:
-        lac, length = self.last_add_confirmed, self.length
-
-        def needs_closing(md: LedgerMetadata) -> bool:
-            if md.state == LedgerState.CLOSED:
-                if md.last_entry_id == lac and md.length == length:
-                    return False  # closed already, at this writer's point: success
-                raise MetadataVersionError(
-                    f"ledger {self.ledger_id} was closed at entry {md.last_entry_id} "
-                    f"(length {md.length}), this writer's LAC is {lac} (length {length})"
-                )
-            if md.state == LedgerState.IN_RECOVERY:
-                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
-            return True
-
-        closed = await MetadataUpdateLoop(
-            self._client_ctx.ledger_manager,
-            self.ledger_id,
-            needs_transformation=needs_closing,
-            transform=lambda md: md.with_closed(lac, length),
-            current=self.versioned_metadata,
-        ).run()
-        self.update_metadata(closed)
-
     async def __aenter__(self) -> WriteHandle:
         return self
 
@@ -549,40 +603,3 @@ class WriteHandle(ReadHandle):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
-
-
-class WriteAdvHandle(WriteHandle):
-    """A ledger written with caller-chosen entry ids (BookKeeper's ledger-adv). Entries may be
-    written in any order; completion (and the LAC) still advance strictly in id order."""
-
-    def append_async(self, data: bytes) -> asyncio.Future[int]:
-        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
-
-    def append_with_callback(self, data: bytes, callback: AddCompletion) -> int:
-        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
-
-    async def append(self, data: bytes) -> int:
-        raise DuplicateEntryIdError("a ledger-adv handle needs explicit entry ids: use write()")
-
-    def write_async(self, entry_id: int, data: bytes) -> asyncio.Future[int]:
-        self._check_new_entry(entry_id)
-        future: asyncio.Future[int] = self._client_ctx.loop.create_future()
-        self._add(entry_id, data, future, None)
-        return future
-
-    def write_with_callback(self, entry_id: int, data: bytes, callback: AddCompletion) -> None:
-        self._check_new_entry(entry_id)
-        self._add(entry_id, data, None, callback)
-
-    def _check_new_entry(self, entry_id: int) -> None:
-        self._check_writable()
-        if entry_id < 0:
-            raise DuplicateEntryIdError(f"entry id must be >= 0, got {entry_id}")
-        if entry_id <= self.last_add_confirmed or entry_id in self._pending:
-            raise DuplicateEntryIdError(f"ledger {self.ledger_id}: entry {entry_id} was already written")
-
-    async def write(self, entry_id: int, data: bytes) -> int:
-        async with self._append_lock:
-            await self.wait_writable()
-            future = self.write_async(entry_id, data)
-        return await future

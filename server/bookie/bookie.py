@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from operator import itemgetter
 from types import TracebackType
 
 from bkproto.entry_format import HEADER, HEADER_SIZE, LAC_HEADER, MASTER_KEY_SIZE
@@ -41,6 +42,13 @@ _OK = AddResult(bookie_pb2.EOK)
 _READ_ONLY = AddResult(bookie_pb2.EREADONLY, "the bookie is read-only")
 KEY_SIZE = MASTER_KEY_SIZE
 DEFAULT_MAX_LAC_WAITERS = StorageConfig.max_lac_waiters
+# An AddOp's fields and an entry header's, read in C by map() over a whole batch
+_LEDGER_ID = itemgetter(0)
+_ENTRY_ID = itemgetter(1)
+_MASTER_KEY = itemgetter(2)
+_BODY = itemgetter(3)
+_RECOVERY = itemgetter(4)
+_HEADER_LAC = itemgetter(2)
 
 
 def _wall_clock_ms() -> int:
@@ -162,7 +170,7 @@ class Bookie:
             if self._read_only and not self._high_priority_writes:
                 return _failed(self._refuse_misshapen(ops, results), _READ_ONLY)
             try:
-                await self.storage.make_room(sum(len(op.body) for op in ops))
+                await self.storage.make_room(sum(map(len, map(_BODY, ops))))
             except Exception:
                 self._refuse_misshapen(ops, results)  # those keep their own status
                 raise
@@ -208,6 +216,8 @@ class Bookie:
         """Check each op against BookKeeper's rules: the accepted ones go to ``accepted``, the
         master keys of ledgers new to the bookie to ``updates``, the highest piggybacked LAC per
         ledger to ``lacs``; a refused op gets its status in ``results``."""
+        if self._accept_whole(ops, accepted, updates, lacs):
+            return
         unpack = HEADER.unpack_from
         ledgers = self._ledgers.cached
         writable = not self._read_only  # else only recovery adds (see set_write_mode)
@@ -243,6 +253,50 @@ class Bookie:
             accepted.append(op)
             if lac > lacs.get(ledger_id, -2):
                 lacs[ledger_id] = lac
+
+    def _accept_whole(
+        self, ops: Sequence[AddOp], accepted: list[AddOp], updates: list[LedgerUpdate], lacs: dict[int, int]
+    ) -> bool:
+        """:meth:`_validate` of the usual batch, one ledger's adds that all pass, as a few C-level
+        passes over the whole batch instead of a Python loop per entry (the loop was the largest
+        single share of the bookie's add path). True if it accepted every op; False, having changed
+        nothing, for any batch it does not decide alone (several ledgers, a refusal, recovery adds,
+        a new key for a keyless ledger): the per-op loop then decides each op as before."""
+        count = len(ops)
+        if not count or self._read_only:  # read-only: only recovery adds, op by op
+            return False
+        ledger_id, _, master_key, *_ = ops[0]
+        bodies = list(map(_BODY, ops))
+        if (
+            ledger_id < 0
+            or len(master_key) != KEY_SIZE
+            or list(map(_LEDGER_ID, ops)).count(ledger_id) != count
+            or list(map(_MASTER_KEY, ops)).count(master_key) != count
+            or min(map(len, bodies)) < HEADER_SIZE
+        ):
+            return False
+        entry_ids = list(map(_ENTRY_ID, ops))
+        headers = list(map(HEADER.unpack_from, bodies))
+        if (
+            min(entry_ids) < 0
+            or list(map(_LEDGER_ID, headers)).count(ledger_id) != count
+            or list(map(_ENTRY_ID, headers)) != entry_ids
+        ):
+            return False
+        ledger = self._ledgers.cached.get(ledger_id) or self._ledgers.get(ledger_id)
+        if ledger is None:
+            if ledger_id in self._ledgers.deleting:
+                return False
+            self._new_ledger(ledger_id, master_key, updates)
+        elif ledger.master_key != master_key or (
+            ledger.fenced and not self._ignore_fence and not all(map(_RECOVERY, ops))
+        ):
+            return False
+        accepted.extend(ops)
+        lac = max(map(_HEADER_LAC, headers))
+        if lac > -2:
+            lacs[ledger_id] = lac
+        return True
 
     def _refuse_misshapen(self, ops: Sequence[AddOp], results: list[AddResult]) -> list[AddResult]:
         """``results`` with the refusal of each op that :meth:`_validate` would refuse whatever

@@ -10,7 +10,7 @@ wait until it is set: a slow bookie), ``corrupt`` (entries returned with a flipp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,6 +248,12 @@ class MemoryBookie:
         # A caller that gave up (timed out) cancels the future: the add is abandoned with it.
         future.add_done_callback(lambda _: task.cancel() if not task.done() else None)
         return future
+
+    def add_encoded_many(
+        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
+    ) -> None:
+        for one, token in zip(encoded, tokens, strict=True):
+            self.add_encoded(one, listener, token)
 
     def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
         add = decode_add(encoded)

@@ -37,6 +37,7 @@ class SentAdd:
     body: bytes
     callback: AddCallback
     recovery: bool
+    encoded: bytes = b""  # the bytes the client queued (an AddEntriesRequest.adds element)
 
 
 class FakeBookie(MemoryBookie):
@@ -66,7 +67,7 @@ class FakeBookie(MemoryBookie):
         def callback(error: BKError | None) -> None:
             listener.add_complete(self.bookie_id, token, error)
 
-        sent = SentAdd(add.ledger_id, add.entry_id, add.master_key, add.body, callback, add.recovery)
+        sent = SentAdd(add.ledger_id, add.entry_id, add.master_key, add.body, callback, add.recovery, encoded)
         self.adds.append(sent)
         loop = asyncio.get_running_loop()
         if self.mode == "ack":
@@ -235,3 +236,19 @@ def gate_metadata_writes(world: WriteWorld) -> asyncio.Event:
 
     world.lm.write_ledger_metadata = slow_write  # type: ignore[method-assign]
     return gate
+
+
+def after_metadata_writes(world: WriteWorld, hook: Callable[[], None]) -> None:
+    """Run ``hook`` once, right after the next metadata write is stored and before the writer
+    resumes: in the same loop step as the writer's use of the new metadata (adopting an ensemble)."""
+    original_write = world.lm.write_ledger_metadata
+
+    async def hooked_write(
+        ledger_id: int, metadata: LedgerMetadata, version: int
+    ) -> Versioned[LedgerMetadata]:
+        written = await original_write(ledger_id, metadata, version)
+        world.lm.write_ledger_metadata = original_write  # type: ignore[method-assign]
+        hook()
+        return written
+
+    world.lm.write_ledger_metadata = hooked_write  # type: ignore[method-assign]

@@ -6,6 +6,11 @@ Like BenchThroughputLatency, a warm-up comes first (``--warmup`` entries, 0 to s
 its own, at the same rate, and is not reported: the first adds of a client open its bookie streams
 and would otherwise count a start-up cost once per run.
 
+With ``--batch`` each burst of adds (what the throttle and the pacer let go at once) goes to each
+ledger in one ``append_batch_async`` call with one future, and each of its entries counts the
+batch's latency (the time its last entry completed). Without it, every add is an
+``append_with_callback`` of its own.
+
 With ``--rate`` each add's latency counts from the time it was due to be sent, so a stall that held
 sends back shows in the figures (coordinated omission); ``service_latency_ms`` counts from the
 actual send."""
@@ -59,6 +64,10 @@ def register(targets: Any) -> None:
         type=non_negative,
         default=10000,
         help="entries written first, on separate ledgers, and not reported (default 10000; 0: none)",
+    )
+    parser.add_argument(
+        "--batch", action="store_true",
+        help="append each burst with one append_batch_async per ledger; an entry's latency is its batch's",
     )
     parser.add_argument(
         "--digest", choices=[d.name.lower() for d in DigestType], default="crc32", help="digest type"
@@ -147,6 +156,37 @@ class _Tally:
 
         return done
 
+    def batch_callback(self, count: int, sent: float, due: list[float] | None) -> Callable[[Any], None]:
+        """The done-callback of one ``append_batch_async`` future of ``count`` entries sent at
+        ``sent`` (scheduled at ``due``, each, in a paced run). A failed batch counts all its
+        entries as errors (some may have been stored: the bench does not tell them apart)."""
+        time = _clock(self.loop)
+        throttle = self.throttle
+
+        def done(future: asyncio.Future[int]) -> None:
+            outstanding = self.outstanding = self.outstanding - count
+            if outstanding < throttle <= outstanding + count:  # room again
+                self._room.set()
+            if not outstanding:
+                self._idle.set()
+            error = future.exception()
+            if error is None:
+                now = time()
+                if due is None:
+                    self.latencies.record((now - sent) * 1000.0, now, count)
+                else:
+                    for due_at in due:
+                        self.latencies.record((now - due_at) * 1000.0, now)
+                if self.service_latencies is not None:
+                    self.service_latencies.record((now - sent) * 1000.0, now, count)
+                self.succeeded += count
+            else:
+                self.errors += count
+                if self.first_error is None:
+                    self.first_error = error
+
+        return done
+
     @property
     def completed(self) -> int:
         return self.succeeded + self.errors
@@ -216,6 +256,7 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
             "target_rate_eps": args.rate,
             "ensemble_changes": changes,
             "warmup_entries": args.warmup,
+            "batch": args.batch,
         },
     )
 
@@ -254,7 +295,10 @@ async def _write_phase(
         if tally.errors >= 100:
             break  # the cluster is failing: stop instead of reporting a flood of errors
         burst = await tally.reserve(await pace.allowance(sent, limit - sent))
-        for _ in range(burst):  # every reserved slot is used: drained() counts them down
+        if args.batch:
+            _append_burst(handles, payload, tally, sent, burst, now(), started if paced else None, args.rate)
+            sent += burst
+        for _ in range(0 if args.batch else burst):  # every reserved slot is used: drained() counts them down
             index = sent % len(handles)
             sent_at[index].append(now())
             if due_at is not None:
@@ -271,3 +315,18 @@ async def _write_phase(
     for handle in handles:
         await handle.close()
     return elapsed, sum(h.ensemble_changes for h in handles)
+
+
+def _append_burst(
+    handles: list[Any], payload: bytes, tally: _Tally, sent: int, burst: int, now: float,
+    started: float | None, rate: float,
+) -> None:
+    """Entries ``sent`` to ``sent + burst - 1``, round-robin over ``handles`` as the one-by-one
+    loop sends them, each ledger's share in one ``append_batch_async`` (``--batch``). ``started``:
+    a paced run's start, from which each entry's scheduled send time counts."""
+    for offset in range(min(burst, len(handles))):
+        index = (sent + offset) % len(handles)
+        numbers = range(sent + offset, sent + burst, len(handles))
+        due = [started + number / rate for number in numbers] if started is not None else None
+        future = handles[index].append_batch_async([payload] * len(numbers))
+        future.add_done_callback(tally.batch_callback(len(numbers), now, due))

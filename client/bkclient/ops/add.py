@@ -5,6 +5,9 @@ application only hears about it when every earlier entry completed too (the hand
 ops strictly in entry-id order). A failed or slow bookie is reported to the handle, which replaces
 it (ensemble change) and asks the op to re-send that copy.
 
+Adds leave per batch too: :func:`send_adds` encodes the adds a write handle sent in one loop turn
+in one pass and queues each bookie its share in one call (``BookieConnection.add_encoded_many``).
+
 Answers are counted per bookie per answer message, not per entry: every add of a write handle is
 queued with the :class:`EnsembleSlotListener` of its bookie's slot in the ensemble (token = entry
 id), so a stream answer carrying hundreds of acks reaches the handle in one call
@@ -16,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from itertools import compress, cycle
 from typing import TYPE_CHECKING
 
-from bkproto.errors import BKError
+from bkproto.errors import BKError, IncorrectParameterError
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,8 @@ log = logging.getLogger(__name__)
 AddCompletion = Callable[[int, BKError | None], None]
 
 if TYPE_CHECKING:
+    from ..add_stream import LedgerAddRequestEncoder
+    from ..distribution import RoundRobinDistribution
     from ..transport import BookieConnection
     from ..write_handle import WriteHandle
 
@@ -132,3 +138,108 @@ class PendingAddOp:
             self.callback(self.entry_id, error)
         except Exception:  # the writer's bookkeeping must survive a broken application callback
             log.exception("add completion callback for entry %d failed", self.entry_id)
+
+
+def send_adds(
+    ops: Sequence[PendingAddOp],
+    encoder: LedgerAddRequestEncoder,
+    lac: int,
+    sent_at: float,
+    distribution: RoundRobinDistribution,
+    clients: Sequence[BookieConnection],
+    listeners: Sequence[EnsembleSlotListener],
+) -> None:
+    """Encode ``ops`` (each carrying ``lac``) and queue each to the bookies of its write set:
+    ``clients[i]`` (ensemble slot ``i``) gets its share in one ``add_encoded_many`` call, in the
+    order of ``ops``. Ops already done (failed meanwhile) are skipped."""
+    encode = encoder.encode_entry
+    if len(ops) == 1:  # a lone add: the per-add path
+        op = ops[0]
+        if op.done:
+            return
+        entry_id = op.entry_id
+        encoded = op.encoded = encode(entry_id, lac, op.length, op.payload)
+        op.sent_at = sent_at
+        for index in op.write_set:
+            clients[index].add_encoded(encoded, listeners[index], entry_id)
+        return
+    entry_ids: list[int] = []
+    parts: list[bytes] = []
+    for op in ops:
+        if op.done:
+            continue
+        entry_id = op.entry_id
+        encoded = op.encoded = encode(entry_id, lac, op.length, op.payload)
+        op.sent_at = sent_at
+        entry_ids.append(entry_id)
+        parts.append(encoded)
+    ensemble_size = distribution.ensemble_size
+    write_quorum = distribution.write_quorum
+    if write_quorum == ensemble_size:  # every bookie stores every entry
+        for index in range(ensemble_size):
+            clients[index].add_encoded_many(parts, listeners[index], entry_ids)
+        return
+    first = entry_ids[0] if entry_ids else 0
+    consecutive = entry_ids == list(range(first, first + len(entry_ids)))  # an append handle's
+    for index in range(ensemble_size):
+        if consecutive:
+            # Which of the entries first, first+1, ... bookie ``index`` stores repeats every E
+            # entries (RoundRobinDistribution.has_entry): picked in C by a cycled pattern.
+            pattern = [(index - first - k) % ensemble_size < write_quorum for k in range(ensemble_size)]
+            slot_ids = list(compress(entry_ids, cycle(pattern)))
+            slot_parts = list(compress(parts, cycle(pattern)))
+        else:  # a ledger-adv handle's ids, in any order
+            slot_ids = [e for e in entry_ids if (index - e) % ensemble_size < write_quorum]
+            slot_parts = [
+                p for p, e in zip(parts, entry_ids, strict=True) if (index - e) % ensemble_size < write_quorum
+            ]
+        if slot_ids:
+            clients[index].add_encoded_many(slot_parts, listeners[index], slot_ids)
+
+
+def checked_payloads(
+    ledger_id: int, payloads: Sequence[bytes], max_payload: int
+) -> tuple[list[bytes], list[int]]:
+    """A batch of appends checked whole at the API's boundary: ``payloads`` must be a non-empty
+    list or tuple of bytes-like payloads of at most ``max_payload`` bytes each (the limit an
+    entry's header and digest leave); returns them as bytes, and their sizes. Raises
+    IncorrectParameterError naming the first payload at fault."""
+    if not isinstance(payloads, list | tuple):
+        raise IncorrectParameterError(
+            f"ledger {ledger_id}: a batch is a list or tuple of payloads, got {type(payloads).__name__}"
+        )
+    if not payloads:
+        raise IncorrectParameterError(f"ledger {ledger_id}: an empty batch")
+    batch: list[bytes] = []
+    for index, data in enumerate(payloads):
+        if type(data) is bytes:
+            batch.append(data)
+        elif isinstance(data, bytearray | memoryview):
+            batch.append(bytes(data))
+        else:
+            raise IncorrectParameterError(
+                f"ledger {ledger_id}: payload {index} of the batch is a {type(data).__name__}, not bytes"
+            )
+    sizes = list(map(len, batch))
+    largest = max(sizes)
+    if largest > max_payload:
+        raise IncorrectParameterError(
+            f"ledger {ledger_id}: payload {sizes.index(largest)} of the batch is {largest} bytes, over the"
+            f" {max_payload}-byte limit (ClientConfig.max_entry_size_bytes less header and digest)"
+        )
+    return batch, sizes
+
+
+def adds_that_would_wait(sizes: list[int], adds: int, total: int, max_adds: int, max_bytes: int) -> int:
+    """How many of a batch of adds of ``sizes`` would wait for room, appended to a handle with
+    ``adds`` adds of ``total`` bytes outstanding and none waiting, under ``max_adds`` and
+    ``max_bytes`` (``WriteHandle._add``'s rule: one add always goes when none is outstanding;
+    once one waits, the later ones wait behind it)."""
+    if adds + len(sizes) <= max_adds and total + sum(sizes) <= max_bytes:
+        return 0  # all fit (the usual case, checked in C)
+    for index, size in enumerate(sizes):
+        if adds and (adds >= max_adds or total + size > max_bytes):
+            return len(sizes) - index
+        adds += 1
+        total += size
+    return 0

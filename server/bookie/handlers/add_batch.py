@@ -15,10 +15,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, BookieCore, malformed_add
+from bookie.handlers.add_answer import append_all_ok
 from bookie.handlers.common import HandlerLimits, elapsed_ms, failure_of
 from bookie.limits import PeerTurns
 from bookie.stats import RequestStats
@@ -31,8 +32,11 @@ EUA = bookie_pb2.EUA
 EREADONLY = bookie_pb2.EREADONLY
 RECOVERY_ADD = bookie_pb2.RECOVERY_ADD
 DEFERRED_SYNC = bookie_pb2.DEFERRED_SYNC
-_MASTER_KEY = itemgetter(2)  # AddOp.master_key, read in C
-_BODY = itemgetter(3)  # AddOp.body
+_LEDGER_ID = itemgetter(0)  # AddOp.ledger_id, read in C
+_ENTRY_ID = itemgetter(1)
+_MASTER_KEY = itemgetter(2)
+_BODY = itemgetter(3)
+_STATUS = attrgetter("status")  # AddResult.status
 # Failed adds of one batch whose answer carries a message; the rest carry their status only.
 _DETAILED_FAILURES = 16
 
@@ -179,6 +183,8 @@ class AddBatchProcessor:
         results = response.results
         ok = 0
         if not rejected:
+            if _all_ok_in_a_row(response, ops, outcomes):
+                return len(ops)
             for op, outcome in zip(ops, outcomes, strict=True):
                 status = outcome.status
                 if status == EOK:
@@ -210,6 +216,21 @@ class AddBatchProcessor:
             log.error("core returned %d results for %d adds", len(outcomes), len(ops))
             return [AddResult(bookie_pb2.EIO, "bookie returned a wrong number of add results")] * len(ops)
         return outcomes
+
+
+def _all_ok_in_a_row(
+    response: bookie_pb2.AddEntriesResponse, ops: list[AddOp], outcomes: list[AddResult]
+) -> bool:
+    """Answer the usual batch, entries of one ledger in ascending order all EOK, per batch
+    (:func:`append_all_ok`); False, having answered nothing, for any other."""
+    if not ops or any(map(_STATUS, outcomes)):  # EOK is 0
+        return False
+    ledger_id = ops[0][0]
+    entry_ids = list(map(_ENTRY_ID, ops))
+    if list(map(_LEDGER_ID, ops)).count(ledger_id) != len(ops) or entry_ids != sorted(entry_ids):
+        return False
+    append_all_ok(response, ledger_id, entry_ids)
+    return True
 
 
 def _unpack(result: AddResult) -> tuple[int, str]:

@@ -67,16 +67,11 @@ class AddEntriesDecoder:
 
     def __call__(self, data: bytes | bytearray) -> SizedAddEntriesRequest:
         # An add takes at least 2 bytes on the wire (its tag and its length), so a message of at
-        # most twice the limit cannot exceed it, and is not scanned (the scan costs more per byte
-        # than decoding the message itself). Each add begins with a 0x0A byte, so a message
-        # with few of them has few adds; only one with many (payloads full of newlines, or a
-        # flood of adds) is walked, add by add, and the walk stops as soon as it is past the limit.
+        # most twice the limit cannot exceed it, and is not counted. A larger one is counted by
+        # its top-level fields, not decoded: a batch of equal adds in a few strided slices, any
+        # other add by add, stopping as soon as it is past the limit.
         max_adds = self.max_adds
-        if (
-            len(data) > _MIN_ADD_BYTES * max_adds
-            and data.count(_ADDS_TAG) > max_adds
-            and _count_adds(data, max_adds) > max_adds
-        ):
+        if len(data) > _MIN_ADD_BYTES * max_adds and _count_adds(data, max_adds) > max_adds:
             raise TooManyAdds(f"a message with more than {max_adds} adds (maxAddsPerMessage)")
         return parse_add_entries(data)
 
@@ -91,9 +86,51 @@ def parse_add_entries(data: bytes | bytearray) -> SizedAddEntriesRequest:
 def _count_adds(data: bytes | bytearray, limit: int) -> int:
     """Top-level ``adds`` fields of a serialized AddEntriesRequest, counted up to ``limit + 1``."""
     try:
-        return _count_fields(data, limit)
+        uniform = _equal_adds(data)
+        return uniform if uniform is not None else _walk_adds(data, limit)
     except ValueError as exc:  # a truncated or overlong varint
         raise DecodeError(str(exc)) from None
+
+
+def _equal_adds(data: bytes | bytearray) -> int | None:
+    """How many adds the message holds if it is nothing but adds of the first one's size (a batch
+    of equal entries, the usual full message), else None. Checked in C: each add's tag and
+    length bytes, at every multiple of that size, are the first add's (strided slices), so the
+    message parses as exactly that many adds."""
+    if not data or data[0] != _ADDS_TAG:
+        return None
+    length, pos = decode_varint(data, 1)
+    stride = pos + length
+    if len(data) % stride:
+        return None
+    count = len(data) // stride
+    for offset in range(pos):
+        if data[offset::stride] != data[offset : offset + 1] * count:
+            return None
+    return count
+
+
+def _walk_adds(data: bytes | bytearray, limit: int) -> int:
+    """:func:`_count_fields` with the usual field (an add under 16 KiB: a 0x0A tag, a length
+    of one or two bytes) inlined; anything else, from the start, by the general walk."""
+    count = pos = 0
+    end = len(data)
+    try:
+        while pos < end and count <= limit:
+            if data[pos] != _ADDS_TAG:
+                return _count_fields(data, limit)
+            low = data[pos + 1]
+            if low < 0x80:
+                pos += 2 + low
+            else:
+                high = data[pos + 2]
+                if high >= 0x80:
+                    return _count_fields(data, limit)
+                pos += 3 + ((low & 0x7F) | (high << 7))
+            count += 1
+    except IndexError:  # a truncated last field: the general walk says how
+        return _count_fields(data, limit)
+    return count
 
 
 def _count_fields(data: bytes | bytearray, limit: int) -> int:

@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Collection, Coroutine, Sequence
+from operator import itemgetter
 from pathlib import Path
 
 from bkproto.entry_format import HEADER
@@ -46,6 +47,7 @@ from .stats import StorageStats
 from .write_cache import WriteCache, WriteCacheHalf
 
 log = logging.getLogger(__name__)
+_BODY = itemgetter(3)  # AddOp.body, read in C
 
 
 class DbLedgerStorage:
@@ -272,9 +274,9 @@ class DbLedgerStorage:
         parts = [update_record(update) for update in updates if self._update_index(update)]
         records = len(parts) + len(entries)
         nbytes = sum(map(len, parts))
-        self.write_cache.active.put_all(entries)
         if entries:
-            entry_parts, entry_bytes = entry_records([op[3] for op in entries])  # op[3]: the body
+            entry_parts, entry_bytes, crcs = entry_records(list(map(_BODY, entries)))
+            self.write_cache.active.put_all(entries, crcs)  # the entry log's CRCs too (one pass each)
             parts += entry_parts
             nbytes += entry_bytes
         self.after_put()
@@ -391,7 +393,7 @@ class DbLedgerStorage:
                 per_dir[ledger[0] % n].append(ledger)
             done_work = 0.0
             for directory, ledgers in zip(self.dirs, per_dir, strict=True):
-                done_work = directory.flush_ledgers(ledgers, pacer, done_work)
+                done_work = directory.flush_ledgers(ledgers, pacer, done_work, half.crcs)
                 flushed.extend(ledger_id for ledger_id, _ in ledgers)
             roots = [d.root for d in self.dirs]
             for index, (journal, mark) in enumerate(zip(self.journals, marks, strict=True)):

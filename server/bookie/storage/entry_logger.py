@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import crc32c
 
@@ -53,6 +53,19 @@ MAP_ITEM = struct.Struct(">qQ")
 _MAX_OPEN_READERS = 64
 _MAX_RECORD_SIZE = 16 * 1024 * 1024  # above any entry a bookie accepts (15 MiB) plus its header
 _DROP_STEP = 1024 * 1024  # pages leave the page cache in whole steps of this many bytes
+
+
+_RECORD_SIZE_AFTER_SIZE_FIELD = RECORD_HEADER_SIZE - 4  # a record's size field counts what follows it
+
+
+def _body_crcs(entry_ids: Sequence[int], chunk: list[bytes], known: Mapping[int, int] | None) -> list[int]:
+    """Each body's CRC32C: ``known``'s where it has the entry, else computed."""
+    if known is None:
+        return list(map(crc32c.crc32c, chunk))
+    crcs: list[int | None] = list(map(known.get, entry_ids))
+    if None in crcs:
+        return [crc32c.crc32c(body) if crc is None else crc for crc, body in zip(crcs, chunk, strict=True)]
+    return cast(list[int], crcs)
 
 
 class CorruptEntryError(Exception):
@@ -178,29 +191,34 @@ class EntryLogger:
         return True
 
     def append(
-        self, ledger_id: int, entry_ids: Sequence[int], bodies: Mapping[int, bytes]
+        self,
+        ledger_id: int,
+        entry_ids: Sequence[int],
+        bodies: Mapping[int, bytes],
+        crcs: Mapping[int, int] | None = None,
     ) -> tuple[list[bytes], list[bytes]]:
         """Append entries ``entry_ids`` (ascending) of one ledger, bodies from ``bodies``; return
-        their location-index keys and values, in the same order."""
+        their location-index keys and values, in the same order. ``crcs``: the CRC32C of bodies
+        the caller knows already (the write cache's, computed by the add path), by entry id; the
+        others are computed here."""
         if self._fd < 0:
             self._open_new()
         start = self._offset
-        chunk = [bodies[entry_id] for entry_id in entry_ids]
+        chunk = list(map(bodies.__getitem__, entry_ids))
         sizes = list(map(len, chunk))
         total = sum(sizes) + RECORD_HEADER_SIZE * len(sizes)
         if start + total <= self.size_limit:  # the usual case: no rollover inside this chunk
-            return self._append_fitting(ledger_id, entry_ids, chunk, sizes, start, total)
+            return self._append_fitting(ledger_id, entry_ids, chunk, sizes, start, total, crcs)
+        body_crcs = _body_crcs(entry_ids, chunk, crcs)
         keys: list[bytes] = []
         locations: list[bytes] = []
         parts: list[bytes] = []
         pack_rec = RECORD_HEADER.pack
         pack_loc = LOCATION.pack
         pack_key = _KEY.pack
-        crc = crc32c.crc32c
         offset = start
         appended = 0
-        for entry_id in entry_ids:
-            body = bodies[entry_id]
+        for entry_id, body, crc in zip(entry_ids, chunk, body_crcs, strict=True):
             rec_len = RECORD_HEADER_SIZE + len(body)
             if offset + rec_len > self.size_limit and offset > LOG_HEADER_SIZE:
                 self._write_at(parts, start)
@@ -209,7 +227,7 @@ class EntryLogger:
                 self._finish_current()
                 self._open_new()
                 parts, start, offset, appended = [], self._offset, self._offset, 0
-            parts.append(pack_rec(rec_len - 4, ledger_id, entry_id, crc(body)))
+            parts.append(pack_rec(rec_len - 4, ledger_id, entry_id, crc))
             parts.append(body)
             keys.append(pack_key(ledger_id, entry_id))
             locations.append(pack_loc(self.current_id, offset, len(body)))
@@ -228,18 +246,22 @@ class EntryLogger:
         sizes: list[int],
         start: int,
         total: int,
+        crcs: Mapping[int, int] | None,
     ) -> tuple[list[bytes], list[bytes]]:
-        """:meth:`append` of entries that all fit in the current log, in one pass per field
-        (headers, keys, locations) instead of a chain of calls per entry: the same bytes, at a
-        fraction of the flush thread's time under the GIL."""
+        """:meth:`append` of entries that all fit in the current log, in one C-level pass per
+        field (CRCs, headers, keys, locations) instead of a chain of calls per entry: the same
+        bytes, at a fraction of the flush thread's time under the GIL."""
         count = len(sizes)
-        pack_rec = RECORD_HEADER.pack
-        crc = crc32c.crc32c
         parts: list[bytes] = [b""] * (2 * count)
-        parts[0::2] = [
-            pack_rec(RECORD_HEADER_SIZE - 4 + size, ledger_id, entry_id, crc(body))
-            for entry_id, body, size in zip(entry_ids, chunk, sizes, strict=True)
-        ]
+        parts[0::2] = list(
+            map(
+                RECORD_HEADER.pack,
+                map(_RECORD_SIZE_AFTER_SIZE_FIELD.__add__, sizes),
+                repeat(ledger_id, count),
+                entry_ids,
+                _body_crcs(entry_ids, chunk, crcs),
+            )
+        )
         parts[1::2] = chunk
         offsets = accumulate([RECORD_HEADER_SIZE + size for size in sizes[:-1]], initial=start)
         keys = list(map(_KEY.pack, repeat(ledger_id, count), entry_ids))

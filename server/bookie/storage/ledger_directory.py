@@ -13,7 +13,7 @@ import contextlib
 import fcntl
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -157,22 +157,31 @@ class LedgerDirectory:
         self.garbage = EntryLogGarbage(self)
 
     def flush_ledgers(
-        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_work: float = 0.0
+        self,
+        ledgers: list[tuple[int, dict[int, bytes]]],
+        pacer: FlushPacer,
+        done_work: float = 0.0,
+        crcs: Mapping[int, Mapping[int, int]] | None = None,
     ) -> float:
         """Append each ledger's entries in id order, fsync the log, then index them and sync the
         index (the index never points at bytes that are not on disk). Both steps go slice by
         slice, ``pacer`` pausing between slices. ``done_work`` counts what this flush already
-        did in other directories (see ``FlushPacer``); returns it plus what this one did."""
+        did in other directories (see ``FlushPacer``); returns it plus what this one did.
+        ``crcs``: ledger -> entry id -> the body's CRC32C where the caller has it already."""
         with self.lock:
-            return self._flush_ledgers(ledgers, pacer, done_work)
+            return self._flush_ledgers(ledgers, pacer, done_work, crcs or {})
 
     def _flush_ledgers(
-        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_work: float
+        self,
+        ledgers: list[tuple[int, dict[int, bytes]]],
+        pacer: FlushPacer,
+        done_work: float,
+        crcs: Mapping[int, Mapping[int, int]],
     ) -> float:
         start = self.entry_logger.position()
         before = done_work
         try:
-            keys, locations, done_work = self._append(ledgers, pacer, done_work)
+            keys, locations, done_work = self._append(ledgers, pacer, done_work, crcs)
             if keys:
                 self.entry_logger.sync()
         except Exception:
@@ -195,7 +204,11 @@ class LedgerDirectory:
         return done_work
 
     def _append(
-        self, ledgers: list[tuple[int, dict[int, bytes]]], pacer: FlushPacer, done_work: float
+        self,
+        ledgers: list[tuple[int, dict[int, bytes]]],
+        pacer: FlushPacer,
+        done_work: float,
+        crcs: Mapping[int, Mapping[int, int]],
     ) -> tuple[list[bytes], list[bytes], float]:
         """Each ledger's entries into the entry log, slice by slice; their index keys and
         locations, and ``done_work`` plus the bytes written."""
@@ -207,12 +220,13 @@ class LedgerDirectory:
             if self.ledgers.get(ledger_id) is None:
                 continue  # deleted by garbage collection after these entries were cached
             ids = sorted(entries)
+            known = crcs.get(ledger_id)
             for start in range(0, len(ids), FLUSH_SLICE_ENTRIES):
                 chunk = ids[start : start + FLUSH_SLICE_ENTRIES]
-                more_keys, more_locations = self.entry_logger.append(ledger_id, chunk, entries)
+                more_keys, more_locations = self.entry_logger.append(ledger_id, chunk, entries, known)
                 keys += more_keys
                 locations += more_locations
-                done_work += sum(len(entries[entry_id]) for entry_id in chunk)
+                done_work += sum(map(len, map(entries.__getitem__, chunk)))
                 since_pause += len(chunk)
                 if since_pause >= FLUSH_SLICE_ENTRIES:  # many small ledgers pause like one big one
                     pacer.pause(began, done_work)

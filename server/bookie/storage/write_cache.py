@@ -8,10 +8,15 @@ Only the event loop mutates the halves; the flush thread only reads a swapped ha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from bookie.api import AddOp
+
+_LEDGER_ID = itemgetter(0)  # AddOp's fields, read in C
+_ENTRY_ID = itemgetter(1)
+_BODY = itemgetter(3)
 
 
 @dataclass
@@ -24,6 +29,10 @@ class WriteCacheHalf:
     ledgers: dict[int, dict[int, bytes]] = field(default_factory=dict)
     last_entries: dict[int, int] = field(default_factory=dict)  # ledger -> highest entry id here
     size: int = 0
+    # Ledger -> entry id -> the CRC32C of the entry's body here, when the add path computed it
+    # already (journal_format.entry_records): the flush writes it into the entry log rather than
+    # computing it again. An entry without one (a replayed or absorbed entry) gets its CRC then.
+    crcs: dict[int, dict[int, int]] = field(default_factory=dict)
 
     def put(self, ledger_id: int, entry_id: int, body: bytes) -> None:
         entries = self.ledgers.get(ledger_id)
@@ -32,6 +41,9 @@ class WriteCacheHalf:
         old = entries.get(entry_id)
         if old is not None:
             self.size -= len(old)
+            crcs = self.crcs.get(ledger_id)
+            if crcs is not None:
+                crcs.pop(entry_id, None)  # the CRC of the body this one replaces
         entries[entry_id] = body
         self.size += len(body)
         if entry_id > self.last_entries.get(ledger_id, -1):
@@ -44,9 +56,57 @@ class WriteCacheHalf:
                 self.put(ledger_id, entry_id, body)
         return self
 
-    def put_all(self, adds: Iterable[AddOp]) -> None:
+    def put_all(self, adds: Sequence[AddOp], crcs: Sequence[int] | None = None) -> None:
         """:meth:`put` for each add of a batch, in one call: the add path's per-entry work is
-        what its throughput is made of, and a method call per entry was a fair part of it."""
+        what its throughput is made of, and a method call per entry was a fair part of it.
+        ``crcs``: each add's body CRC32C, in the same order, kept for the flush."""
+        if self._put_new_entries_of_one_ledger(adds, crcs):
+            return
+        self._put_each(adds)
+        if crcs is not None:
+            for (ledger_id, entry_id, *_), crc in zip(adds, crcs, strict=True):
+                found = self.crcs.get(ledger_id)
+                if found is None:
+                    found = self.crcs[ledger_id] = {}
+                found[entry_id] = crc
+        elif self.crcs:  # bodies without a CRC: none kept for a body they replace
+            for ledger_id, entry_id, *_ in adds:
+                found = self.crcs.get(ledger_id)
+                if found is not None:
+                    found.pop(entry_id, None)
+
+    def _put_new_entries_of_one_ledger(self, adds: Sequence[AddOp], crcs: Sequence[int] | None) -> bool:
+        """:meth:`put_all` of the usual batch, entries of one ledger that are not here yet, in a
+        few C-level passes; False, having changed nothing, for any other batch."""
+        count = len(adds)
+        if not count:
+            return True
+        ledger_id = adds[0][0]
+        if list(map(_LEDGER_ID, adds)).count(ledger_id) != count:
+            return False
+        entry_ids = list(map(_ENTRY_ID, adds))
+        entries = self.ledgers.get(ledger_id)
+        if entries is None:
+            entries = self.ledgers[ledger_id] = {}
+        elif not entries.keys().isdisjoint(entry_ids):
+            return False
+        before = len(entries)
+        entries.update(zip(entry_ids, map(_BODY, adds), strict=True))
+        if len(entries) - before == count:
+            self.size += sum(map(len, map(_BODY, adds)))
+        else:  # an entry id twice in the batch: each id's last body is the one kept
+            self.size += sum(len(entries[entry_id]) for entry_id in set(entry_ids))
+        if crcs is not None:  # (ids new to this half: no CRC of theirs is here to drop)
+            known = self.crcs.get(ledger_id)
+            if known is None:
+                known = self.crcs[ledger_id] = {}
+            known.update(zip(entry_ids, crcs, strict=True))
+        last = max(entry_ids)
+        if last > self.last_entries.get(ledger_id, -1):
+            self.last_entries[ledger_id] = last
+        return True
+
+    def _put_each(self, adds: Sequence[AddOp]) -> None:
         ledgers = self.ledgers
         last_entries = self.last_entries
         size = self.size
@@ -76,6 +136,7 @@ class WriteCacheHalf:
         return self.last_entries.get(ledger_id, -1)
 
     def drop_ledger(self, ledger_id: int) -> None:
+        self.crcs.pop(ledger_id, None)
         entries = self.ledgers.pop(ledger_id, None)
         if entries is not None:
             self.size -= sum(len(body) for body in entries.values())

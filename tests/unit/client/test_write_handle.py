@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 from tests.support.write_world import WriteWorld, gate_metadata_writes, make_world, new_ledger
 
-from bkclient.write_handle import WriteAdvHandle, WriteHandle
+from bkclient.write_adv_handle import WriteAdvHandle
+from bkclient.write_handle import WriteHandle
 from bkmeta.model import LedgerState
 from bkproto.entry_format import parse_header
 from bkproto.errors import (
@@ -54,6 +55,7 @@ async def test_completion_waits_for_earlier_entries() -> None:
         world.bookie(b).mode = "hold"
     wh = handle(world)
     f0, f1 = wh.append_async(b"zero"), wh.append_async(b"one")
+    await asyncio.sleep(0)  # the second add leaves with the end of the loop turn
     completed: list[int] = []
     f0.add_done_callback(lambda f: completed.append(f.result()))
     f1.add_done_callback(lambda f: completed.append(f.result()))
@@ -122,13 +124,20 @@ async def test_close_or_force_during_an_ensemble_change_waits_for_it(finish: str
     wh = handle(world, qw=3)
     gate = gate_metadata_writes(world)
     world.bookie("b2").fail_with(BookieUnavailableError("down"))
-    futures = [wh.append_async(b"%d" % i) for i in range(3)]
+    assert await wh.append(b"0") == 0  # b0 and b1 answered before b2's error: it does not count
+    for b in ("b0", "b1"):
+        world.bookie(b).mode = "hold"
+    futures = [wh.append_async(b"%d" % i) for i in range(1, 3)]
+    await asyncio.sleep(0.01)  # b2 refused them: the ensemble change waits on the gate
+    for b in ("b0", "b1"):
+        world.bookie(b).ack()  # both reach their ack quorum during the change
     finishing = asyncio.ensure_future(wh.close() if finish == "close" else wh.force())
     await asyncio.sleep(0.01)
     assert not finishing.done()  # waits for the ensemble change
+    assert not any(f.done() for f in futures)
     gate.set()
     await finishing
-    assert [await f for f in futures] == [0, 1, 2]
+    assert [await f for f in futures] == [1, 2]
     assert wh.last_add_confirmed == 2
     md = world.lm.ledgers[wh.ledger_id].value
     assert md.segments[1].first_entry_id == 1  # entry 0 completed before b2 answered
@@ -365,6 +374,7 @@ async def test_append_with_callback_reports_in_entry_id_order() -> None:
     seen: list[tuple[int, object]] = []
     ids = [wh.append_with_callback(b"%d" % i, lambda e, err: seen.append((e, err))) for i in range(3)]
     assert ids == [0, 1, 2]
+    await asyncio.sleep(0)  # adds after the first leave with the end of the loop turn
     for entry_id in (2, 1, 0):  # acks arrive backwards
         for b in ("b0", "b1", "b2"):
             world.bookie(b).ack(entry_id)

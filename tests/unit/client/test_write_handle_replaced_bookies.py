@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.support.write_world import WriteWorld, gate_metadata_writes, make_world, new_ledger
+from tests.support.write_world import (
+    WriteWorld,
+    after_metadata_writes,
+    gate_metadata_writes,
+    make_world,
+    new_ledger,
+)
 
 from bkclient.write_handle import WriteHandle
 from bkproto.errors import BookieUnavailableError
@@ -45,6 +51,53 @@ async def test_ack_from_a_bookie_being_replaced_does_not_count(late: str) -> Non
     b3.ack()
     assert [await f for f in (f1, f2, f3)] == [1, 2, 3]
     await wh.close()
+
+
+async def test_a_bookie_failing_in_the_middle_of_a_batch_is_replaced_for_the_whole_batch() -> None:
+    world = make_world(bookies=4)
+    wh = handle(world)  # E3 Qw2 Qa2 on b0 b1 b2
+    b1 = world.bookie("b1")
+    b1.mode = "hold"
+    futures = [wh.append_async(b"%d" % i) for i in range(12)]  # one loop turn: one batch per bookie
+    await asyncio.sleep(0)
+    assert b1.entry_ids() == [0, 1, 3, 4, 6, 7, 9, 10]
+    b1.ack(0)
+    b1.fail(BookieUnavailableError("b1 failed entry 4"), entry_id=4)
+    assert [await f for f in futures] == list(range(12))
+    assert wh.ensemble == ["b0", "b3", "b2"]
+    md = world.lm.ledgers[wh.ledger_id].value
+    first_new = md.segments[-1].first_entry_id
+    assert first_new <= 1  # entry 0 may have been released before the failure reached the handle
+    # Every entry of slot 1 from the new segment on went to b3, once, byte for byte as to b1.
+    b3 = world.bookie("b3")
+    slot_1 = [e for e in range(first_new, 12) if e % 3 in (0, 1)]
+    assert b3.entry_ids() == slot_1
+    sent_to_b1 = {a.entry_id: a.encoded for a in b1.adds}
+    assert all(a.encoded == sent_to_b1[a.entry_id] for a in b3.adds)
+    b1.ack()  # late answers of the replaced bookie change nothing
+    assert await wh.append(b"after") == 12
+    await wh.close()
+
+
+async def test_adds_appended_as_the_new_ensemble_is_adopted_go_only_to_the_new_bookie() -> None:
+    # Adds appended in the loop step that adopts a new ensemble leave at the end of that turn: they
+    # must go to the bookies of the ensemble that holds when they leave, not the replaced one.
+    world = make_world(bookies=4)
+    wh = handle(world)
+    b1 = world.bookie("b1")
+    b1.mode = "hold"
+    first = [wh.append_async(b"%d" % i) for i in range(3)]  # 0: b0 b1, 1: b1 b2, 2: b2 b0
+    await asyncio.sleep(0)
+    later: list[asyncio.Future[int]] = []
+    after_metadata_writes(world, lambda: later.extend(wh.append_async(b"%d" % i) for i in range(3, 9)))
+    b1.fail(BookieUnavailableError("b1 died"))
+    assert [await f for f in first] == [0, 1, 2]
+    assert [await f for f in later] == list(range(3, 9))
+    assert wh.ensemble == ["b0", "b3", "b2"]
+    assert b1.entry_ids() == [0, 1]
+    assert world.bookie("b3").entry_ids() == [0, 1, 3, 4, 6, 7]  # the two re-sent, then the batch
+    await wh.close()
+    assert world.lm.ledgers[wh.ledger_id].value.last_entry_id == 8
 
 
 async def test_force_returns_the_lac_it_synced_not_a_later_one() -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bookie.storage.entry_logger import LOCATION, LOG_HEADER_SIZE, RECORD_HEADER_SIZE, EntryLogger
+import crc32c
+
+from bookie.storage.entry_logger import LOCATION, LOG_HEADER_SIZE, RECORD_HEADER_SIZE, EntryLogger, log_name
 
 LEDGER = 7
 
@@ -52,3 +54,19 @@ def test_chunks_that_fit_follow_each_other_in_the_log(tmp_path: Path) -> None:
     assert logger.append(LEDGER, [], {}) == ([], [])
     logger.sync()
     _read_back(logger, first | second, locations)
+
+
+def test_crcs_the_caller_knows_give_the_records_computed_ones_give(tmp_path: Path) -> None:
+    bodies = _bodies(10)
+    ids = sorted(bodies)
+    known = {entry_id: crc32c.crc32c(body) for entry_id, body in bodies.items() if entry_id % 3}
+    for name, size_limit in (("fits", 1 << 30), ("rolls", LOG_HEADER_SIZE + 2000)):
+        computed = EntryLogger(tmp_path / name / "computed", size_limit)
+        given = EntryLogger(tmp_path / name / "given", size_limit)
+        assert computed.append(LEDGER, ids, bodies) == given.append(LEDGER, ids, bodies, known)
+        computed.sync()
+        given.sync()
+        for log_id in {computed.current_id, *computed.finished_log_ids()}:
+            assert (tmp_path / name / "computed" / log_name(log_id)).read_bytes() == (
+                tmp_path / name / "given" / log_name(log_id)
+            ).read_bytes()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bkproto.entry_format import HEADER
 from bookie.storage import journal_format
@@ -55,12 +59,36 @@ def test_records_round_trip_and_end_clean_in_zero_fill() -> None:
 
 def test_a_batch_of_entry_records_is_the_records_of_its_entries_byte_for_byte() -> None:
     bodies = [HEADER.pack(7, i, i - 1, 100 * (i + 1)) + bytes([i]) * (i * 37) for i in range(5)]
-    parts, nbytes = entry_records(bodies)
+    parts, nbytes, crcs = entry_records(bodies)
     expected = b"".join(record(RecordType.ENTRY, body) for body in bodies)
     assert b"".join(parts) == expected
     assert nbytes == len(expected)
+    assert crcs == [crc32c.crc32c(body) for body in bodies]
     assert [bytes(payload) for _, payload, _ in scan_records(expected, 0)] == bodies
-    assert entry_records([]) == ([], 0)
+    assert entry_records([]) == ([], 0, [])
+
+
+@settings(max_examples=300)
+@given(bodies=st.lists(st.binary(max_size=3000), max_size=8), repeats=st.integers(1, 3))
+def test_entry_records_from_the_bodies_crcs_are_the_records_byte_for_byte(
+    bodies: list[bytes], repeats: int
+) -> None:
+    # each record's CRC is derived from its body's by a shift learnt per length: a length's
+    # second body (other bytes), a shift table emptied when full, must all give the same bytes
+    for _ in range(repeats):
+        bodies = [bytes(reversed(body)) for body in bodies]
+        parts, _, crcs = entry_records(bodies)
+        assert b"".join(parts) == b"".join(record(RecordType.ENTRY, body) for body in bodies)
+        assert crcs == [crc32c.crc32c(body) for body in bodies]
+
+
+def test_the_shift_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_format, "_ENTRY_SHIFTS", {})
+    monkeypatch.setattr(journal_format, "_MAX_ENTRY_SHIFTS", 4)
+    bodies = [os.urandom(size) for size in range(10)]
+    parts, _, _ = entry_records(bodies)
+    assert b"".join(parts) == b"".join(record(RecordType.ENTRY, body) for body in bodies)
+    assert 0 < len(journal_format._ENTRY_SHIFTS) <= 4
 
 
 def test_torn_tail_is_cut() -> None:
