@@ -11,7 +11,8 @@ Every error raised is a :class:`BKError` subclass with BookKeeper's code, re-exp
 
 from __future__ import annotations
 
-from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment
+from typing import TYPE_CHECKING
+
 from bkproto.errors import (
     AddQuorumTimeoutError,
     BadRequestError,
@@ -42,14 +43,34 @@ from bkproto.errors import (
     UnknownLedgerStateError,
     WriteError,
 )
+from bkproto.lazy_exports import lazy_getattr
 
-from .admin import BookKeeperAdmin, Decommission, FragmentPlan, LedgerRecovery
-from .bookkeeper import BookKeeper
-from .config import ClientConfig
-from .entry import LastConfirmedAndEntry, LedgerEntry
-from .read_handle import ReadHandle
-from .write_adv_handle import WriteAdvHandle
-from .write_handle import WriteHandle
+# Imported on first use (the client's modules pull in gRPC and kazoo): a process that imports
+# one light module, such as a Spark worker unpickling ``bkclient.spark``'s data source, does not
+# pay for the whole client.
+_EXPORTS = {
+    "bkmeta.model": ("DigestType", "LedgerMetadata", "LedgerState", "Segment"),
+    "bkclient.admin": ("BookKeeperAdmin", "Decommission", "FragmentPlan", "LedgerRecovery"),
+    "bkclient.bookkeeper": ("BookKeeper",),
+    "bkclient.config": ("ClientConfig",),
+    "bkclient.entry": ("LastConfirmedAndEntry", "LedgerEntry"),
+    "bkclient.read_handle": ("ReadHandle",),
+    "bkclient.write_adv_handle": ("WriteAdvHandle",),
+    "bkclient.write_handle": ("WriteHandle",),
+}
+
+if TYPE_CHECKING:
+    from bkmeta.model import DigestType, LedgerMetadata, LedgerState, Segment
+
+    from .admin import BookKeeperAdmin, Decommission, FragmentPlan, LedgerRecovery
+    from .bookkeeper import BookKeeper
+    from .config import ClientConfig
+    from .entry import LastConfirmedAndEntry, LedgerEntry
+    from .read_handle import ReadHandle
+    from .write_adv_handle import WriteAdvHandle
+    from .write_handle import WriteHandle
+else:
+    __getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 __all__ = [
     "AddQuorumTimeoutError",

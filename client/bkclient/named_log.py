@@ -23,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bkmeta.log_retention import Retention, Truncation, apply_retention
 from bkmeta.model import DigestType
@@ -40,9 +41,10 @@ from bkmeta.named_log import (
 )
 from bkproto.errors import BKError, IncorrectParameterError, NoSuchLedgerError, UnexpectedConditionError
 
-from .bookkeeper import BookKeeper
-from .entry import LedgerEntry
-from .write_handle import WriteHandle
+if TYPE_CHECKING:  # annotations only: the options and the log layout need no client loaded
+    from .bookkeeper import BookKeeper
+    from .entry import LedgerEntry
+    from .write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
 
@@ -264,12 +266,21 @@ class NamedLogs:
         self, seg: LogSegment, password: bytes = b"", first: int = 0, last: int | None = None
     ) -> AsyncIterator[LedgerEntry]:
         """Entries ``first .. last`` of a segment (by default all of them), in order."""
+        async for batch in self.read_segment_batches(seg, password, first, last):
+            for entry in batch:
+                yield entry
+
+    async def read_segment_batches(
+        self, seg: LogSegment, password: bytes = b"", first: int = 0, last: int | None = None
+    ) -> AsyncIterator[list[LedgerEntry]]:
+        """:meth:`read_segment`'s entries in lists of consecutive entries, as the bookies'
+        answers bring them (:meth:`bkclient.read_handle.ReadHandle.read_batches`)."""
         last = seg.entries - 1 if last is None else min(last, seg.entries - 1)
         if first > last:
             return
         handle = await self._bk.open_ledger(seg.ledger_id, password, recovery=False)
         try:
-            async for entry in handle.read(first, last):
-                yield entry
+            async for batch in handle.read_batches(first, last):
+                yield batch
         finally:
             await handle.close()

@@ -110,7 +110,20 @@ class ReadHandle:
         not yet acknowledged (and may never be, if the writer fails)."""
         return self._read(first, last, confirmed_only=False)
 
+    def read_batches(self, first: int, last: int) -> AsyncIterator[list[LedgerEntry]]:
+        """Like ``read``, the entries in lists of consecutive entries as the bookies' answers
+        bring them (up to ``read_batch_max_entries`` each): for consumers that take entries in
+        bulk, one step of the iterator per list rather than per entry."""
+        return self._read_batches(first, last, confirmed_only=True)
+
     async def _read(self, first: int, last: int, confirmed_only: bool) -> AsyncIterator[LedgerEntry]:
+        async for batch in self._read_batches(first, last, confirmed_only):
+            for entry in batch:
+                yield entry
+
+    async def _read_batches(
+        self, first: int, last: int, confirmed_only: bool
+    ) -> AsyncIterator[list[LedgerEntry]]:
         if first < 0:
             raise IncorrectParameterError(f"ledger {self.ledger_id}: first entry {first} is negative")
         if last < first:
@@ -124,8 +137,8 @@ class ReadHandle:
                     f"{self.last_add_confirmed}"
                 )
         op = ReadRangeOp(self._ctx, self._digest, self.metadata, self.ledger_id, first, last)
-        async for entry in op.entries():
-            yield entry
+        async for batch in op.batches():
+            yield batch
 
     async def read_entry(self, entry_id: int) -> LedgerEntry:
         """One entry, confirmed or not."""

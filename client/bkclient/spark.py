@@ -229,5 +229,8 @@ class _LogReader(DataSourceReader):  # type: ignore[misc]
         return plan_partitions(segments, self.source.max_entries_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, EntryRange)
+        if not isinstance(partition, EntryRange):
+            # Where partitions() found none (a log without entries yet, say, after a failed
+            # first write), Spark still reads one placeholder InputPartition(None).
+            return iter(())
         return entry_batches(self.opts, partition)

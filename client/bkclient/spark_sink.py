@@ -24,16 +24,17 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bkmeta.model import DigestType
 from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, check_log_name
-from bkmeta.zk_security import zk_security_from_settings
 from bkproto.errors import IncorrectParameterError
 
-from .config import ClientConfig
 from .named_log import SegmentOptions
-from .sync import BookKeeper, SegmentWriter
-from .tls import security_from_settings
+
+if TYPE_CHECKING:  # the client is imported where a task or a commit first needs it (client_config)
+    from .config import ClientConfig
+    from .sync import BookKeeper, SegmentWriter
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,16 @@ class SinkOptions:
 
     def client_config(self) -> ClientConfig:
         """The client's configuration, TLS and ZooKeeper identity included (read from the files
-        the options name, on whichever executor or driver runs this)."""
+        the options name, on whichever executor or driver runs this).
+
+        The client's modules (gRPC, kazoo, the read and write paths) are imported here, not with
+        this module: Spark starts Python workers that only parse options (the data source's
+        schema, a write's planning), and each would pay for them."""
+        from bkmeta.zk_security import zk_security_from_settings
+
+        from .config import ClientConfig
+        from .tls import security_from_settings
+
         settings = dict(self.security)
         return ClientConfig(
             max_outstanding_adds=self.max_outstanding_adds,
@@ -126,6 +136,8 @@ class SinkOptions:
         )
 
     def client(self) -> BookKeeper:
+        from .sync import BookKeeper
+
         return BookKeeper(self.zk_servers, self.client_config())
 
     def worker_client(self) -> contextlib.AbstractContextManager[BookKeeper]:

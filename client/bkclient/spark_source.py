@@ -24,10 +24,11 @@ batches (``ledger_id``, ``entry_id``, ``value``), not one Python tuple per entry
 
 from __future__ import annotations
 
+import array
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -40,11 +41,13 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from bkmeta.named_log import LogCommit, LogSegment
-from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
+from bkproto.errors import IncorrectParameterError, NoSuchLedgerError, UnexpectedConditionError
 
 from .spark_sink import SinkOptions
 from .spark_sink import _int as int_option
-from .sync import BookKeeper
+
+if TYPE_CHECKING:
+    from .sync import BookKeeper
 
 __all__ = ["EntryRange", "LogStreamReader", "SourceOptions", "entry_batches", "plan_partitions"]
 
@@ -97,36 +100,55 @@ class EntryRange(InputPartition):  # type: ignore[misc]
 
 
 def plan_partitions(segments: Sequence[LogSegment], max_entries: int) -> list[EntryRange]:
-    """One partition per segment, a long segment cut into ranges of ``max_entries``, in the
+    """One partition per segment, a long segment cut into the fewest ranges of at most
+    ``max_entries``, of equal length (give or take an entry: tasks of one size keep Spark's
+    cores busy to the end, where a short remainder would run as a task of its own), in the
     log's order (Spark keeps partition order within a batch)."""
     ranges = []
     for seg in segments:
-        for first in range(0, seg.entries, max_entries):
-            ranges.append(EntryRange(seg, first, min(first + max_entries, seg.entries) - 1))
+        parts = -(-seg.entries // max_entries)
+        for k in range(parts):
+            first, end = seg.entries * k // parts, seg.entries * (k + 1) // parts
+            ranges.append(EntryRange(seg, first, end - 1))
     return ranges
 
 
 def entry_batches(opts: SinkOptions, part: EntryRange) -> Iterator[pa.RecordBatch]:
-    """A partition's entries as Arrow record batches, through this worker's shared client."""
+    """A partition's entries as Arrow record batches, through this worker's shared client.
+
+    The client hands the entries over in lists, as the bookies' answers bring them (one trip to
+    its loop thread per list, not per entry); the ids of a segment's entries are consecutive, so
+    the id columns are built whole rather than from a Python int per row."""
+    ledger_id = part.segment.ledger_id
     with opts.worker_client() as bk:
-        logs = bk.logs(opts.logs_root)
-        entries = logs.read_segment(part.segment, opts.segment.password, part.first, part.last)
+        lists = bk.logs(opts.logs_root).read_segment_batches(
+            part.segment, opts.segment.password, part.first, part.last
+        )
         values: list[bytes] = []
-        entry_ids: list[int] = []
-        for entry in entries:
-            values.append(entry.data)
-            entry_ids.append(entry.entry_id)
+        first_id = next_id = part.first
+        for entries in lists:
+            if entries[0].entry_id != next_id:
+                raise UnexpectedConditionError(
+                    f"ledger {ledger_id}: the read gave entry {entries[0].entry_id} where "
+                    f"{next_id} was due"
+                )
+            values += [entry.data for entry in entries]
+            next_id += len(entries)
             if len(values) >= ARROW_BATCH_ENTRIES:
-                yield _batch(part.segment.ledger_id, entry_ids, values)
-                values, entry_ids = [], []
+                yield _batch(ledger_id, first_id, values)
+                values, first_id = [], next_id
         if values:
-            yield _batch(part.segment.ledger_id, entry_ids, values)
+            yield _batch(ledger_id, first_id, values)
 
 
-def _batch(ledger_id: int, entry_ids: list[int], values: list[bytes]) -> pa.RecordBatch:
+def _batch(ledger_id: int, first_id: int, values: list[bytes]) -> pa.RecordBatch:
+    """Rows ``first_id``, ``first_id + 1``, ... of ledger ``ledger_id`` holding ``values``."""
+    count = len(values)
+    entry_ids = pa.Array.from_buffers(
+        pa.int64(), count, [None, pa.py_buffer(array.array("q", range(first_id, first_id + count)))]
+    )
     return pa.RecordBatch.from_arrays(
-        [pa.array([ledger_id] * len(values), pa.int64()), pa.array(entry_ids, pa.int64()),
-         pa.array(values, pa.binary())],
+        [pa.repeat(pa.scalar(ledger_id, pa.int64()), count), entry_ids, pa.array(values, pa.binary())],
         schema=ARROW_SCHEMA,
     )
 

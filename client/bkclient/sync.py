@@ -69,14 +69,14 @@ class _LoopThread:
 
         return self.run(on_loop())
 
-    def iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
-        """The items of an async iterator living on the loop, fetched in batches."""
+    def iterate(self, iterator: AsyncIterator[T], per_trip: int = _READ_BATCH) -> Iterator[T]:
+        """The items of an async iterator living on the loop, fetched ``per_trip`` at a time."""
 
         async def batch() -> list[T]:
             items: list[T] = []
             async for item in iterator:
                 items.append(item)
-                if len(items) >= _READ_BATCH:
+                if len(items) >= per_trip:
                     break
             return items
 
@@ -460,3 +460,10 @@ class NamedLogs:
         self, segment: LogSegment, password: bytes = b"", first: int = 0, last: int | None = None
     ) -> Iterator[LedgerEntry]:
         return self._runner.iterate(self._logs.read_segment(segment, password, first, last))
+
+    def read_segment_batches(
+        self, segment: LogSegment, password: bytes = b"", first: int = 0, last: int | None = None
+    ) -> Iterator[list[LedgerEntry]]:
+        """:meth:`read_segment`'s entries in lists as the bookies' answers bring them, one list
+        per trip to the loop thread."""
+        return self._runner.iterate(self._logs.read_segment_batches(segment, password, first, last), 1)

@@ -61,6 +61,8 @@ async def test_write_commit_read_in_task_order_and_sweep_failed_attempts(
             assert [s.task for s in got] == [0, 1, 2]
             assert [s.entries for s in got] == [50, 51, 52]
             assert [e.data for e in logs.read("events")] == written[0] + written[1] + written[2]
+            in_lists = list(logs.read_segment_batches(got[1], first=3, last=40))
+            assert [e.data for entries in in_lists for e in entries] == written[1][3:41]
             for seg in got:
                 md = bk.ledger_metadata(seg.ledger_id)
                 assert md.is_closed and md.last_entry_id == seg.entries - 1 and md.length == seg.length

@@ -88,6 +88,10 @@ async def test_stream_reads_whole_commits_resumes_and_fails_on_truncation(
         assert read.rdd.getNumPartitions() == 3
         assert [bytes(r.value) for r in read.collect()] == [str(i).encode() for i in range(10)]
 
+        # A log without entries (here a commit of empty partitions) reads as no rows.
+        append_commit(zk, "no-entries", [])
+        assert spark.read.format("bookkeeper").option("zkServers", zk).load("no-entries").collect() == []
+
     await asyncio.to_thread(job)
 
 

@@ -10,14 +10,17 @@ batch and streaming, next to what bounds it on the same cluster in the same run:
 - ``spark_batch_write``: ``format("bookkeeper")``, the first job whose workers import the client
   and open their ZooKeeper session and bookie connections; ``spark_batch_write_again``: the same
   job again, on workers that have them already;
-- ``spark_batch_read``, ``spark_stream_read`` (``availableNow`` into ``noop``) and
-  ``spark_stream_copy`` (a streaming read of the log written into a new log).
+- ``spark_batch_read`` (the session's first read: its planning workers start, and the JVM runs
+  the read path for the first time), ``spark_batch_read_again`` (the same read again),
+  ``spark_stream_read`` (``availableNow`` into ``noop``) and ``spark_stream_copy`` (a streaming
+  read of the log written into a new log).
 
 Each phase also reports the CPU seconds Spark's processes used (this process's descendants:
-the JVM and its Python workers), and with ``--cluster-pid`` those of the cluster's process tree
-(``pybk localcluster``: ZooKeeper and the bookies): on a machine of a few cores the figures
-say where the time went when wall-clock rates are noisy. Every run uses ensemble 3, write and ack
-quorum 2 (E3 Qw2 Qa2) and new log names. ``scripts/bench_spark.sh`` starts a fresh cluster."""
+the JVM and its Python workers; ``spark_jvm`` the JVM's share), and with ``--cluster-pid`` those
+of the cluster's process tree (``pybk localcluster``: ZooKeeper and the bookies): on a machine of
+a few cores the figures say where the time went when wall-clock rates are noisy. Every run uses
+ensemble 3, write and ack quorum 2 (E3 Qw2 Qa2) and new log names. ``scripts/bench_spark.sh``
+starts a fresh cluster."""
 
 from __future__ import annotations
 
@@ -55,6 +58,10 @@ def register(targets: Any) -> None:
     parser.add_argument(
         "--cluster-pid", type=positive, help="also count the CPU of this process tree (pybk localcluster)"
     )
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting for the session (repeatable), e.g. spark.python.worker.reuse=false",
+    )
     parser.set_defaults(func=main)  # --json: the bench group adds it to every target
 
 
@@ -63,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     bench.run()
     if args.json:
         print(json.dumps(bench.results))
-    return 0
+    return 1 if bench.failed else 0
 
 
 class SparkBench:
@@ -71,18 +78,25 @@ class SparkBench:
         self.args = args
         self.entries = args.mb * 1024 * 1024 // VALUE_BYTES
         self.run_id = uuid.uuid4().hex[:8]
+        self.failed = False
         self.options = {
             "zkServers": args.zk, "ensembleSize": "3", "writeQuorumSize": "2", "ackQuorumSize": "2",
         }
         self.results: dict[str, Any] = {
             "entries": self.entries, "value_bytes": VALUE_BYTES, "partitions": args.partitions,
-            "master": args.master, "load_average_1m": round(os.getloadavg()[0], 2),
+            "master": args.master, "conf": args.conf, "load_average_1m": round(os.getloadavg()[0], 2),
         }
 
     def phase(self, name: str, fn: Callable[[], object]) -> None:
         cpu_before = self._cpu()
         started = time.perf_counter()
-        fn()
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - a loaded box can fail a phase (Spark, the client): keep the rest
+            self.results[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            self.failed = True
+            print(f"{name}: failed: {exc}", file=sys.stderr, flush=True)
+            return
         seconds = time.perf_counter() - started
         cpu = {key: round(after - cpu_before.get(key, 0.0), 1) for key, after in self._cpu().items()}
         self.results[name] = {
@@ -100,6 +114,7 @@ class SparkBench:
     def _cpu(self) -> dict[str, float]:
         cpu = {"bench": process_tree_cpu(os.getpid(), descendants_only=False) - process_tree_cpu(os.getpid())}
         cpu["spark"] = process_tree_cpu(os.getpid())
+        cpu["spark_jvm"] = process_tree_cpu(os.getpid(), command="java")
         if self.args.cluster_pid is not None:
             cpu["cluster"] = process_tree_cpu(self.args.cluster_pid, descendants_only=False)
         return cpu
@@ -119,13 +134,18 @@ class SparkBench:
         from bkclient.spark import BookKeeperDataSource
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this interpreter
-        spark = (
+        builder = (
             SparkSession.builder.master(self.args.master).appName("pybk-bench-spark")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", str(self.args.partitions))
             .config("spark.local.dir", tempfile.mkdtemp(prefix="pybk-bench-spark-"))
-            .getOrCreate()
         )
+        for setting in self.args.conf:
+            key, sep, value = setting.partition("=")
+            if not sep:
+                raise SystemExit(f"--conf {setting!r}: expected KEY=VALUE")
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(BookKeeperDataSource)
         spark.dataSource.register(python_noop_source())
@@ -146,8 +166,13 @@ class SparkBench:
                    .mode("append").save(log))
         self.phase("spark_batch_write_again", lambda: source.write.format("bookkeeper")
                    .options(**options).mode("append").save(f"{log}-again"))
-        self.phase("spark_batch_read", lambda: spark.read.format("bookkeeper").options(**options)
-                   .load(log).selectExpr("sum(length(value))").collect())
+        def batch_read() -> None:
+            spark.read.format("bookkeeper").options(**options).load(log).selectExpr(
+                "sum(length(value))"
+            ).collect()
+
+        self.phase("spark_batch_read", batch_read)
+        self.phase("spark_batch_read_again", batch_read)
 
         def stream(sink: str, **sink_options: str) -> None:
             query = (
@@ -158,7 +183,7 @@ class SparkBench:
             )
             query.awaitTermination()
             if query.exception() is not None:
-                raise SystemExit(f"streaming query failed: {query.exception()}")
+                raise RuntimeError(f"streaming query failed: {query.exception()}")
 
         self.phase("spark_stream_read", lambda: stream("noop"))
         self.phase("spark_stream_copy", lambda: stream("bookkeeper", **options))
@@ -194,28 +219,34 @@ def python_noop_source() -> type:
     return NoopSource
 
 
-def process_tree_cpu(root: int, *, descendants_only: bool = True) -> float:
+def process_tree_cpu(root: int, *, descendants_only: bool = True, command: str | None = None) -> float:
     """CPU seconds (user + system, reaped children included) of ``root``'s live descendants, and
-    of ``root`` itself unless ``descendants_only``. Linux's /proc; 0.0 where there is none."""
+    of ``root`` itself unless ``descendants_only``; with ``command``, only of the processes of
+    that name (``java``: Spark's JVM, apart from its Python workers). Linux's /proc; 0.0 where
+    there is none."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
+    names: dict[int, str] = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             stat = (entry / "stat").read_text()
         except OSError:
             continue  # gone meanwhile
-        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+        head, _, tail = stat.rpartition(")")  # the command name may hold spaces and parentheses
+        fields = tail.split()
         pid = int(entry.name)
         parents[pid] = int(fields[1])
         cpu[pid] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+        names[pid] = head.partition("(")[2]
     children: dict[int, list[int]] = {}
     for pid, parent in parents.items():
         children.setdefault(parent, []).append(pid)
-    total = 0.0 if descendants_only else cpu.get(root, 0.0)
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo.extend(children.get(pid, []))
+    counted = list(children.get(root, [])) if descendants_only else [root]
+    total = 0.0
+    while counted:
+        pid = counted.pop()
+        if command is None or names.get(pid) == command:
+            total += cpu.get(pid, 0.0)
+        counted.extend(children.get(pid, []))
     return total

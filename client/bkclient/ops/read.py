@@ -290,6 +290,15 @@ class ReadRangeOp:
 
     async def entries(self) -> AsyncGenerator[LedgerEntry, None]:
         """The entries; stops at the first entry that cannot be read, raising its error."""
+        async for batch in self.batches():
+            for entry in batch:
+                yield entry
+
+    async def batches(self) -> AsyncGenerator[list[LedgerEntry], None]:
+        """The entries as each request served them: lists of consecutive entries, in order, of
+        at most ``read_batch_max_entries`` each (a striped block's chunks come interleaved into
+        one list). For a consumer that takes entries in bulk (a Spark task building Arrow batches),
+        one step per list instead of one per entry."""
         # each request with the ids it covers, so one cut short can be picked up where it stopped
         inflight: deque[tuple[asyncio.Task[Served], int, int]] = deque()
         next_id = self._first
@@ -303,8 +312,8 @@ class ReadRangeOp:
                     return
                 task, first_id, last_id = inflight.popleft()
                 served = await task
-                for entry in served.entries:
-                    yield entry
+                if served.entries:
+                    yield served.entries
                 if served.error is not None:
                     raise served.error
                 if served.short:  # the rest of this request comes before the next in flight

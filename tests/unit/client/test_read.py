@@ -130,7 +130,8 @@ async def test_striped_batch_falls_back_per_residue_and_stops_at_the_unreadable_
     assert [e.data for e in entries] == [payload(i) for i in range(300)]
 
 
-async def test_a_missing_entry_ends_a_striped_read_with_no_such_entry() -> None:
+@pytest.mark.parametrize("in_lists", [False, True])
+async def test_a_missing_entry_ends_a_striped_read_with_no_such_entry(in_lists: bool) -> None:
     ctx = make_cluster(3, read_batch_max_entries=30)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     writer.write(100)
@@ -138,10 +139,25 @@ async def test_a_missing_entry_ends_a_striped_read_with_no_such_entry() -> None:
         del ctx.bookies[bookie_id].entries[LEDGER][41]
     rh = handle(ctx, closed(writer))
     got: list[int] = []
-    with pytest.raises(NoSuchEntryError):
-        async for entry in rh.read(0, 99):
-            got.append(entry.entry_id)
+    with pytest.raises(NoSuchEntryError):  # in lists too: the entries before the missing one first
+        if in_lists:
+            async for batch in rh.read_batches(0, 99):
+                got += [entry.entry_id for entry in batch]
+        else:
+            async for entry in rh.read(0, 99):
+                got.append(entry.entry_id)
     assert got == list(range(41))
+
+
+@pytest.mark.parametrize(("ensemble", "qw"), [(3, 2), (2, 2)])
+async def test_read_batches_are_the_range_in_lists_of_at_most_a_request(ensemble: int, qw: int) -> None:
+    ctx = make_cluster(ensemble, read_batch_max_entries=30)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), qw, 2))
+    writer.write(100)
+    rh = handle(ctx, closed(writer))
+    lists = [batch async for batch in rh.read_batches(5, 94)]
+    assert len(lists) > 1 and all(0 < len(batch) <= 30 for batch in lists)
+    assert [e for batch in lists for e in batch] == await collect(rh.read(5, 94))
 
 
 async def test_striped_blocks_do_not_cross_segments() -> None:

@@ -36,12 +36,13 @@ def test_bad_source_options_are_refused_by_name(key: str, value: str, message: s
         SourceOptions.parse({key: value})
 
 
-def test_long_segments_split_into_entry_ranges_in_log_order() -> None:
+def test_long_segments_split_into_equal_entry_ranges_in_log_order() -> None:
     a, b, empty = LogSegment(1, 10, 100, "w"), LogSegment(2, 3, 30, "w"), LogSegment(3, 0, 0, "w")
     parts = plan_partitions([a, empty, b], 4)
     assert [(p.segment.ledger_id, p.first, p.last) for p in parts] == [
-        (1, 0, 3), (1, 4, 7), (1, 8, 9), (2, 0, 2)]
-    assert pickle.loads(pickle.dumps(parts[0])) == EntryRange(a, 0, 3)  # partitions travel pickled
+        (1, 0, 2), (1, 3, 5), (1, 6, 9), (2, 0, 2)]
+    assert [(p.first, p.last) for p in plan_partitions([LogSegment(4, 8, 80, "w")], 4)] == [(0, 3), (4, 7)]
+    assert pickle.loads(pickle.dumps(parts[0])) == EntryRange(a, 0, 2)  # partitions travel pickled
 
 
 def test_missing_commits_are_named_as_ranges() -> None:
