@@ -145,16 +145,18 @@ async def test_failed_job_commits_nothing_and_leaves_no_ledger(
         spark.createDataFrame([("kept",)], "value string").write.format("bookkeeper") \
             .option("zkServers", zk).mode("append").save("audit")
         committed = tagged_ledgers(zk, "audit")
-        # One task fails late in its partition (a null value after 5,000 entries), by when the
-        # other, small task has written and closed its ledger: the abort must delete both.
+        # One task fails late in its partition, by when the other, small task has written and
+        # closed its ledger: the abort must delete both. Late means past the first Arrow batches
+        # (spark.sql.execution.arrow.maxRecordsPerBatch, 10,000 rows): a null in the first batch
+        # fails the task before it opens a ledger, and the abort could then race the small task.
         rows: list[tuple[int, tuple[int, str | None]]] = [(0, (i, f"other-{i}")) for i in range(10)]
-        rows += [(1, (i, f"row-{i}" if i != 5000 else None)) for i in range(5001)]
+        rows += [(1, (i, f"row-{i}" if i != 30_000 else None)) for i in range(30_001)]
         by_task = spark.sparkContext.parallelize(rows, 1).partitionBy(2, lambda task: task)
         def in_order(pairs: Iterator[tuple[int, tuple[int, str | None]]]) -> list[tuple[str | None]]:
             return [(value,) for _, (_, value) in sorted(pairs, key=lambda pair: pair[1][0])]
 
         df = spark.createDataFrame(by_task.mapPartitions(in_order), "value string")
-        with pytest.raises(Exception, match="partition 1, row 5000: 'value' is null"):
+        with pytest.raises(Exception, match="partition 1, row 30000: 'value' is null"):
             df.write.format("bookkeeper").option("zkServers", zk).mode("append").save("audit")
         assert log_values(zk, "audit") == [b"kept"]
         assert tagged_ledgers(zk, "audit") == committed
