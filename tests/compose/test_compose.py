@@ -54,7 +54,7 @@ def test_the_readme_examples_work_from_the_host(cluster: ComposeProject, tmp_pat
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                           check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "0 b'hello'" in done.stdout and "entries 0 .. 99" in done.stdout
+    assert "0 b'hello'" in done.stdout and "entries 0 .. 199" in done.stdout
 
     listed = subprocess.run([str(pybk), "shell", "--zk", ZK, "--json", "listbookies"], capture_output=True,
                             text=True, timeout=60, check=True)
