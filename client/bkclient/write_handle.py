@@ -154,15 +154,11 @@ class WriteHandle(ReadHandle):
         return entry_id
 
     def append_batch_async(self, payloads: Sequence[bytes]) -> asyncio.Future[int]:
-        """Append every payload of ``payloads`` without waiting, as consecutive entries in their
-        order; the future resolves to the last one's entry id once all of them completed (in
-        entry-id order, as for :meth:`append_async`). If the handle fails first the future fails
-        with that error, and the entries up to ``last_add_confirmed`` are the ones that completed.
-
-        The batch is checked whole before any entry is appended: not a list or tuple of bytes-like
-        payloads, empty, a payload over the size limit, or more adds than may wait for room
-        (``max_waiting_adds``) raise and append nothing. Cheaper per entry than
-        :meth:`append_async` (one future and one check for the batch)."""
+        """Append ``payloads`` as consecutive entries without waiting; the future resolves to the
+        last entry id once all completed (in order), or fails with the handle's error (then
+        ``last_add_confirmed`` says which completed). Checked whole first: not a list or tuple of
+        bytes-like payloads, empty, a payload too large, or more than ``max_waiting_adds`` left
+        waiting raise and append nothing. One future and one check per batch."""
         self._check_writable()
         batch, sizes, waits = self._checked_batch(payloads)
         future: asyncio.Future[int] = self._client_ctx.loop.create_future()
@@ -276,10 +272,9 @@ class WriteHandle(ReadHandle):
         )
 
     def _send(self, op: PendingAddOp) -> None:
-        """Count ``op`` as outstanding and send it: at once if it is the only add outstanding (a
-        lone add waits for nothing), else with every other add sent in this loop turn, in one
-        :meth:`_flush_unsent` at the end of the turn (encoded in one pass and queued per bookie in
-        one call each, rather than per entry and per bookie)."""
+        """Count ``op`` as outstanding and send it: at once if it is the only add outstanding,
+        else with the loop turn's other adds in one :meth:`_flush_unsent` at the turn's end
+        (encoded in one pass, queued per bookie in one call, not per entry and per bookie)."""
         self._outstanding_adds += 1
         self._outstanding_bytes += op.size
         unsent = self._unsent
