@@ -110,9 +110,21 @@ def method_handlers(
         handlers[method.name] = factory(
             behaviour,
             request_deserializer=malformed.deserializer(method.name, deserialize),
-            response_serializer=response_class.SerializeToString,
+            response_serializer=(
+                _serialize if method.name in _PRE_ENCODED else response_class.SerializeToString
+            ),
         )
     return handlers
+
+
+# Methods whose handlers may answer with wire bytes (``bkproto.wire.EncodedMessage``).
+_PRE_ENCODED = frozenset({"ReadEntries"})
+
+
+def _serialize(response: Any) -> bytes:
+    """A protobuf message's or an ``EncodedMessage``'s bytes."""
+    data: bytes = response.SerializeToString()
+    return data
 
 
 class _Malformed:

@@ -15,21 +15,13 @@ from operator import and_, or_
 from typing import Literal
 
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import varint
 
 _RESULT_TAG = b"\x0a"  # AddEntriesResponse.results: field 1, length-delimited
 _LEDGER_ID_TAG = b"\x10"  # AddResponse.ledger_id: field 2, varint
 _ENTRY_ID_TAG = b"\x18"  # AddResponse.entry_id: field 3, varint
 _LOW_BITS = 0x7F  # a varint's first byte carries these bits of the value
 _LITTLE: Literal["little"] = "little"
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > _LOW_BITS:
-        out.append(value & _LOW_BITS | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def append_all_ok(response: bookie_pb2.AddEntriesResponse, ledger_id: int, entry_ids: list[int]) -> None:
@@ -40,14 +32,14 @@ def append_all_ok(response: bookie_pb2.AddEntriesResponse, ledger_id: int, entry
     varint (its low bits zero) plus the id's low bits, without carry. So each run's elements
     come from one ``map`` (a client's batch to one bookie is a few runs: consecutive ids, or
     two of every three under striping)."""
-    ids_after = _LEDGER_ID_TAG + _varint(ledger_id) + _ENTRY_ID_TAG
+    ids_after = _LEDGER_ID_TAG + varint(ledger_id) + _ENTRY_ID_TAG
     pieces: list[bytes] = []
     start = 0
     count = len(entry_ids)
     while start < count:
         high = entry_ids[start] & ~_LOW_BITS
         end = bisect_left(entry_ids, high + _LOW_BITS + 1, start)
-        base = _varint(high)
+        base = varint(high)
         size = len(base)
         head = _RESULT_TAG + bytes([len(ids_after) + size]) + ids_after
         low_bits = map(and_, entry_ids[start:end], repeat(_LOW_BITS))

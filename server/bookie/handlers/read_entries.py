@@ -4,13 +4,20 @@ every ``stride``-th one (a re-replicating client's share of this bookie, pybookk
 from __future__ import annotations
 
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import EncodedMessage, encode_read_entries_ok
 from bookie.errors import bad_request
 from bookie.handlers.common import MAX_ENTRY_ID, UnaryHandler, require_ledger_id, status_code
 from bookie.handlers.stride_poll import MAX_STRIDE
 from bookie.stats import OpLatency
 
+ReadEntriesAnswer = bookie_pb2.ReadEntriesResponse | EncodedMessage
 
-class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, bookie_pb2.ReadEntriesResponse]):
+
+class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, ReadEntriesAnswer]):
+    """An answer of a thousand bodies leaves as wire bytes built in one join
+    (:func:`bkproto.wire.encode_read_entries_ok`), not as a protobuf message that copies each body
+    twice; errors are ordinary messages."""
+
     name = "batched read"
 
     def stat_for(self, request: bookie_pb2.ReadEntriesRequest) -> OpLatency:
@@ -26,7 +33,7 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, bookie_pb2.
             message=message,
         )
 
-    async def serve(self, request: bookie_pb2.ReadEntriesRequest) -> bookie_pb2.ReadEntriesResponse:
+    async def serve(self, request: bookie_pb2.ReadEntriesRequest) -> ReadEntriesAnswer:
         ledger_id = request.ledger_id
         first = request.first_entry_id
         require_ledger_id(ledger_id)
@@ -40,10 +47,6 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, bookie_pb2.
         # Entry ids are signed 64-bit: never ask for one past the largest.
         max_count = min(max_count, (MAX_ENTRY_ID - first) // stride + 1)
         bodies = await self.core.read_entries(ledger_id, first, max_count, max_bytes, stride=stride)
-        return bookie_pb2.ReadEntriesResponse(
-            status=bookie_pb2.EOK,
-            ledger_id=ledger_id,
-            first_entry_id=first,
-            bodies=bodies,
-            max_lac=self.core.last_add_confirmed(ledger_id),
+        return EncodedMessage(
+            encode_read_entries_ok(ledger_id, first, bodies, self.core.last_add_confirmed(ledger_id))
         )

@@ -16,7 +16,7 @@ from bookie.handlers.common import HandlerLimits
 from bookie.handlers.force_ledger import ForceLedgerHandler
 from bookie.handlers.get_bookie_info import GetBookieInfoHandler
 from bookie.handlers.get_list_of_entries import GetListOfEntriesHandler
-from bookie.handlers.read_entries import ReadEntriesHandler
+from bookie.handlers.read_entries import ReadEntriesAnswer, ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
 from bookie.handlers.read_lac import ReadLacHandler
 from bookie.handlers.read_stream import ReadStreamHandler
@@ -72,7 +72,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
 
     async def ReadEntries(
         self, request: bookie_pb2.ReadEntriesRequest, context: Context
-    ) -> bookie_pb2.ReadEntriesResponse:
+    ) -> ReadEntriesAnswer:
         return await self.read_entries(request, context)
 
     async def ReadLac(
