@@ -37,7 +37,7 @@ class ClientConfig:
     # Reads.
     read_entry_timeout_s: float = 5.0  # readEntryTimeoutSec
     speculative_read_timeout_s: float = 2.0  # speculativeReadTimeout; 0 = no speculative reads
-    read_batch_max_entries: int = 1000  # range reads: entries per ReadEntries call (over all E strides)
+    read_batch_max_entries: int = 1000  # range reads: entries per ReadEntries call
     read_batch_max_bytes: int = 4 * MiB
     long_poll_timeout_s: float = 10.0  # tailing: how long one LAC long poll parks on a bookie
     # Placement.

@@ -112,7 +112,8 @@ class ReadHandle:
 
     def read_batches(self, first: int, last: int) -> AsyncIterator[list[LedgerEntry]]:
         """Like ``read``, the entries in lists of consecutive entries as the bookies' answers
-        bring them (up to ``read_batch_max_entries`` each): for consumers that take entries in
+        bring them (up to ``read_batch_max_entries`` each, E times that for a striped ledger's
+        block of E strided answers): for consumers that take entries in
         bulk, one step of the iterator per list rather than per entry."""
         return self._read_batches(first, last, confirmed_only=True)
 

@@ -15,8 +15,9 @@ each (a gRPC call costs hundreds of microseconds on each side, an entry a few):
   ...; the bookies' ReadEntries ``stride``), each from one of its residue's replicas, and the
   answers are interleaved back into entry order. BookKeeper reads such ledgers an entry per call.
 
-Memory stays bounded: at most ``_CHUNKS_IN_FLIGHT`` chunks or blocks or ``_READS_IN_FLIGHT``
-single entries wait. A chunk holds at most ``read_batch_max_entries`` entries and stops once it
+Memory stays bounded: at most ``_CHUNKS_IN_FLIGHT`` chunks, blocks of about as many chunks in
+all (:func:`_blocks_in_flight`) or ``_READS_IN_FLIGHT`` single entries wait. A chunk holds at
+most ``read_batch_max_entries`` entries, striped or not, and stops once it
 holds ``read_batch_max_bytes`` (after one ReadEntries answer, which the bookie caps at that many
 bytes): the range then reads the rest of its block before going on. So with entries of a MiB, a
 range read holds a few ReadEntries answers, not thousands of entries.
@@ -55,6 +56,14 @@ _READS_IN_FLIGHT = 32  # single-entry reads in flight per range read
 # per-call gRPC cost (hundreds of microseconds on each side) small per entry: on 3 local bookies,
 # 1000-entry chunks read 1 KiB entries about 1.5x faster than 100-entry chunks.
 _CHUNKS_IN_FLIGHT = 3
+
+
+def _blocks_in_flight(stride: int) -> int:
+    """Blocks of E strided chunks in flight: three, as for unstriped chunks, while that keeps
+    about three chunks per replica of a write quorum busy; fewer for wide ensembles (down to one
+    block, E chunks)."""
+    return max(1, -(-3 * _CHUNKS_IN_FLIGHT // stride))
+
 
 
 class ReadContext(Protocol):
@@ -296,9 +305,9 @@ class ReadRangeOp:
 
     async def batches(self) -> AsyncGenerator[list[LedgerEntry], None]:
         """The entries as each request served them: lists of consecutive entries, in order, of
-        at most ``read_batch_max_entries`` each (a striped block's chunks come interleaved into
-        one list). For a consumer that takes entries in bulk (a Spark task building Arrow batches),
-        one step per list instead of one per entry."""
+        at most ``read_batch_max_entries`` each (a striped block's E chunks come interleaved into
+        one list of up to E times that). For a consumer that takes entries in bulk (a Spark task
+        building Arrow batches), one step per list instead of one per entry."""
         # each request with the ids it covers, so one cut short can be picked up where it stopped
         inflight: deque[tuple[asyncio.Task[Served], int, int]] = deque()
         next_id = self._first
@@ -324,7 +333,11 @@ class ReadRangeOp:
             discard_tasks(task for task, _, _ in inflight)
 
     def _window(self) -> int:
-        return _CHUNKS_IN_FLIGHT if self._batched else _READS_IN_FLIGHT
+        if not self._batched:
+            return _READS_IN_FLIGHT
+        ensemble_size = self._metadata.ensemble_size  # the same in every segment
+        striped = self._metadata.write_quorum_size != ensemble_size
+        return _blocks_in_flight(ensemble_size) if striped else _CHUNKS_IN_FLIGHT
 
     def _request_for(self, entry_id: int, up_to: int) -> tuple[int, Coroutine[Any, Any, Served]]:
         """The next request starting at ``entry_id`` (reading no further than ``up_to``) and
@@ -338,10 +351,11 @@ class ReadRangeOp:
         end = segment_end(md, entry_id)
         last = up_to if end is None else min(end, up_to)
         ensemble_size = len(md.ensemble_for(entry_id))
-        # a block: at most read_batch_max_entries entries, whether in one chunk or E strided ones
+        # A block: one chunk, or E strided ones, of at most read_batch_max_entries entries each.
+        # A strided chunk as large as an unstriped one: a bookie's cost per ReadEntries call (the
+        # gRPC call, the run lookup) is paid per chunk, and E smaller chunks paid it E times.
         stride = 1 if md.write_quorum_size == ensemble_size else ensemble_size
-        per_chunk = max(1, self._ctx.config.read_batch_max_entries // stride)
-        count = min(last - entry_id + 1, per_chunk * stride)
+        count = min(last - entry_id + 1, self._ctx.config.read_batch_max_entries * stride)
         # Residue r of block b starts at position (b + r) mod Qw of its write set: the blocks
         # rotate over the replicas, so every bookie serves some (a counter running over all
         # chunks, E per block, left half of the bookies idle when E is a multiple of Qw), and

@@ -80,7 +80,7 @@ async def test_striped_ranges_are_read_in_strided_batches_from_every_bookie(
     assert not any(b.reads for b in ctx.bookies.values())  # no entry read on its own
     if last - first > 1000:
         assert all(b.batch_reads for b in ctx.bookies.values())  # the load is spread
-        assert max(n for b in ctx.bookies.values() for _, _, n in b.batch_reads) <= 100 // bookies
+        assert max(n for b in ctx.bookies.values() for _, _, n in b.batch_reads) <= 100  # per call
 
 
 @pytest.mark.parametrize("qw", [3, 2])
@@ -153,11 +153,12 @@ async def test_a_missing_entry_ends_a_striped_read_with_no_such_entry(in_lists: 
 async def test_read_batches_are_the_range_in_lists_of_at_most_a_request(ensemble: int, qw: int) -> None:
     ctx = make_cluster(ensemble, read_batch_max_entries=30)
     writer = Writer(ctx, make_metadata(list(ctx.bookies), qw, 2))
-    writer.write(100)
+    writer.write(200)
     rh = handle(ctx, closed(writer))
-    lists = [batch async for batch in rh.read_batches(5, 94)]
-    assert len(lists) > 1 and all(0 < len(batch) <= 30 for batch in lists)
-    assert [e for batch in lists for e in batch] == await collect(rh.read(5, 94))
+    lists = [batch async for batch in rh.read_batches(5, 194)]
+    per_request = 30 if ensemble == qw else 30 * ensemble  # a striped block: E chunks of 30
+    assert len(lists) > 1 and all(0 < len(batch) <= per_request for batch in lists)
+    assert [e for batch in lists for e in batch] == await collect(rh.read(5, 194))
 
 
 async def test_striped_blocks_do_not_cross_segments() -> None:
