@@ -186,6 +186,26 @@ async def test_a_task_that_opens_its_ledger_after_the_abort_fails_and_leaves_not
     assert await NamedLogs(await client_cluster.client()).store.aborted_writes("late") == {}
 
 
+async def test_a_task_still_writing_when_its_write_is_aborted_cannot_finish(
+    client_cluster: ClientCluster,
+) -> None:
+    """The other order: the task registered before the abort, which deletes its ledger under
+    it. The task's close then fails, and nothing of the write remains or can be committed."""
+    bk = await client_cluster.client()
+    logs = NamedLogs(bk)
+    writer = await logs.open_segment("midway", "w1", 0)
+    await writer.append(b"before the abort")
+    await logs.abort("midway", "w1")
+    await writer.append(b"after it")  # bookies still take adds; the ledger's metadata is gone
+    with pytest.raises(NoSuchLedgerError):
+        await writer.close()
+    assert await logs.pending("midway") == {} and await bk.list_ledgers() == []
+    segment = LogSegment(writer.ledger_id, 2, 24, "w1")
+    with pytest.raises(IllegalOpError, match="was aborted; nothing was committed"):
+        await logs.commit("midway", "w1", [segment])
+    assert await logs.segments("midway") == []
+
+
 async def test_a_stream_batch_replayed_after_its_abort_commits(client_cluster: ClientCluster) -> None:
     """A stream's write id is its batch id, which the replay after an abort uses again: that
     abort leaves no marker, and the replay's commit sweeps a ledger of the aborted attempt
