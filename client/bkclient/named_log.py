@@ -249,7 +249,7 @@ class NamedLogs:
             if await self.store.exists(name):
                 await self._delete_write(name, write_id)
             return
-        for ledger_id in await self.store.abort(name, write_id):
+        for ledger_id in await self.store.abort(name, write_id):  # marked, then claimed
             await self._delete_quietly(ledger_id)
 
     async def discard(self, name: str, writer: SegmentWriter) -> None:
@@ -260,11 +260,10 @@ class NamedLogs:
 
     async def _delete_write(self, name: str, write_id: str) -> None:
         """Every ledger still pending for ``write_id`` goes (it was not committed)."""
-        for ledger_id, owner in (await self.store.pending(name)).items():
-            # The pending znode first: once it is gone no commit can take the ledger, so a
-            # commit still in flight can never end up naming a deleted one.
-            if owner.write_id == write_id and await self.store.claim_pending(name, ledger_id):
-                await self._delete_quietly(ledger_id)
+        # The pending znodes first: once one is gone no commit can take its ledger, so a
+        # commit still in flight can never end up naming a deleted one.
+        for ledger_id in await self.store.claim_write(name, write_id):
+            await self._delete_quietly(ledger_id)
 
     async def _delete_quietly(self, ledger_id: int) -> None:
         with contextlib.suppress(NoSuchLedgerError):

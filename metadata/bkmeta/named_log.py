@@ -244,6 +244,11 @@ class LogStore:
         await self.ensure(name)  # a late first task would make the log: the marker must be there
         with contextlib.suppress(ZkNodeExistsError):
             await self._zk.create(f"{self._aborted(name)}/{write_id}", b"")
+        return await self.claim_write(name, write_id)
+
+    async def claim_write(self, name: str, write_id: str) -> list[int]:
+        """Claim (:meth:`claim_pending`) every ledger ``write_id`` has pending; returns their
+        ids, for the caller to delete."""
         return [
             ledger_id for ledger_id, owner in (await self.pending(name)).items()
             if owner.write_id == write_id and await self.claim_pending(name, ledger_id)
