@@ -256,41 +256,38 @@ class LogStore:
 
     async def aborted_writes(self, name: str) -> dict[str, int]:
         """The aborted writes' markers: write id -> when it was aborted (ctime, ms)."""
-        base = self._aborted(name)
-        try:
-            children = await self._zk.get_children(base)
-        except ZkNoNodeError:
-            return {}
-        found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
-        return {c: got[1].ctime for c, got in zip(children, found, strict=True) if got is not None}
+        return {c: stat.ctime for c, (_, stat) in (await self._children_of(self._aborted(name))).items()}
 
     async def forget_aborted(self, name: str, write_id: str) -> bool:
         """Remove an aborted write's marker (garbage collection's call: see
         :mod:`bkmeta.log_gc`); False if it was gone."""
-        try:
-            await self._zk.delete(f"{self._aborted(name)}/{write_id}")
-        except ZkNoNodeError:
-            return False
-        return True
+        return await self._delete_if_there(f"{self._aborted(name)}/{write_id}")
 
     async def pending(self, name: str) -> dict[int, PendingLedger]:
         """Ledgers registered by writes and not yet committed or swept, by ledger id."""
-        base = self._pending(name)
-        try:
-            children = await self._zk.get_children(base)
-        except ZkNoNodeError:
-            return {}
-        found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
         return {
-            int(c): PendingLedger(got[0].decode(), got[1].ctime)
-            for c, got in zip(children, found, strict=True) if got is not None
+            int(c): PendingLedger(data.decode(), stat.ctime)
+            for c, (data, stat) in (await self._children_of(self._pending(name))).items()
         }
 
     async def claim_pending(self, name: str, ledger_id: int) -> bool:
         """Remove a pending znode so that no commit can take its ledger any more (a commit
         deletes it in its own transaction); False if it was gone, i.e. committed or removed."""
+        return await self._delete_if_there(f"{self._pending(name)}/{ledger_id}")
+
+    async def _children_of(self, base: str) -> dict[str, tuple[bytes, Any]]:
+        """Each child of ``base`` with its data and stat, read together (none if ``base`` is
+        missing; a child gone meanwhile is left out)."""
         try:
-            await self._zk.delete(f"{self._pending(name)}/{ledger_id}")
+            children = await self._zk.get_children(base)
+        except ZkNoNodeError:
+            return {}
+        found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
+        return {c: got for c, got in zip(children, found, strict=True) if got is not None}
+
+    async def _delete_if_there(self, path: str) -> bool:
+        try:
+            await self._zk.delete(path)
         except ZkNoNodeError:
             return False
         return True
