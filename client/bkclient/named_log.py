@@ -9,7 +9,9 @@ The parallel-ingestion protocol (the Spark sink's, usable without Spark):
 3. The coordinator calls :meth:`NamedLogs.commit` with every worker's segment: they join the log
    in one ZooKeeper transaction, in the order given. Ledgers this write registered but did not
    commit (a worker attempt that died, say) are deleted then. Or it calls :meth:`NamedLogs.abort`,
-   which deletes every ledger of the write.
+   which deletes every ledger of the write, and (unless the write id comes back in a retry)
+   marks the write aborted: a worker that opens a segment after that fails, its ledger deleted,
+   and the write can no longer commit.
 
 Readers see a log only as committed segments, all of them closed ledgers, so a reader never sees
 a partial write. :meth:`NamedLogs.truncate` applies retention: the oldest commits leave the log
@@ -176,7 +178,9 @@ class NamedLogs:
     async def open_segment(
         self, name: str, write_id: str, task: int, options: SegmentOptions | None = None
     ) -> SegmentWriter:
-        """Create the log if needed, and a ledger registered as ``write_id``'s."""
+        """Create the log if needed, and a ledger registered as ``write_id``'s. Fails with
+        :class:`IllegalOpError` (the ledger deleted) if the write was aborted, even while this
+        call ran (:meth:`bkmeta.named_log.LogStore.register_pending`)."""
         check_log_name(name)
         check_write_id(write_id)
         options = options or SegmentOptions()
@@ -231,12 +235,22 @@ class NamedLogs:
             log.warning("log %s: clean-up after write %s stopped (orphans stay for `pybk shell loggc`): %s",
                         name, write_id, e)
 
-    async def abort(self, name: str, write_id: str) -> None:
+    async def abort(self, name: str, write_id: str, *, reusable: bool = False) -> None:
         """Delete every ledger ``write_id`` registered and did not commit (a ledger stops being
-        pending in the transaction that commits it, so an abort never deletes what a log names)."""
+        pending in the transaction that commits it, so an abort never deletes what a log names).
+
+        The write is marked aborted first, so a worker of it that registers a ledger later
+        deletes that ledger and fails, and a commit of it is refused. ``reusable``: the write id
+        comes back when the write is retried (a Spark stream's id is its batch id), so no marker
+        is left, since it would refuse the retry too. Then a worker of the aborted attempt that
+        registers after this sweep is swept by the retry's commit (or ``pybk shell loggc``)."""
         check_write_id(write_id)
-        if await self.store.exists(name):
-            await self._delete_write(name, write_id)
+        if reusable:
+            if await self.store.exists(name):
+                await self._delete_write(name, write_id)
+            return
+        for ledger_id in await self.store.abort(name, write_id):  # marked, then claimed
+            await self._delete_quietly(ledger_id)
 
     async def discard(self, name: str, writer: SegmentWriter) -> None:
         """Give up one segment (its worker failed): its adds stop, its ledger goes."""
@@ -246,11 +260,10 @@ class NamedLogs:
 
     async def _delete_write(self, name: str, write_id: str) -> None:
         """Every ledger still pending for ``write_id`` goes (it was not committed)."""
-        for ledger_id, owner in (await self.store.pending(name)).items():
-            # The pending znode first: once it is gone no commit can take the ledger, so a
-            # commit still in flight can never end up naming a deleted one.
-            if owner.write_id == write_id and await self.store.claim_pending(name, ledger_id):
-                await self._delete_quietly(ledger_id)
+        # The pending znodes first: once one is gone no commit can take its ledger, so a
+        # commit still in flight can never end up naming a deleted one.
+        for ledger_id in await self.store.claim_write(name, write_id):
+            await self._delete_quietly(ledger_id)
 
     async def _delete_quietly(self, ledger_id: int) -> None:
         with contextlib.suppress(NoSuchLedgerError):

@@ -215,7 +215,11 @@ class _StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort_write(self.opts, self._write_id(batchId), shared_client=True)
+        # Reusable: the query stops, and when it is restarted it replays this batch with this
+        # very write id (see the class docstring), which an abort marker would refuse forever.
+        # A task of this attempt that registers its ledger after this sweep is swept by the
+        # replay's commit instead (or by loggc if the query never comes back).
+        abort_write(self.opts, self._write_id(batchId), shared_client=True, reusable=True)
 
 
 class _LogReader(DataSourceReader):  # type: ignore[misc]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from bkmeta.model import DigestType
 from bkmeta.named_log import LOGS_ROOT, CommitResult, LogSegment, check_log_name
-from bkproto.errors import IncorrectParameterError
+from bkproto.errors import IllegalOpError, IncorrectParameterError
 
 from .named_log import SegmentOptions
 
@@ -200,8 +200,8 @@ def _worker_client(opts: SinkOptions) -> Iterator[BookKeeper]:
             bk = _clients[key] = opts.client()
     try:
         yield bk
-    except IncorrectParameterError:
-        raise  # the input's fault; the client is fine
+    except (IncorrectParameterError, IllegalOpError):
+        raise  # the input's fault, or the write's (aborted); the client is fine
     except BaseException:
         # The client may be what failed (its session expired, say): the next task starts afresh.
         with _clients_lock:
@@ -316,10 +316,15 @@ def commit_write(
         )
 
 
-def abort_write(opts: SinkOptions, write_id: str, *, shared_client: bool = False) -> None:
-    """The driver's abort: every ledger the write registered and did not commit goes."""
+def abort_write(
+    opts: SinkOptions, write_id: str, *, shared_client: bool = False, reusable: bool = False
+) -> None:
+    """The driver's abort: every ledger the write registered and did not commit goes, and a
+    task of the write that opens its ledger later fails (its ledger deleted). ``reusable``: a
+    retry of the write will use this write id again (a stream's batch), so nothing refuses it
+    (:meth:`bkclient.named_log.NamedLogs.abort`)."""
     with _client_for(opts, shared_client) as bk:
-        bk.logs(opts.logs_root).abort(opts.log, write_id)
+        bk.logs(opts.logs_root).abort(opts.log, write_id, reusable=reusable)
 
 
 def _client_for(opts: SinkOptions, shared: bool) -> contextlib.AbstractContextManager[BookKeeper]:

@@ -447,8 +447,8 @@ class NamedLogs:
     ) -> CommitResult:
         return self._runner.run(self._logs.commit(name, write_id, segments, overwrite=overwrite, txn=txn))
 
-    def abort(self, name: str, write_id: str) -> None:
-        self._runner.run(self._logs.abort(name, write_id))
+    def abort(self, name: str, write_id: str, *, reusable: bool = False) -> None:
+        self._runner.run(self._logs.abort(name, write_id, reusable=reusable))
 
     def discard(self, name: str, writer: SegmentWriter) -> None:
         self._runner.run(self._logs.discard(name, writer._writer))

@@ -11,6 +11,14 @@ deletes what its write left pending), but a process can die at any step. What ca
 Both are found only once older than ``min_age_s``: a write in progress looks the same. A pending
 znode is removed before its ledger, so a late commit of that write fails (its transaction needs
 the znode) instead of naming a deleted ledger.
+
+The markers of aborted writes (``aborted/<write>``) go too, by the same age, once no ledger of
+their write is pending. Not sooner: a task of an aborted write may register its ledger at any
+time after the abort (a stalled executor), and the marker is what makes it delete that ledger;
+removing the marker right after the abort's sweep would reopen that window. After the marker
+goes, a task later still leaves a pending ledger that this collection removes once it is
+``min_age_s`` old: what it does for a write whose driver died, so the window is no wider than
+the one garbage collection already accepts.
 """
 
 from __future__ import annotations
@@ -25,6 +33,12 @@ from bkproto.errors import IncorrectParameterError, NoSuchLedgerError
 
 PENDING = "pending"
 UNTRACKED = "untracked"
+
+
+@dataclass(frozen=True)
+class StaleMarker:
+    write_id: str  # an aborted write
+    age_s: float  # since its abort
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,31 @@ async def remove_garbage(
             await ledgers.remove_ledger_metadata(item.ledger_id)
         removed.append(item)
     return removed
+
+
+async def find_stale_markers(
+    store: LogStore, name: str, *, min_age_s: float, now_s: float | None = None
+) -> list[StaleMarker]:
+    """The markers of writes aborted at least ``min_age_s`` ago that have no ledger pending
+    (one that has is kept until a later collection: its ledger goes first), by write id."""
+    if min_age_s < 0:
+        raise IncorrectParameterError(f"minimum age must be >= 0 seconds, got {min_age_s}")
+    now_ms = (time.time() if now_s is None else now_s) * 1000.0
+    markers = await store.aborted_writes(name)
+    writing = {p.write_id for p in (await store.pending(name)).values()}
+    return sorted(
+        (StaleMarker(write_id, (now_ms - created_ms) / 1000.0)
+         for write_id, created_ms in markers.items()
+         if now_ms - created_ms >= min_age_s * 1000.0 and write_id not in writing),
+        key=lambda m: m.write_id,
+    )
+
+
+async def remove_stale_markers(store: LogStore, name: str, markers: list[StaleMarker]) -> list[StaleMarker]:
+    """Remove the markers found; returns those removed (one whose write registered a ledger
+    since is kept: that ledger still has to meet the marker and go)."""
+    writing = {p.write_id for p in (await store.pending(name)).values()}
+    return [m for m in markers if m.write_id not in writing and await store.forget_aborted(name, m.write_id)]
 
 
 async def _committed(store: LogStore, name: str) -> set[int]:

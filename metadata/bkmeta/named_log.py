@@ -10,6 +10,8 @@ of ``/ledgers`` as a ledger range):
     /pybk/logs/<name>/commits/<seq>-<write>   {"write_id": ..., "segments": [{ledger_id, entries,
                                                 length, task}, ...]}: one write's ledgers, in order
     /pybk/logs/<name>/pending/<ledgerId>      write id: a ledger being written, not committed yet
+    /pybk/logs/<name>/aborted/<write>         empty: this write was aborted (no data; its ctime
+                                                is its age, for ``pybk shell loggc``)
 
 A commit is one ZooKeeper transaction: the log znode rewritten at the version read (so commits
 serialise and take the next sequence number), one commit znode, and the deletion of the
@@ -20,6 +22,13 @@ whose reply was lost to a connection drop is recognised as done. The ``txns`` ma
 makes a commit idempotent, as Delta Lake's ``txnAppId``/``txnVersion`` do: a version at or below
 the last one committed for that app is refused, so a Spark micro-batch replayed after a failure
 is not appended twice.
+
+An abort creates the write's ``aborted/`` marker before it sweeps the write's pending ledgers,
+and a writer looks for that marker after it registers its ledger: one of the two always sees
+the other (ZooKeeper applies writes in one order, and a read after one's own write sees every
+write ordered before it), so a task that registers after the sweep removes its own ledger
+instead of leaving an orphan. A commit creates and deletes the marker in its transaction, which
+fails if the marker exists (ZooKeeper has no "check absent" op): an aborted write never commits.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bkmeta.store import MetadataStore, ZkNodeExistsError, ZkNoNodeError
-from bkproto.errors import IncorrectParameterError, MetadataStoreError, MetadataVersionError
+from bkproto.errors import IllegalOpError, IncorrectParameterError, MetadataStoreError, MetadataVersionError
 
 LOGS_ROOT = "/pybk/logs"
 # Custom metadata on every segment ledger: an orphan (its writer and coordinator both gone) can
@@ -63,10 +72,12 @@ def check_log_name(name: str) -> str:
 
 
 def check_write_id(write_id: str) -> str:
-    """Write ids end commit znode names, after the sequence number and a dash."""
-    if not isinstance(write_id, str) or not _WRITE_ID.fullmatch(write_id):
+    """Write ids end commit znode names, after the sequence number and a dash, and name an
+    aborted write's marker znode (so not ``.`` or ``..``, which ZooKeeper refuses as names)."""
+    if not isinstance(write_id, str) or not _WRITE_ID.fullmatch(write_id) or write_id in (".", ".."):
         raise IncorrectParameterError(
-            f"write id {write_id!r} is invalid: use 1-100 letters, digits, '.', '_' or '-'"
+            f"write id {write_id!r} is invalid: use 1-100 letters, digits, '.', '_' or '-' "
+            "(not '.' or '..' alone)"
         )
     return write_id
 
@@ -171,6 +182,9 @@ class LogStore:
     def _pending(self, name: str) -> str:
         return f"{self.path(name)}/pending"
 
+    def _aborted(self, name: str) -> str:
+        return f"{self.path(name)}/aborted"
+
     async def names(self) -> list[str]:
         try:
             return sorted(await self._zk.get_children(self.root))
@@ -180,11 +194,12 @@ class LogStore:
     async def ensure(self, name: str) -> None:
         """Create the log if it does not exist (idempotent, safe against concurrent creators)."""
         path = self.path(name)
-        if await self._zk.exists(f"{path}/pending") is not None:
+        # ``aborted`` is made last (and came later: a log made before it gets it here).
+        if await self._zk.exists(f"{path}/aborted") is not None:
             return
         await self._zk.ensure_path(self.root)
         for node, value in ((path, _LogHeader().to_bytes()), (f"{path}/commits", b""),
-                            (f"{path}/pending", b"")):
+                            (f"{path}/pending", b""), (f"{path}/aborted", b"")):
             with contextlib.suppress(ZkNodeExistsError):
                 await self._zk.create(node, value)
 
@@ -201,27 +216,78 @@ class LogStore:
     # ---- writers ---------------------------------------------------------------------------
 
     async def register_pending(self, name: str, ledger_id: int, write_id: str) -> None:
-        """Note that ``write_id`` is writing ``ledger_id``, before the ledger holds anything."""
-        await self._zk.create(f"{self._pending(name)}/{ledger_id}", check_write_id(write_id).encode())
+        """Note that ``write_id`` is writing ``ledger_id``, before the ledger holds anything.
+
+        Refused with :class:`IllegalOpError` if the write was aborted, seen *after* registering:
+        an abort that came before is seen here, one that comes after finds the pending znode in
+        its sweep. Refused, the ledger is no longer pending; the caller deletes it."""
+        pending = f"{self._pending(name)}/{ledger_id}"
+        await self._zk.create(pending, check_write_id(write_id).encode())
+        if await self.is_aborted(name, write_id):
+            # Claimed here or by the abort's sweep (which deletes the ledger too): either way
+            # gone from pending/, so no commit can name it.
+            await self.claim_pending(name, ledger_id)
+            raise IllegalOpError(
+                f"log {name!r}: write {write_id!r} was aborted; ledger {ledger_id} is not kept "
+                "(a task that outlived its job's abort)"
+            )
+
+    async def is_aborted(self, name: str, write_id: str) -> bool:
+        return await self._zk.exists(f"{self._aborted(name)}/{write_id}") is not None
+
+    async def abort(self, name: str, write_id: str) -> list[int]:
+        """Mark ``write_id`` aborted, then claim every ledger it has pending; returns those
+        ledger ids, for the caller to delete. From then on the write can neither register a
+        ledger nor commit. The marker first: a writer registering after the sweep's listing
+        then finds it (see :meth:`register_pending`)."""
+        check_write_id(write_id)
+        await self.ensure(name)  # a late first task would make the log: the marker must be there
+        with contextlib.suppress(ZkNodeExistsError):
+            await self._zk.create(f"{self._aborted(name)}/{write_id}", b"")
+        return await self.claim_write(name, write_id)
+
+    async def claim_write(self, name: str, write_id: str) -> list[int]:
+        """Claim (:meth:`claim_pending`) every ledger ``write_id`` has pending; returns their
+        ids, for the caller to delete."""
+        return [
+            ledger_id for ledger_id, owner in (await self.pending(name)).items()
+            if owner.write_id == write_id and await self.claim_pending(name, ledger_id)
+        ]
+
+    async def aborted_writes(self, name: str) -> dict[str, int]:
+        """The aborted writes' markers: write id -> when it was aborted (ctime, ms)."""
+        return {c: stat.ctime for c, (_, stat) in (await self._children_of(self._aborted(name))).items()}
+
+    async def forget_aborted(self, name: str, write_id: str) -> bool:
+        """Remove an aborted write's marker (garbage collection's call: see
+        :mod:`bkmeta.log_gc`); False if it was gone."""
+        return await self._delete_if_there(f"{self._aborted(name)}/{write_id}")
 
     async def pending(self, name: str) -> dict[int, PendingLedger]:
         """Ledgers registered by writes and not yet committed or swept, by ledger id."""
-        base = self._pending(name)
-        try:
-            children = await self._zk.get_children(base)
-        except ZkNoNodeError:
-            return {}
-        found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
         return {
-            int(c): PendingLedger(got[0].decode(), got[1].ctime)
-            for c, got in zip(children, found, strict=True) if got is not None
+            int(c): PendingLedger(data.decode(), stat.ctime)
+            for c, (data, stat) in (await self._children_of(self._pending(name))).items()
         }
 
     async def claim_pending(self, name: str, ledger_id: int) -> bool:
         """Remove a pending znode so that no commit can take its ledger any more (a commit
         deletes it in its own transaction); False if it was gone, i.e. committed or removed."""
+        return await self._delete_if_there(f"{self._pending(name)}/{ledger_id}")
+
+    async def _children_of(self, base: str) -> dict[str, tuple[bytes, Any]]:
+        """Each child of ``base`` with its data and stat, read together (none if ``base`` is
+        missing; a child gone meanwhile is left out)."""
         try:
-            await self._zk.delete(f"{self._pending(name)}/{ledger_id}")
+            children = await self._zk.get_children(base)
+        except ZkNoNodeError:
+            return {}
+        found = await asyncio.gather(*(self._get_or_none(f"{base}/{c}") for c in children))
+        return {c: got for c, got in zip(children, found, strict=True) if got is not None}
+
+    async def _delete_if_there(self, path: str) -> bool:
+        try:
+            await self._zk.delete(path)
         except ZkNoNodeError:
             return False
         return True
@@ -285,7 +351,9 @@ class LogStore:
         """Append ``segments`` (in the given order; each registered as pending by this write)
         to the log in one transaction, or with ``overwrite`` make them the whole log. ``txn`` =
         (app id, version): refused, with ``committed=False``, if that app already committed
-        this version or a later one. Committing the same write again returns its commit."""
+        this version or a later one. Committing the same write again returns its commit. An
+        aborted write is refused with :class:`IllegalOpError`. The log must exist, made by
+        :meth:`ensure` (which gives a log made before aborts had markers its ``aborted/``)."""
         path = self.path(name)
         check_write_id(write_id)
         tried: dict[str, tuple[LogSegment, ...]] = {}  # commit node -> what it replaced
@@ -307,7 +375,11 @@ class LogStore:
             node = f"{header.next:010d}-{write_id}"
             header.next += 1
             record = LogCommit(node, write_id, tuple(segments)).to_bytes()
+            marker = f"{self._aborted(name)}/{write_id}"
             ops: list[tuple[str, str, bytes, int]] = [("set", path, header.to_bytes(), stat.version)]
+            # The write's abort marker made and removed: this fails if it exists, so a write
+            # aborted at any moment before this transaction can never commit.
+            ops += [("create", marker, b"", -1), ("delete", marker, b"", -1)]
             ops += [("delete", f"{self._commits(name)}/{c.node}", b"", -1) for c in replaced]
             ops.append(("create", f"{self._commits(name)}/{node}", record, -1))
             ops += [("delete", f"{self._pending(name)}/{seg.ledger_id}", b"", -1) for seg in segments]
@@ -327,6 +399,10 @@ class LogStore:
                 done = await self._landed(name, tried)
                 if done is not None:
                     return CommitResult(True, tuple(segments), tried[done])
+                if isinstance(e, ZkNodeExistsError) and await self.is_aborted(name, write_id):
+                    raise IllegalOpError(
+                        f"log {name!r}: write {write_id!r} was aborted; nothing was committed"
+                    ) from e
                 if isinstance(e, ZkNoNodeError) and await self._zk.exists(path) is not None:
                     # A pending znode is gone: this write committed before, or was aborted.
                     prior = await self.commit_of(name, write_id)

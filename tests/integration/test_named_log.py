@@ -13,7 +13,13 @@ import pytest
 from tests.support.client_cluster import ClientCluster, client_cluster
 from tests.support.recover_cluster import pybk_shell
 
-from bkclient import IncorrectParameterError, LedgerFencedError, MetadataStoreError, NoSuchLedgerError
+from bkclient import (
+    IllegalOpError,
+    IncorrectParameterError,
+    LedgerFencedError,
+    MetadataStoreError,
+    NoSuchLedgerError,
+)
 from bkclient import sync as bksync
 from bkclient.named_log import NamedLogs, SegmentOptions
 from bkclient.spark_sink import SinkOptions, abort_write, commit_write, new_write_id, write_partition
@@ -124,8 +130,8 @@ async def test_abort_and_overwrite_delete_ledgers(client_cluster: ClientCluster)
         assert finished is not None
         with bksync.BookKeeper(client_cluster.zk_hosts) as bk, pytest.raises(NoSuchLedgerError):
             bk.ledger_metadata(finished.ledger_id)
-        # Committing a ledger an abort deleted is refused, naming it.
-        with pytest.raises(IncorrectParameterError, match="ledgers no longer pending"):
+        # Committing an aborted write is refused, saying so.
+        with pytest.raises(IllegalOpError, match="was aborted; nothing was committed"):
             commit_write(opts, gone_id, [finished])
         new_id = new_write_id()
         new = [write_partition(opts, new_id, 0, [b"only"])]
@@ -134,6 +140,92 @@ async def test_abort_and_overwrite_delete_ledgers(client_cluster: ClientCluster)
         with bksync.BookKeeper(client_cluster.zk_hosts) as bk:
             assert [e.data for e in bk.logs().read("table")] == [b"only"]
             assert ledgers_of_log(bk, "table") == {s.ledger_id for s in new if s}
+
+    await asyncio.to_thread(job)
+
+
+async def test_a_task_that_opens_its_ledger_after_the_abort_fails_and_leaves_nothing(
+    client_cluster: ClientCluster,
+) -> None:
+    """Issue 30: a failed job's slow task created its ledger after the driver's abort had swept
+    the write, and the ledger stayed pending for ever. Here the driver aborts first and the task
+    opens its segment afterwards, with the job's write id, on a log the job never made."""
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+    opts = SinkOptions.parse({"zkServers": zk, "log": "late"})
+
+    def job() -> str:
+        write_id = new_write_id()
+        abort_write(opts, write_id)  # the job failed before any task had opened its ledger
+        with pytest.raises(IllegalOpError, match=f"write '{write_id}' was aborted; ledger \\d+ is not kept"):
+            write_partition(opts, write_id, 1, values(1, 20))
+        with bksync.BookKeeper(zk) as bk:
+            assert ledgers_of_log(bk, "late") == set()
+            assert bk.logs().pending("late") == {}
+        # The same after a task had finished (its segment in the driver's hands) and the
+        # abort swept it: a later task still fails, and the write cannot be committed.
+        second = new_write_id()
+        finished = write_partition(opts, second, 0, values(0, 5))
+        abort_write(opts, second)
+        with pytest.raises(IllegalOpError, match="was aborted"):
+            write_partition(opts, second, 1, values(1, 5))
+        with pytest.raises(IllegalOpError, match="was aborted; nothing was committed"):
+            commit_write(opts, second, [finished])
+        with bksync.BookKeeper(zk) as bk:
+            assert ledgers_of_log(bk, "late") == set()
+            assert bk.logs().pending("late") == {} and bk.logs().segments("late") == []
+        return write_id
+
+    first = await asyncio.to_thread(job)
+    # The markers stay until loggc finds them old enough (6 h by default) with nothing pending.
+    young = json.loads((await asyncio.to_thread(pybk_shell, zk, "loggc", "-l", "late", "-f")).stdout)
+    assert young["found"]["aborted_write"] == [] and young["markers_deleted"] == []
+    done = await asyncio.to_thread(pybk_shell, zk, "loggc", "-l", "late", "--min-age-s", "0", "-f")
+    assert done.returncode == 0, done.stderr
+    assert first in json.loads(done.stdout)["markers_deleted"]
+    assert await NamedLogs(await client_cluster.client()).store.aborted_writes("late") == {}
+
+
+async def test_a_task_still_writing_when_its_write_is_aborted_cannot_finish(
+    client_cluster: ClientCluster,
+) -> None:
+    """The other order: the task registered before the abort, which deletes its ledger under
+    it. The task's close then fails, and nothing of the write remains or can be committed."""
+    bk = await client_cluster.client()
+    logs = NamedLogs(bk)
+    writer = await logs.open_segment("midway", "w1", 0)
+    await writer.append(b"before the abort")
+    await logs.abort("midway", "w1")
+    await writer.append(b"after it")  # bookies still take adds; the ledger's metadata is gone
+    with pytest.raises(NoSuchLedgerError):
+        await writer.close()
+    assert await logs.pending("midway") == {} and await bk.list_ledgers() == []
+    segment = LogSegment(writer.ledger_id, 2, 24, "w1")
+    with pytest.raises(IllegalOpError, match="was aborted; nothing was committed"):
+        await logs.commit("midway", "w1", [segment])
+    assert await logs.segments("midway") == []
+
+
+async def test_a_stream_batch_replayed_after_its_abort_commits(client_cluster: ClientCluster) -> None:
+    """A stream's write id is its batch id, which the replay after an abort uses again: that
+    abort leaves no marker, and the replay's commit sweeps a ledger of the aborted attempt
+    that was registered after the abort (the late task the marker stops in batch writes)."""
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+    opts = SinkOptions.parse({"zkServers": zk, "log": "stream"})
+
+    def job() -> None:
+        batch = "app-7"
+        gone = write_partition(opts, batch, 0, values(0, 5))
+        abort_write(opts, batch, reusable=True)
+        late = write_partition(opts, batch, 1, values(1, 5))  # the aborted attempt's slow task
+        replay = write_partition(opts, batch, 0, [b"replayed"])
+        assert commit_write(opts, batch, [replay], txn=("app", 7)).committed
+        assert gone is not None and late is not None and replay is not None
+        with bksync.BookKeeper(zk) as bk:
+            assert [e.data for e in bk.logs().read("stream")] == [b"replayed"]
+            assert bk.logs().pending("stream") == {}
+            assert ledgers_of_log(bk, "stream") == {replay.ledger_id}
 
     await asyncio.to_thread(job)
 

@@ -1,10 +1,12 @@
 """``format("bookkeeper")`` in a real local Spark (JVM + Python workers) against a real ZooKeeper
 and real bookie processes: batch appends and overwrite, a failing job, a streaming query run twice
-over growing input, reads back through Spark, and the errors a user gets for bad input."""
+over growing input, a micro-batch replayed after Spark aborted it, reads back through Spark, and
+the errors a user gets for bad input."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,6 +231,51 @@ async def test_stream_appends_each_micro_batch_once(
         )
         query.awaitTermination(120)
         assert query.exception() is None
+
+    await asyncio.to_thread(job)
+
+
+async def test_a_stream_batch_aborted_by_a_failed_task_is_replayed_and_commits(
+    spark: Any, client_cluster: ClientCluster, tmp_path: Path
+) -> None:
+    """Spark aborts a micro-batch whose task failed and stops the query; restarted, the query
+    replays that batch under the same write id. The abort must not refuse that replay (a batch
+    write's abort marks its write aborted; a stream's must not)."""
+    await client_cluster.client()
+    zk = client_cluster.zk_hosts
+    source, checkpoint, failing = tmp_path / "in", tmp_path / "checkpoint", tmp_path / "failing"
+    source.mkdir()
+    (source / "a.txt").write_text("a1\na2\n")
+    failing.write_text("the tasks fail while this file exists")
+    flag = str(failing)
+
+    @pyspark.sql.functions.udf(returnType="string", useArrow=False)  # Arrow UDFs need pandas
+    def fails_while_flagged(value: str) -> str:
+        if os.path.exists(flag):
+            raise RuntimeError("a task of this batch fails")
+        return value
+
+    def run_stream() -> None:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        query = (
+            spark.readStream.text(str(source)).select(fails_while_flagged("value").alias("value"))
+            .writeStream.format("bookkeeper").option("zkServers", zk)
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start("replayed")
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    def job() -> None:
+        with pytest.raises(Exception, match="a task of this batch fails"):
+            run_stream()
+        with bksync.BookKeeper(zk) as bk:
+            assert not bk.logs().names() or bk.logs().segments("replayed") == []
+        failing.unlink()
+        run_stream()  # batch 0 again, its write id again
+        assert sorted(log_values(zk, "replayed")) == [b"a1", b"a2"]
+        with bksync.BookKeeper(zk) as bk:
+            assert bk.logs().pending("replayed") == {}
+            assert [c.seq for c in bk.logs().commits("replayed")] == [0]
 
     await asyncio.to_thread(job)
 

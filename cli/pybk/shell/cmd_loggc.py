@@ -1,14 +1,15 @@
 """``loggc -l NAME [--min-age-s S] [--dry-run] [-f]``: delete a named log's garbage, the ledgers
 no commit will name (see :mod:`bkmeta.log_gc`): pending ones whose write neither committed nor
 aborted, and untracked ones tagged with the log. Only those older than ``--min-age-s`` (6 hours by
-default), since a write in progress looks the same. Asks first unless ``-f``."""
+default), since a write in progress looks the same. The markers of writes aborted at least that
+long ago go too, once none of their ledgers is pending. Asks first unless ``-f``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from bkmeta.log_gc import find_garbage, remove_garbage
+from bkmeta.log_gc import find_garbage, find_stale_markers, remove_garbage, remove_stale_markers
 from bkmeta.named_log import LOGS_ROOT, LogStore
 from pybk.arg_types import non_negative
 from pybk.shell.context import ShellContext
@@ -34,19 +35,27 @@ async def run(ctx: ShellContext, args: argparse.Namespace) -> int:
     meta = await ctx.metadata(watch_bookies=False)
     store = LogStore(meta.zk, args.logs_root)
     garbage = await find_garbage(store, meta.ledger_manager, args.log, min_age_s=args.min_age_s)
+    markers = await find_stale_markers(store, args.log, min_age_s=args.min_age_s)
     listing = [f"  ledger {g.ledger_id}: {g.kind}, write {g.write_id}, {g.age_s:.0f} s old" for g in garbage]
-    found = {"ledger_id": [g.ledger_id for g in garbage], "kind": [g.kind for g in garbage]}
-    if not garbage or args.dry_run:
-        ctx.emit({"log": args.log, "found": found, "deleted": []},
-                 "\n".join([f"{args.log}: {len(garbage)} orphaned ledgers", *listing]))
+    listing += [f"  marker of aborted write {m.write_id}, {m.age_s:.0f} s old" for m in markers]
+    found = {"ledger_id": [g.ledger_id for g in garbage], "kind": [g.kind for g in garbage],
+             "aborted_write": [m.write_id for m in markers]}
+    if not (garbage or markers) or args.dry_run:
+        ctx.emit({"log": args.log, "found": found, "deleted": [], "markers_deleted": []},
+                 "\n".join([f"{args.log}: {len(garbage)} orphaned ledgers, {len(markers)} old abort markers",
+                            *listing]))
         return 0
     if not args.force and (exit_code := await refused(
-        ctx, "\n".join([*listing, f"Delete these {len(garbage)} ledgers of log {args.log}?"]),
+        ctx, "\n".join([*listing, f"Delete these {len(garbage)} ledgers and {len(markers)} abort markers "
+                                f"of log {args.log}?"]),
         "loggc: no confirmation on stdin; pass -f to delete without asking",
-        ({"log": args.log, "found": found, "deleted": []}, "nothing deleted"),
+        ({"log": args.log, "found": found, "deleted": [], "markers_deleted": []}, "nothing deleted"),
     )) is not None:
         return exit_code
     removed = await remove_garbage(store, meta.ledger_manager, args.log, garbage)
-    ctx.emit({"log": args.log, "found": found, "deleted": [g.ledger_id for g in removed]},
-             f"{args.log}: deleted {len(removed)} of {len(garbage)} orphaned ledgers")
+    forgotten = await remove_stale_markers(store, args.log, markers)
+    ctx.emit({"log": args.log, "found": found, "deleted": [g.ledger_id for g in removed],
+              "markers_deleted": [m.write_id for m in forgotten]},
+             f"{args.log}: deleted {len(removed)} of {len(garbage)} orphaned ledgers and "
+             f"{len(forgotten)} of {len(markers)} old abort markers")
     return 0
