@@ -92,17 +92,23 @@ def to_proto(md: LedgerMetadata) -> metadata_pb2.LedgerMetadataFormat:
     return msg
 
 
+_STATES = {state.value: state for state in LedgerState}
+_DIGESTS = {digest.value: digest for digest in DigestType}
+
+
 def from_proto(msg: metadata_pb2.LedgerMetadataFormat) -> LedgerMetadata:
-    state = LedgerState(msg.state)
-    return LedgerMetadata(
+    # Enum members by dict lookup (an unknown value is a KeyError: corrupt metadata) and the
+    # model's decoder constructor: a cold read decodes one of these per ledger opened.
+    has = msg.HasField
+    return LedgerMetadata.decoded(
         ensemble_size=msg.ensembleSize,
         write_quorum_size=msg.quorumSize,
         # Metadata written before ackQuorumSize existed means Qa == Qw (Java does the same).
-        ack_quorum_size=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else msg.quorumSize,
-        state=state,
-        last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
+        ack_quorum_size=msg.ackQuorumSize if has("ackQuorumSize") else msg.quorumSize,
+        state=_STATES[msg.state],
+        last_entry_id=msg.lastEntryId if has("lastEntryId") else -1,
         length=msg.length,
-        digest_type=DigestType(msg.digestType) if msg.HasField("digestType") else DigestType.CRC32,
+        digest_type=_DIGESTS[msg.digestType] if has("digestType") else DigestType.CRC32,
         password=msg.password,
         ctime=msg.ctime,
         custom_metadata={e.key: e.value for e in msg.customMetadata},
