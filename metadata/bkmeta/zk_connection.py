@@ -219,6 +219,12 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
         self._call(request, result)  # a refusal is set on ``result``
         return result
 
+    def submit(self, request: Any, result: Any) -> None:
+        """Queue a kazoo request object as it is (no path normalising, no chroot) for the
+        connection thread, which calls ``result.set`` / ``result.set_exception`` (any object with
+        these two, e.g. :class:`bkmeta.zk_bridge.LoopResult`)."""
+        self._call(request, result)
+
     def _call(self, request: Any, async_object: Any) -> bool | None:
         if self._state == KeeperState.AUTH_FAILED:
             async_object.set_exception(AuthFailedError())

@@ -164,3 +164,13 @@ def test_a_plain_create_queues_the_request_kazoo_would(
     (our_request, our_result), (kazoo_request, _) = client._queue
     assert our_request == kazoo_request
     assert our_result is ours  # no second result linked through the completion thread
+
+
+def test_a_submitted_request_is_queued_as_it_is_with_its_result(
+    connected_client: tuple[BatchingKazooClient, socket.socket],
+) -> None:
+    client, wake_read = connected_client
+    request, result = GetData("/ledgers/00/0000/L0001", None), object()
+    client.submit(request, result)
+    assert list(client._queue) == [(request, result)]
+    assert wake_read.recv(16) == b"\0"
