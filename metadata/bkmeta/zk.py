@@ -255,7 +255,7 @@ class ZkClient(CompositeOperations):
         fut = bridge.future()
         try:
             if request:
-                self._kazoo.submit(start(), LoopResult(bridge, fut))
+                self._kazoo.submit(start(), LoopResult(bridge, fut), self.loop.call_soon)
             else:
                 result = start()
 

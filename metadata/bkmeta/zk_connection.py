@@ -219,13 +219,24 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
         self._call(request, result)  # a refusal is set on ``result``
         return result
 
-    def submit(self, request: Any, result: Any) -> None:
+    def submit(
+        self, request: Any, result: Any, schedule_wake: Callable[[Callable[[], object]], object] | None = None
+    ) -> None:
         """Queue a kazoo request object as it is (no path normalising, no chroot) for the
         connection thread, which calls ``result.set`` / ``result.set_exception`` (any object with
-        these two, e.g. :class:`bkmeta.zk_bridge.LoopResult`)."""
-        self._call(request, result)
+        these two, e.g. :class:`bkmeta.zk_bridge.LoopResult`). With ``schedule_wake`` (an event
+        loop's ``call_soon``) the connection thread is woken by a callback scheduled through it
+        rather than now: the requests made in one pass of the loop then go out in one write,
+        instead of the thread waking at the first one and contending for the GIL with the loop
+        still making the others."""
+        self._call(request, result, schedule_wake)
 
-    def _call(self, request: Any, async_object: Any) -> bool | None:
+    def _call(
+        self,
+        request: Any,
+        async_object: Any,
+        schedule_wake: Callable[[Callable[[], object]], object] | None = None,
+    ) -> bool | None:
         if self._state == KeeperState.AUTH_FAILED:
             async_object.set_exception(AuthFailedError())
             return False
@@ -237,14 +248,24 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
             return False
         self._queue.append((request, async_object))
         # The connection thread clears the flag after taking the wake bytes and before taking the
-        # queue, so a request appended while the flag is set is taken by that pass.
+        # queue, so a request appended while the flag is set is taken by that pass (or, with the
+        # byte still to be sent by a scheduled wake, by the pass that byte starts).
         if self._wake_pending:
             return None
         self._wake_pending = True
+        if schedule_wake is not None:
+            schedule_wake(self._wake)
+        elif not self._wake():
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        return None
+
+    def _wake(self) -> bool:
+        """Send the wake-up byte; False if the connection is closed (its requests then fail or
+        time out), and the next request tries again."""
         write_sock = self._connection._write_sock
         try:
             write_sock.send(b"\0")
         except (OSError, AttributeError):  # closed meanwhile (AttributeError: the socket is None)
-            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
-        return None
-
+            self._wake_pending = False
+            return False
+        return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -173,4 +173,19 @@ def test_a_submitted_request_is_queued_as_it_is_with_its_result(
     request, result = GetData("/ledgers/00/0000/L0001", None), object()
     client.submit(request, result)
     assert list(client._queue) == [(request, result)]
+    assert wake_read.recv(16) == b"\0"
+
+
+def test_a_scheduled_wake_sends_one_byte_for_the_burst_when_it_runs(
+    connected_client: tuple[BatchingKazooClient, socket.socket],
+) -> None:
+    client, wake_read = connected_client
+    wake_read.setblocking(False)
+    scheduled: list[Callable[[], object]] = []
+    for path in ("/a", "/b", "/c"):
+        client.submit(GetData(path, None), object(), scheduled.append)
+    assert len(client._queue) == 3 and len(scheduled) == 1
+    with pytest.raises(BlockingIOError):
+        wake_read.recv(16)  # nothing sent before the scheduled wake runs
+    scheduled[0]()
     assert wake_read.recv(16) == b"\0"
