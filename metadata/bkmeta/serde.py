@@ -122,17 +122,25 @@ def serialize(md: LedgerMetadata) -> bytes:
     return VERSION_KEY + str(CURRENT_VERSION).encode() + b"\n" + encode_varint(len(body)) + body
 
 
+_V3_HEADER = VERSION_KEY + b"3\n"
+
+
 def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = None) -> LedgerMetadata:
     """Decode a v3 (binary) or v2 (text) metadata znode; errors name the ledger and path."""
-    where = f"ledger {ledger_id if ledger_id is not None else '?'} at {path or '?'}"
     try:
+        msg = _Format()
+        if data.startswith(_V3_HEADER):  # what every writer since BookKeeper 4.9 stores
+            size, pos = decode_varint(data, len(_V3_HEADER))
+            if pos + size > len(data):
+                raise ValueError(f"message length {size} exceeds the {len(data) - pos} bytes present")
+            msg.ParseFromString(data[pos : pos + size])
+            return from_proto(msg)
         if not data.startswith(VERSION_KEY):
             raise ValueError("missing BookieMetadataFormatVersion header")
         newline = data.index(b"\n", len(VERSION_KEY))
         version = int(data[len(VERSION_KEY) : newline])
         rest = data[newline + 1 :]
-        msg = _Format()
-        if version == 3:
+        if version == 3:  # a header spelt differently, e.g. "03"
             size, pos = decode_varint(rest, 0)
             if pos + size > len(rest):
                 raise ValueError(f"message length {size} exceeds the {len(rest) - pos} bytes present")
@@ -145,11 +153,17 @@ def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = No
             raise ValueError(f"unsupported metadata format version {version}")
         return from_proto(msg)
     except (ValueError, DecodeError, text_format.ParseError, UnicodeDecodeError) as e:
-        raise CorruptLedgerMetadataError(f"corrupt metadata for {where}: {e}") from e
+        raise CorruptLedgerMetadataError(f"corrupt metadata for {_where(ledger_id, path)}: {e}") from e
     except MetadataStoreError:
         raise
     except Exception as e:  # validation errors from the model, unknown enum values, ...
-        raise CorruptLedgerMetadataError(f"corrupt metadata for {where}: {type(e).__name__}: {e}") from e
+        raise CorruptLedgerMetadataError(
+            f"corrupt metadata for {_where(ledger_id, path)}: {type(e).__name__}: {e}"
+        ) from e
+
+
+def _where(ledger_id: int | None, path: str | None) -> str:
+    return f"ledger {ledger_id if ledger_id is not None else '?'} at {path or '?'}"
 
 
 def _parse_v1(text: str) -> metadata_pb2.LedgerMetadataFormat:

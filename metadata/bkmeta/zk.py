@@ -244,30 +244,29 @@ class ZkClient(CompositeOperations):
 
     # -- bridging ---------------------------------------------------------------------------------
 
-    async def _once(self, start: Callable[[], Any], request: bool = False) -> Any:
-        """One attempt. ``start`` makes a kazoo request object to submit (``request``), or calls a
-        kazoo ``*_async`` method and returns its result."""
+    def _start(self, start: Callable[[], Any], request: bool) -> asyncio.Future[Any]:
+        """Begin one attempt; the future it returns must be released (``LoopBridge.release``).
+        ``start`` makes a kazoo request object to submit (``request``), or calls a kazoo
+        ``*_async`` method and returns its result."""
         bridge = self._bridge
         assert bridge is not None
-        if not self._connected.is_set():
-            # Wait for the session (bounded like the call itself) instead of queueing in kazoo.
-            await asyncio.wait_for(self._connected.wait(), self.config.operation_timeout_s)
         fut = bridge.future()
         try:
             if request:
                 self._kazoo.submit(start(), LoopResult(bridge, fut), self.loop.call_soon)
-            else:
-                result = start()
-
-                def settle(async_result: Any) -> None:  # kazoo's connection thread: must not block
-                    bridge.complete(fut, async_result.value, async_result.exception)
-
-                # Inline on the connection thread, skipping kazoo's completion thread (a test may
-                # hand back a plain kazoo result).
-                getattr(result, "link_inline", result.rawlink)(settle)
-            return await fut
-        finally:
+                return fut
+            result = start()
+        except BaseException:
             bridge.release(fut)
+            raise
+
+        def settle(async_result: Any) -> None:  # kazoo's connection thread: must not block
+            bridge.complete(fut, async_result.value, async_result.exception)
+
+        # Inline on the connection thread, skipping kazoo's completion thread (a test may hand back
+        # a plain kazoo result).
+        getattr(result, "link_inline", result.rawlink)(settle)
+        return fut
 
     def delete_nowait(self, path: str) -> None:
         """Fire-and-forget delete (id-generator nodes): failures are only logged."""
@@ -280,12 +279,22 @@ class ZkClient(CompositeOperations):
         getattr(result, "link_inline", result.rawlink)(done)
 
     async def _call(self, what: str, path: str, start: Callable[[], Any], request: bool = False) -> Any:
-        """Run one kazoo call (see :meth:`_once`) with bounded retries and translate its errors."""
+        """Run one kazoo call (see :meth:`_start`) with bounded retries and translate its errors."""
         delay = self.config.retry_delay_s
         last: BaseException | None = None
+        bridge = self._bridge
+        assert bridge is not None
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                return await self._once(start, request)
+                if not self._connected.is_set():
+                    # Wait for the session (bounded like the call itself) instead of queueing in
+                    # kazoo, where a request given up on would still be sent after the reconnect.
+                    await asyncio.wait_for(self._connected.wait(), self.config.operation_timeout_s)
+                fut = self._start(start, request)
+                try:
+                    return await fut
+                finally:
+                    bridge.release(fut)
             except _RETRIABLE as e:
                 last = e
                 log.debug("%s %s: %r (attempt %d)", what, path, e, attempt)
