@@ -130,10 +130,7 @@ def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = No
     try:
         msg = _Format()
         if data.startswith(_V3_HEADER):  # what every writer since BookKeeper 4.9 stores
-            size, pos = decode_varint(data, len(_V3_HEADER))
-            if pos + size > len(data):
-                raise ValueError(f"message length {size} exceeds the {len(data) - pos} bytes present")
-            msg.ParseFromString(data[pos : pos + size])
+            _parse_delimited(data, len(_V3_HEADER), msg)
             return from_proto(msg)
         if not data.startswith(VERSION_KEY):
             raise ValueError("missing BookieMetadataFormatVersion header")
@@ -141,10 +138,7 @@ def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = No
         version = int(data[len(VERSION_KEY) : newline])
         rest = data[newline + 1 :]
         if version == 3:  # a header spelt differently, e.g. "03"
-            size, pos = decode_varint(rest, 0)
-            if pos + size > len(rest):
-                raise ValueError(f"message length {size} exceeds the {len(rest) - pos} bytes present")
-            msg.ParseFromString(rest[pos : pos + size])
+            _parse_delimited(rest, 0, msg)
         elif version == 2:
             text_format.Parse(rest.decode("utf-8"), msg)
         elif version == 1:
@@ -160,6 +154,14 @@ def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = No
         raise CorruptLedgerMetadataError(
             f"corrupt metadata for {_where(ledger_id, path)}: {type(e).__name__}: {e}"
         ) from e
+
+
+def _parse_delimited(data: bytes, pos: int, msg: metadata_pb2.LedgerMetadataFormat) -> None:
+    """Parse the varint-length-prefixed message at ``pos`` (Java's ``writeDelimitedTo``) into ``msg``."""
+    size, pos = decode_varint(data, pos)
+    if pos + size > len(data):
+        raise ValueError(f"message length {size} exceeds the {len(data) - pos} bytes present")
+    msg.ParseFromString(data[pos : pos + size])
 
 
 def _where(ledger_id: int | None, path: str | None) -> str:
