@@ -52,8 +52,14 @@ class LoopBridge:
         return fut
 
     def release(self, fut: asyncio.Future[Any]) -> None:
-        """The caller is done with ``fut`` (answered, timed out or cancelled): forget its deadline."""
-        self._deadlines.pop(fut, None)
+        """The caller is done with ``fut`` (answered, timed out or cancelled): forget its deadline,
+        and the expiry timer with the last one (a lone caller's call then costs one timer, no
+        more than a timer per call did)."""
+        deadlines = self._deadlines
+        deadlines.pop(fut, None)
+        if not deadlines and self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
 
     def _expire(self) -> None:
         self._expiry = None

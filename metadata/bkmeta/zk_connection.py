@@ -165,10 +165,10 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
         data = bytes(buf[start : start + size]) if size >= 0 else None
         stat = ZnodeStat._make(stat_struct.unpack_from(buf, start + max(size, 0)))
         del buf[: 4 + length]
-        if async_object:
+        if async_object:  # as kazoo: no result, no watch registered
             async_object.set((data, stat))
-        if request.watcher and not client._stopped.is_set():
-            client._data_watchers[request.path].add(request.watcher)
+            if request.watcher and not client._stopped.is_set():
+                client._data_watchers[request.path].add(request.watcher)
         return True
 
     # -- writing ----------------------------------------------------------------------------------
