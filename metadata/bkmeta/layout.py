@@ -8,6 +8,7 @@ Ledger znodes use the hierarchical layout: ids below ``Integer.MAX_VALUE`` (2^31
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 INT_MAX = 2**31 - 1
@@ -140,8 +141,12 @@ class ZkLayout:
     def cookie(self, bookie_id: str) -> str:
         return self._join(COOKIES_ZNODE, bookie_id)
 
+    @functools.cached_property
+    def _ledger_prefix(self) -> str:
+        return self._join("")
+
     def ledger(self, ledger_id: int) -> str:
-        return self._join(ledger_relative_path(ledger_id))
+        return self._ledger_prefix + ledger_relative_path(ledger_id)
 
     def parse_ledger(self, path: str) -> int:
         prefix = self.root.rstrip("/") + "/"

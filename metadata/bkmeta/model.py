@@ -78,6 +78,45 @@ class LedgerMetadata:
         )
         self._validate()
 
+    @classmethod
+    def decoded(
+        cls,
+        *,
+        ensemble_size: int,
+        write_quorum_size: int,
+        ack_quorum_size: int,
+        state: LedgerState,
+        last_entry_id: int,
+        length: int,
+        digest_type: DigestType,
+        password: bytes,
+        ctime: int,
+        custom_metadata: dict[str, bytes],
+        segments: tuple[Segment, ...],
+        c_token: int,
+    ) -> LedgerMetadata:
+        """A value from a decoder whose fields already have their final types (enums, ``bytes``,
+        a fresh dict nobody else holds, a tuple of ``Segment`` with tuples of bookies): validated
+        like any other, without the copies ``__post_init__`` makes of what a caller passed (a
+        cold metadata read is on the hot path of opening a ledger)."""
+        md = object.__new__(cls)
+        md.__dict__.update(
+            ensemble_size=ensemble_size,
+            write_quorum_size=write_quorum_size,
+            ack_quorum_size=ack_quorum_size,
+            state=state,
+            last_entry_id=last_entry_id,
+            length=length,
+            digest_type=digest_type,
+            password=password,
+            ctime=ctime,
+            custom_metadata=MappingProxyType(custom_metadata),
+            segments=segments,
+            c_token=c_token,
+        )
+        md._validate()
+        return md
+
     def _validate(self) -> None:
         e, qw, qa = self.ensemble_size, self.write_quorum_size, self.ack_quorum_size
         if not e >= qw >= qa >= 1:

@@ -92,17 +92,23 @@ def to_proto(md: LedgerMetadata) -> metadata_pb2.LedgerMetadataFormat:
     return msg
 
 
+_STATES = {state.value: state for state in LedgerState}
+_DIGESTS = {digest.value: digest for digest in DigestType}
+
+
 def from_proto(msg: metadata_pb2.LedgerMetadataFormat) -> LedgerMetadata:
-    state = LedgerState(msg.state)
-    return LedgerMetadata(
+    # Enum members by dict lookup (an unknown value is a KeyError: corrupt metadata) and the
+    # model's decoder constructor: a cold read decodes one of these per ledger opened.
+    has = msg.HasField
+    return LedgerMetadata.decoded(
         ensemble_size=msg.ensembleSize,
         write_quorum_size=msg.quorumSize,
         # Metadata written before ackQuorumSize existed means Qa == Qw (Java does the same).
-        ack_quorum_size=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else msg.quorumSize,
-        state=state,
-        last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
+        ack_quorum_size=msg.ackQuorumSize if has("ackQuorumSize") else msg.quorumSize,
+        state=_STATES[msg.state],
+        last_entry_id=msg.lastEntryId if has("lastEntryId") else -1,
         length=msg.length,
-        digest_type=DigestType(msg.digestType) if msg.HasField("digestType") else DigestType.CRC32,
+        digest_type=_DIGESTS[msg.digestType] if has("digestType") else DigestType.CRC32,
         password=msg.password,
         ctime=msg.ctime,
         custom_metadata={e.key: e.value for e in msg.customMetadata},
@@ -116,21 +122,23 @@ def serialize(md: LedgerMetadata) -> bytes:
     return VERSION_KEY + str(CURRENT_VERSION).encode() + b"\n" + encode_varint(len(body)) + body
 
 
+_V3_HEADER = VERSION_KEY + b"3\n"
+
+
 def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = None) -> LedgerMetadata:
     """Decode a v3 (binary) or v2 (text) metadata znode; errors name the ledger and path."""
-    where = f"ledger {ledger_id if ledger_id is not None else '?'} at {path or '?'}"
     try:
+        msg = _Format()
+        if data.startswith(_V3_HEADER):  # what every writer since BookKeeper 4.9 stores
+            _parse_delimited(data, len(_V3_HEADER), msg)
+            return from_proto(msg)
         if not data.startswith(VERSION_KEY):
             raise ValueError("missing BookieMetadataFormatVersion header")
         newline = data.index(b"\n", len(VERSION_KEY))
         version = int(data[len(VERSION_KEY) : newline])
         rest = data[newline + 1 :]
-        msg = _Format()
-        if version == 3:
-            size, pos = decode_varint(rest, 0)
-            if pos + size > len(rest):
-                raise ValueError(f"message length {size} exceeds the {len(rest) - pos} bytes present")
-            msg.ParseFromString(rest[pos : pos + size])
+        if version == 3:  # a header spelt differently, e.g. "03"
+            _parse_delimited(rest, 0, msg)
         elif version == 2:
             text_format.Parse(rest.decode("utf-8"), msg)
         elif version == 1:
@@ -139,11 +147,25 @@ def deserialize(data: bytes, ledger_id: int | None = None, path: str | None = No
             raise ValueError(f"unsupported metadata format version {version}")
         return from_proto(msg)
     except (ValueError, DecodeError, text_format.ParseError, UnicodeDecodeError) as e:
-        raise CorruptLedgerMetadataError(f"corrupt metadata for {where}: {e}") from e
+        raise CorruptLedgerMetadataError(f"corrupt metadata for {_where(ledger_id, path)}: {e}") from e
     except MetadataStoreError:
         raise
     except Exception as e:  # validation errors from the model, unknown enum values, ...
-        raise CorruptLedgerMetadataError(f"corrupt metadata for {where}: {type(e).__name__}: {e}") from e
+        raise CorruptLedgerMetadataError(
+            f"corrupt metadata for {_where(ledger_id, path)}: {type(e).__name__}: {e}"
+        ) from e
+
+
+def _parse_delimited(data: bytes, pos: int, msg: metadata_pb2.LedgerMetadataFormat) -> None:
+    """Parse the varint-length-prefixed message at ``pos`` (Java's ``writeDelimitedTo``) into ``msg``."""
+    size, pos = decode_varint(data, pos)
+    if pos + size > len(data):
+        raise ValueError(f"message length {size} exceeds the {len(data) - pos} bytes present")
+    msg.ParseFromString(data[pos : pos + size])
+
+
+def _where(ledger_id: int | None, path: str | None) -> str:
+    return f"ledger {ledger_id if ledger_id is not None else '?'} at {path or '?'}"
 
 
 def _parse_v1(text: str) -> metadata_pb2.LedgerMetadataFormat:

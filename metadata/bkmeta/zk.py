@@ -1,10 +1,11 @@
 """`ZkClient`: kazoo (threading handler) used from asyncio without ever blocking the event loop.
 
-Every call goes through kazoo's ``*_async`` API; the result is handed to an asyncio future with
-``loop.call_soon_threadsafe``. Connection loss and operation timeouts are retried a bounded number of
-times with exponential backoff, then surface as :class:`MetadataStoreError` naming the path. kazoo
-errors never escape this module: they are translated into ``bkproto.errors`` classes (the ledger
-manager narrows the ZooKeeper-generic ones to ledger meanings such as ``NoSuchLedgerError``).
+Every call goes through kazoo's ``*_async`` API (or, for ``get``, kazoo's request object queued
+as it is); the result is handed to an asyncio future by :class:`bkmeta.zk_bridge.LoopBridge`.
+Connection loss and operation timeouts are retried a bounded number of times with exponential
+backoff, then surface as :class:`MetadataStoreError` naming the path. kazoo errors never escape
+this module: they are translated into ``bkproto.errors`` classes (the ledger manager narrows the
+ZooKeeper-generic ones to ledger meanings such as ``NoSuchLedgerError``).
 
 Retries of non-idempotent writes are made safe here: a create retried after a connection loss that
 finds its node with our data counts as our create; a CAS retried after a loss that finds our data at
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     SessionExpiredError,
 )
+from kazoo.protocol.serialization import GetData
 from kazoo.protocol.states import ZnodeStat
 
 from bkmeta.store import (
@@ -47,6 +48,7 @@ from bkmeta.store import (
     ZkNoNodeError,
     ZkNotEmptyError,
 )
+from bkmeta.zk_bridge import LoopBridge, LoopResult
 from bkmeta.zk_connection import BatchingKazooClient
 from bkmeta.zk_handler import PollingThreadingHandler
 from bkmeta.zk_security import ZkSecurity
@@ -98,7 +100,7 @@ class ZkClient(CompositeOperations):
             **security,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._bridge: _LoopBridge | None = None
+        self._bridge: LoopBridge | None = None
         # Set while the session is connected (as seen from the loop). Calls wait on it rather than
         # queueing inside kazoo while disconnected, where a request given up on would still be
         # sent, late, after the reconnect.
@@ -143,7 +145,7 @@ class ZkClient(CompositeOperations):
     async def start(self) -> None:
         """Connect; raises :class:`MetadataStoreError` if ZooKeeper cannot be reached in time."""
         self._loop = asyncio.get_running_loop()
-        self._bridge = _LoopBridge(self._loop)
+        self._bridge = LoopBridge(self._loop, self.config.operation_timeout_s)
         self._kazoo.add_listener(self._on_kazoo_state)
         event = self._kazoo.start_async()
         ok = await asyncio.to_thread(event.wait, self.config.connect_timeout_s)
@@ -242,28 +244,29 @@ class ZkClient(CompositeOperations):
 
     # -- bridging ---------------------------------------------------------------------------------
 
-    async def _once(self, start: Callable[[], Any]) -> Any:
-        loop = self.loop
+    def _start(self, start: Callable[[], Any], request: bool) -> asyncio.Future[Any]:
+        """Begin one attempt; the future it returns must be released (``LoopBridge.release``).
+        ``start`` makes a kazoo request object to submit (``request``), or calls a kazoo
+        ``*_async`` method and returns its result."""
         bridge = self._bridge
         assert bridge is not None
-        if not self._connected.is_set():
-            # Wait for the session (bounded like the call itself) instead of queueing in kazoo.
-            await asyncio.wait_for(self._connected.wait(), self.config.operation_timeout_s)
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut = bridge.future()
+        try:
+            if request:
+                self._kazoo.submit(start(), LoopResult(bridge, fut), self.loop.call_soon)
+                return fut
+            result = start()
+        except BaseException:
+            bridge.release(fut)
+            raise
 
         def settle(async_result: Any) -> None:  # kazoo's connection thread: must not block
             bridge.complete(fut, async_result.value, async_result.exception)
 
-        result = start()
-        # Inline on the connection thread, skipping kazoo's completion thread (a test may hand
-        # back a plain kazoo result).
+        # Inline on the connection thread, skipping kazoo's completion thread (a test may hand back
+        # a plain kazoo result).
         getattr(result, "link_inline", result.rawlink)(settle)
-        # A timer handle rather than asyncio.wait_for: no extra task per call (this is the hot path).
-        timer = loop.call_later(self.config.operation_timeout_s, _set_exception, fut, TimeoutError())
-        try:
-            return await fut
-        finally:
-            timer.cancel()
+        return fut
 
     def delete_nowait(self, path: str) -> None:
         """Fire-and-forget delete (id-generator nodes): failures are only logged."""
@@ -275,13 +278,23 @@ class ZkClient(CompositeOperations):
         result = self._kazoo.delete_async(path)
         getattr(result, "link_inline", result.rawlink)(done)
 
-    async def _call(self, what: str, path: str, start: Callable[[], Any]) -> Any:
-        """Run one kazoo async call with bounded retries and translate its errors."""
+    async def _call(self, what: str, path: str, start: Callable[[], Any], request: bool = False) -> Any:
+        """Run one kazoo call (see :meth:`_start`) with bounded retries and translate its errors."""
         delay = self.config.retry_delay_s
         last: BaseException | None = None
+        bridge = self._bridge
+        assert bridge is not None
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                return await self._once(start)
+                if not self._connected.is_set():
+                    # Wait for the session (bounded like the call itself) instead of queueing in
+                    # kazoo, where a request given up on would still be sent after the reconnect.
+                    await asyncio.wait_for(self._connected.wait(), self.config.operation_timeout_s)
+                fut = self._start(start, request)
+                try:
+                    return await fut
+                finally:
+                    bridge.release(fut)
             except _RETRIABLE as e:
                 last = e
                 log.debug("%s %s: %r (attempt %d)", what, path, e, attempt)
@@ -320,7 +333,12 @@ class ZkClient(CompositeOperations):
     # -- operations -------------------------------------------------------------------------------
 
     async def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, ZnodeStat]:
-        data, stat = await self._call("get", path, lambda: self._kazoo.get_async(path, watch=watch))
+        if self._kazoo.chroot or not _is_plain_path(path):
+            data, stat = await self._call("get", path, lambda: self._kazoo.get_async(path, watch=watch))
+        else:
+            # kazoo's GetData sent as it is: get_async's path normalising and result object cost
+            # as much as the rest of the call (a cold ledger metadata read is one of these).
+            data, stat = await self._call("get", path, lambda: GetData(path, watch), request=True)
         return bytes(data or b""), stat
 
     async def exists(self, path: str, watch: Watcher | None = None) -> ZnodeStat | None:
@@ -439,41 +457,11 @@ class ZkClient(CompositeOperations):
         return [result if isinstance(result, str) else "" for result in results]
 
 
-class _LoopBridge:
-    """Hands kazoo completions to the event loop in bursts: under load one self-pipe wake-up
-    carries many results, instead of one ``call_soon_threadsafe`` (a syscall) per operation.
-    The queue holds at most one item per awaited call, so callers' concurrency bounds it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._pending: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-        self._scheduled = False
-
-    def complete(self, fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
-        with self._lock:
-            self._pending.append((fut, value, exc))
-            if self._scheduled:
-                return
-            self._scheduled = True
-        try:
-            self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:
-            log.debug("event loop closed; dropping a ZooKeeper completion")
-
-    def _drain(self) -> None:
-        with self._lock:
-            items, self._pending = self._pending, []
-            self._scheduled = False
-        for fut, value, exc in items:
-            if fut.done():
-                continue  # timed out meanwhile
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(value)
-
-
-def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
+def _is_plain_path(path: str) -> bool:
+    """True if kazoo's path normalising would leave ``path`` as it is (absolute, no empty, ``.``
+    or ``..`` component, no trailing slash); others take kazoo's own call, which normalises them
+    or refuses them."""
+    return (
+        path.startswith("/") and len(path) > 1 and not path.endswith("/") and "//" not in path
+        and "/." not in path
+    )

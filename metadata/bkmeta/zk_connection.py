@@ -12,7 +12,8 @@ Here the same protocol, the same request objects and the same session handling (
 
 * :class:`BatchingConnectionHandler`: every request queued is written in one ``send``; responses
   are read into a buffer with one ``recv`` per burst and all complete frames in it handled before
-  the next poll; a write tries ``send`` before polling;
+  the next poll, a successful ``GetData`` answer (a metadata read) straight from the buffer; a
+  write tries ``send`` before polling;
 * :class:`BatchingKazooClient`: a request wakes the connection thread with a byte only when no
   wake-up is already pending, instead of one byte (one syscall) per request; a plain create is
   not routed through kazoo's completion thread;
@@ -21,7 +22,8 @@ Here the same protocol, the same request objects and the same session handling (
   never block may be linked so (``ZkClient``'s, which hand the result to the event loop).
 
 This leans on kazoo internals (``_queue``, ``_pending``, ``_read_sock``, ``_xid``,
-``_read_socket``, ``_submit``'s framing), checked by tests/unit/metadata/test_bkmeta_zk_connection.py.
+``_read_socket``, ``_read_response``'s bookkeeping, ``_submit``'s framing), checked by
+tests/unit/metadata/test_bkmeta_zk_connection.py.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import ssl
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -38,11 +41,13 @@ from kazoo.handlers.threading import AsyncResult
 from kazoo.protocol import connection as kazoo_connection
 from kazoo.protocol.connection import AUTH_XID, CLOSE_RESPONSE, ConnectionHandler
 from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import Auth, Create, int_struct
-from kazoo.protocol.states import KeeperState
+from kazoo.protocol.serialization import Auth, Create, GetData, int_struct, stat_struct
+from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 _RECV_BYTES = 256 * 1024
+# A reply frame's length, then ZooKeeper's ReplyHeader (xid, zxid, err).
+_REPLY_PREFIX = struct.Struct("!iiqi")
 _WAKE_BYTES = 4096
 _WANT_IO = (ssl.SSL_ERROR_WANT_READ, ssl.SSL_ERROR_WANT_WRITE)
 
@@ -125,10 +130,46 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
     def _read_socket(self, read_timeout: float) -> Any:
         """Handle the response that made the socket readable, then every complete one already
         read with it, before the connection loop polls again."""
-        result = super()._read_socket(read_timeout)
-        while result != CLOSE_RESPONSE and self._frame_buffered():
-            result = super()._read_socket(read_timeout)
-        return result
+        if not self._frame_buffered():
+            self._rbuf += self._recv_some(read_timeout)
+        result = None
+        while True:
+            if not self._data_reply():
+                result = super()._read_socket(read_timeout)  # reads the rest of a partial frame
+                if result == CLOSE_RESPONSE:
+                    return result
+            if not self._frame_buffered():
+                return result
+
+    def _data_reply(self) -> bool:
+        """Handle a buffered frame here if it is the successful answer to the oldest pending
+        request and that is a ``GetData`` (a metadata read): what kazoo's ``_read_socket`` and
+        ``_read_response`` do for it, without their per-response copies, namedtuple header and
+        logging calls. False, touching nothing, for any other frame (kazoo handles those)."""
+        buf = self._rbuf
+        if len(buf) < _REPLY_PREFIX.size:
+            return False
+        length, xid, zxid, err = _REPLY_PREFIX.unpack_from(buf, 0)
+        pending = self.client._pending
+        if err or xid <= 0 or len(buf) < 4 + length or not pending:
+            return False
+        request, async_object, expected_xid = pending[0]
+        if xid != expected_xid or type(request) is not GetData:
+            return False
+        pending.popleft()
+        client = self.client
+        if zxid > 0:
+            client.last_zxid = zxid
+        size = int_struct.unpack_from(buf, _REPLY_PREFIX.size)[0]
+        start = _REPLY_PREFIX.size + 4
+        data = bytes(buf[start : start + size]) if size >= 0 else None
+        stat = ZnodeStat._make(stat_struct.unpack_from(buf, start + max(size, 0)))
+        del buf[: 4 + length]
+        if async_object:  # as kazoo: no result, no watch registered
+            async_object.set((data, stat))
+            if request.watcher and not client._stopped.is_set():
+                client._data_watchers[request.path].add(request.watcher)
+        return True
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -219,7 +260,24 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
         self._call(request, result)  # a refusal is set on ``result``
         return result
 
-    def _call(self, request: Any, async_object: Any) -> bool | None:
+    def submit(
+        self, request: Any, result: Any, schedule_wake: Callable[[Callable[[], object]], object] | None = None
+    ) -> None:
+        """Queue a kazoo request object as it is (no path normalising, no chroot) for the
+        connection thread, which calls ``result.set`` / ``result.set_exception`` (any object with
+        these two, e.g. :class:`bkmeta.zk_bridge.LoopResult`). With ``schedule_wake`` (an event
+        loop's ``call_soon``) the connection thread is woken by a callback scheduled through it
+        rather than now: the requests made in one pass of the loop then go out in one write,
+        instead of the thread waking at the first one and contending for the GIL with the loop
+        still making the others."""
+        self._call(request, result, schedule_wake)
+
+    def _call(
+        self,
+        request: Any,
+        async_object: Any,
+        schedule_wake: Callable[[Callable[[], object]], object] | None = None,
+    ) -> bool | None:
         if self._state == KeeperState.AUTH_FAILED:
             async_object.set_exception(AuthFailedError())
             return False
@@ -231,14 +289,24 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
             return False
         self._queue.append((request, async_object))
         # The connection thread clears the flag after taking the wake bytes and before taking the
-        # queue, so a request appended while the flag is set is taken by that pass.
+        # queue, so a request appended while the flag is set is taken by that pass (or, with the
+        # byte still to be sent by a scheduled wake, by the pass that byte starts).
         if self._wake_pending:
             return None
         self._wake_pending = True
+        if schedule_wake is not None:
+            schedule_wake(self._wake)
+        elif not self._wake():
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        return None
+
+    def _wake(self) -> bool:
+        """Send the wake-up byte; False if the connection is closed (its requests then fail or
+        time out), and the next request tries again."""
         write_sock = self._connection._write_sock
         try:
             write_sock.send(b"\0")
         except (OSError, AttributeError):  # closed meanwhile (AttributeError: the socket is None)
-            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
-        return None
-
+            self._wake_pending = False
+            return False
+        return True

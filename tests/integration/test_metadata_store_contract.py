@@ -13,6 +13,7 @@ from tests.support.zookeeper import expire_kazoo_session
 
 from bkmeta.store import MetadataStore, SessionEvent
 from bkmeta.zk import ZkClient
+from bkproto.errors import MetadataStoreError
 
 pytestmark = pytest.mark.integration
 
@@ -48,3 +49,17 @@ async def harness(zk_hosts: str) -> AsyncIterator[StoreHarness]:
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 async def test_zookeeper_semantics(harness: StoreHarness, check: Check) -> None:
     await check(harness)
+
+
+async def test_get_reads_any_path_kazoo_takes_and_under_a_chroot(zk_hosts: str) -> None:
+    """``get`` sends a plain path's request as it is and leaves the others to kazoo, which
+    normalises them (or refuses them), and adds a chroot given in the connect string."""
+    async with ZkClient.for_hosts(zk_hosts) as zk:
+        await zk.create("/plain/node", b"v", makepath=True)
+        for path in ("/plain/node", "/plain/node/", "//plain//node"):
+            data, stat = await zk.get(path)
+            assert (data, stat.version) == (b"v", 0)
+        with pytest.raises(MetadataStoreError):
+            await zk.get("/plain/../plain/node")
+    async with ZkClient.for_hosts(f"{zk_hosts}/plain") as rooted:
+        assert (await rooted.get("/node"))[0] == b"v"

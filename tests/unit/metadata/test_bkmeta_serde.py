@@ -205,3 +205,16 @@ def test_corrupt_data_names_ledger_and_path(data: bytes) -> None:
     with pytest.raises(CorruptLedgerMetadataError) as info:
         deserialize(data, 42, "/ledgers/00/0000/L0042")
     assert "ledger 42" in str(info.value) and "/ledgers/00/0000/L0042" in str(info.value)
+
+
+def test_decoded_metadata_equals_the_written_value_and_cannot_be_changed() -> None:
+    written = md(state=LedgerState.CLOSED, last_entry_id=9, length=90,
+                 segments=(Segment(0, ("a:1", "b:2", "c:3")), Segment(5, ("a:1", "b:2", "d:4"))))
+    read = deserialize(serialize(written), 7, "/ledgers/00/0000/L0007")
+    assert read == written
+    assert read.state is LedgerState.CLOSED and read.digest_type is DigestType.CRC32C
+    assert read.ensemble_for(6) == ("a:1", "b:2", "d:4")
+    with pytest.raises(TypeError):
+        read.custom_metadata["app"] = b"changed"  # type: ignore[index]
+    assert read.with_closed(10, 100).custom_metadata == {"app": b"x"}
+

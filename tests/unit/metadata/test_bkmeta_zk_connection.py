@@ -9,13 +9,14 @@ from __future__ import annotations
 import collections
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.connection import ConnectionHandler
-from kazoo.protocol.serialization import Create, GetData, int_struct
+from kazoo.protocol.serialization import Create, GetData, int_struct, reply_header_struct, stat_struct
 
 from bkmeta.zk_connection import BatchingConnectionHandler, BatchingKazooClient, InlineAsyncResult
 from bkmeta.zk_handler import PollingThreadingHandler
@@ -29,6 +30,23 @@ class _Client:
         self._queue: collections.deque[tuple[Any, Any]] = collections.deque()
         self._pending: collections.deque[tuple[Any, Any, int]] = collections.deque()
         self._wake_pending = True
+        self._stopped = threading.Event()
+        self._data_watchers: collections.defaultdict[str, set[Any]] = collections.defaultdict(set)
+        self._child_watchers: collections.defaultdict[str, set[Any]] = collections.defaultdict(set)
+        self.last_zxid = 0
+
+
+class _Outcome:
+    """A request's result as kazoo sets it (kazoo calls only these two)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Any]] = []
+
+    def set(self, value: Any = None) -> None:
+        self.got.append(("value", value))
+
+    def set_exception(self, exception: BaseException) -> None:
+        self.got.append(("error", type(exception).__name__))
 
 
 @pytest.fixture
@@ -164,3 +182,84 @@ def test_a_plain_create_queues_the_request_kazoo_would(
     (our_request, our_result), (kazoo_request, _) = client._queue
     assert our_request == kazoo_request
     assert our_result is ours  # no second result linked through the completion thread
+
+
+def test_a_submitted_request_is_queued_as_it_is_with_its_result(
+    connected_client: tuple[BatchingKazooClient, socket.socket],
+) -> None:
+    client, wake_read = connected_client
+    request, result = GetData("/ledgers/00/0000/L0001", None), object()
+    client.submit(request, result)
+    assert list(client._queue) == [(request, result)]
+    assert wake_read.recv(16) == b"\0"
+
+
+def test_a_scheduled_wake_sends_one_byte_for_the_burst_when_it_runs(
+    connected_client: tuple[BatchingKazooClient, socket.socket],
+) -> None:
+    client, wake_read = connected_client
+    wake_read.setblocking(False)
+    scheduled: list[Callable[[], object]] = []
+    for path in ("/a", "/b", "/c"):
+        client.submit(GetData(path, None), object(), scheduled.append)
+    assert len(client._queue) == 3 and len(scheduled) == 1
+    with pytest.raises(BlockingIOError):
+        wake_read.recv(16)  # nothing sent before the scheduled wake runs
+    scheduled[0]()
+    assert wake_read.recv(16) == b"\0"
+
+
+def _get_data_reply(xid: int, zxid: int, err: int, data: bytes | None = None, version: int = 0) -> bytes:
+    body = reply_header_struct.pack(xid, zxid, err)
+    if not err:
+        body += int_struct.pack(-1) if data is None else int_struct.pack(len(data)) + data
+        body += stat_struct.pack(11, zxid, 3, 4, version, 0, 0, 0, len(data or b""), 0, 11)
+    return int_struct.pack(len(body)) + body
+
+
+def _replies_handled_by(
+    handler_class: type[ConnectionHandler], requests: list[Any], frames: bytes
+) -> tuple[list[list[tuple[str, Any]]], int, dict[str, set[Any]]]:
+    client = _Client()
+    conn = handler_class(client, retry_sleeper=None)
+    ours, server = socket.socketpair()
+    ours.setblocking(False)
+    conn._socket = ours
+    outcomes = [_Outcome() for _ in requests]
+    client._pending.extend((r, o, xid) for xid, (r, o) in enumerate(zip(requests, outcomes, strict=True), 1))
+    server.sendall(frames)
+    while client._pending:
+        conn._read_socket(1.0)
+    ours.close()
+    server.close()
+    return [o.got for o in outcomes], client.last_zxid, dict(client._data_watchers)
+
+
+def test_get_data_replies_come_out_as_kazoo_makes_them() -> None:
+    """Answers to GetData take a shorter path than kazoo's; each must end as kazoo's own handler
+    ends it: the value or error, the session's last zxid, and the data watches registered."""
+
+    def watcher(_event: object) -> None: ...
+
+    requests = [
+        GetData("/ledgers/00/0000/L0001", watcher),
+        GetData("/missing", watcher),  # no node: kazoo's error, and no watch registered
+        GetData("/ledgers/00/0000/L0002", None),
+        GetData("/empty", watcher),  # a znode without data
+        Create("/c", b"", [], 0),  # another kind of request between them
+        GetData("/ledgers/00/0000/L0003", watcher),
+    ]
+    frames = (
+        _get_data_reply(1, 101, 0, b"BookieMetadataFormatVersion\t3\n...", version=2)
+        + _get_data_reply(2, 0, NoNodeError.code)
+        + _get_data_reply(3, 103, 0, b"x" * 300)
+        + _get_data_reply(4, 104, 0, None)
+        + int_struct.pack(16 + 6) + reply_header_struct.pack(5, 105, 0) + int_struct.pack(2) + b"/c"
+        + _get_data_reply(6, 106, 0, b"last")
+    )
+    ours = _replies_handled_by(BatchingConnectionHandler, requests, frames)
+    assert ours == _replies_handled_by(ConnectionHandler, requests, frames)
+    results, last_zxid, watches = ours
+    assert results[0] == [("value", (b"BookieMetadataFormatVersion\t3\n...", results[0][0][1][1]))]
+    assert results[0][0][1][1].version == 2 and results[1] == [("error", "NoNodeError")]
+    assert last_zxid == 106 and set(watches) == {"/ledgers/00/0000/L0001", "/empty", "/ledgers/00/0000/L0003"}
