@@ -48,7 +48,14 @@ from bookie.handlers.add_entries import (
     TooManyAdds,
     parse_add_entries,
 )
-from bookie.limits import ConnectionCounter, ListenerLimits, PeerByteBudget, QuietLog, peer_host
+from bookie.limits import (
+    ConnectionCounter,
+    ListenerLimits,
+    PeerByteBudget,
+    QuietLog,
+    peer_host,
+    turn_is_free,
+)
 from bookie.security import BookieSecurity, Right, refused_add_response
 from bookie.stats import RequestStats
 
@@ -155,8 +162,11 @@ class AddPortServer:
             turn = self._handler.turns.lock(host)
             async with contextlib.aclosing(responses):
                 async for response in responses:
-                    async with turn:  # encoding a huge answer is a step of this peer's
+                    if turn_is_free(turn):
                         writer.write(frame(response.SerializeToString()))
+                    else:
+                        async with turn:  # encoding a huge answer is a step of this peer's
+                            writer.write(frame(response.SerializeToString()))
                     await self._drain(writer)
         except FrameError as exc:
             self._quiet.warning("add port: closing the connection from %s: %s", peer, exc)
@@ -239,8 +249,12 @@ class AddPortServer:
                 length, message = await self._frame_after(reader, first, host, deadline)
                 reserved = length
                 try:
-                    async with self._handler.turns.lock(host):  # decoding is a step of this peer's
+                    turn = self._handler.turns.lock(host)
+                    if turn_is_free(turn):
                         request = self._decode(message)
+                    else:
+                        async with turn:  # decoding is a step of this peer's
+                            request = self._decode(message)
                 except TooManyAdds:
                     self._limit_stats.hit(LISTENER, "adds_per_message")
                     raise
