@@ -14,7 +14,9 @@ few per round trip) up to ``max_inflight_messages_keeping_up`` messages may be o
 back: an add, and the LAC it carries to tailing readers, need not wait for the previous message's
 round trip. BookKeeper's journal groups the same way: only what queued while it was busy. Past the
 window, adds accumulate in the queue (bounded upstream by the write handle's outstanding-adds/bytes
-limits) and leave in the next message.
+limits) and leave in the next message. An add that finds the sender parked with nothing queued,
+and nothing that would hold it, leaves in its caller's own step when the call can write at once
+(the add port's): a writer's lone add does not wait a loop turn for the sender task.
 
 Responses come back one per request message, in order, with one status per add: the receiver pops
 the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests); when
