@@ -101,6 +101,22 @@ class AddPortCall:
         self._writer.write(frame(message))
         await self._writer.drain()
 
+    def ready_to_write(self) -> bool:
+        """Whether :meth:`write` would not wait: connected over the add port, the socket open and
+        its buffer below the high-water mark. Then :meth:`write_nowait` sends in this step."""
+        writer = self._writer
+        if writer is None or self.fallback is not None:
+            return False
+        transport = writer.transport
+        return not transport.is_closing() and (
+            transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[1]
+        )
+
+    def write_nowait(self, message: bytes) -> None:
+        """:meth:`write` in this step; only when :meth:`ready_to_write` said so."""
+        assert self._writer is not None
+        self._writer.write(frame(message))
+
     async def read(self) -> Any:
         """The next AddEntriesResponse, or ``grpc.aio.EOF`` once the bookie closed the stream."""
         await self._connected()

@@ -48,7 +48,14 @@ from bookie.handlers.add_entries import (
     TooManyAdds,
     parse_add_entries,
 )
-from bookie.limits import ConnectionCounter, ListenerLimits, PeerByteBudget, QuietLog, peer_host
+from bookie.limits import (
+    ConnectionCounter,
+    ListenerLimits,
+    PeerByteBudget,
+    QuietLog,
+    peer_host,
+    turn_is_free,
+)
 from bookie.security import BookieSecurity, Right, refused_add_response
 from bookie.stats import RequestStats
 
@@ -142,20 +149,24 @@ class AddPortServer:
         assert task is not None
         self._connections.add(task)
         keep_alive(writer.get_extra_info("socket"))
+        deadline = FrameDeadline(self._limits.frame_timeout_s)
         try:
             try:
                 refusal = await asyncio.wait_for(self._authenticate(reader, writer), PREFACE_TIMEOUT_S)
             except TimeoutError:
                 raise FrameError(f"no preface within {PREFACE_TIMEOUT_S:g} s") from None
             if refusal is not None:
-                await self._refuse(reader, writer, peer, host, refusal)
+                await self._refuse(reader, writer, peer, host, refusal, deadline)
                 return
-            responses = self._handler.serve(self._requests(reader, peer, host), host)
+            responses = self._handler.serve(self._requests(reader, peer, host, deadline), host)
             turn = self._handler.turns.lock(host)
             async with contextlib.aclosing(responses):
                 async for response in responses:
-                    async with turn:  # encoding a huge answer is a step of this peer's
+                    if turn_is_free(turn):
                         writer.write(frame(response.SerializeToString()))
+                    else:
+                        async with turn:  # encoding a huge answer is a step of this peer's
+                            writer.write(frame(response.SerializeToString()))
                     await self._drain(writer)
         except FrameError as exc:
             self._quiet.warning("add port: closing the connection from %s: %s", peer, exc)
@@ -165,6 +176,7 @@ class AddPortServer:
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.debug("add port: connection from %s ended: %r", peer, exc)
         finally:
+            deadline.close()
             self._connections.discard(task)
             self._counter.release(host)
             writer.close()
@@ -183,7 +195,13 @@ class AddPortServer:
         return guard.refusal("add", identity, Right.WRITE)
 
     async def _refuse(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object, host: str, why: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: object,
+        host: str,
+        why: str,
+        deadline: FrameDeadline,
     ) -> None:
         """Answer every add of the connection with EUA (as BookKeeper does before authentication),
         under the same limits as the adds of an authenticated caller."""
@@ -193,7 +211,7 @@ class AddPortServer:
                 first = await reader.readexactly(1)
             except asyncio.IncompleteReadError:
                 return
-            length, message = await self._frame_after(reader, first, host)
+            length, message = await self._frame_after(reader, first, host, deadline)
             try:
                 async with self._handler.turns.lock(host):
                     request = self._decode(message).request
@@ -215,7 +233,7 @@ class AddPortServer:
             raise FrameError(f"answers left unread for {self._limits.write_timeout_s:g} s") from None
 
     async def _requests(
-        self, reader: asyncio.StreamReader, peer: object, host: str
+        self, reader: asyncio.StreamReader, peer: object, host: str, deadline: FrameDeadline
     ) -> AsyncIterator[SizedAddEntriesRequest]:
         """The client's messages until it closes; a fault is logged here (the handler's reader would
         only see the stream end) and ends the stream. A frame's bytes stay reserved until the add
@@ -228,11 +246,15 @@ class AddPortServer:
                     first = await reader.readexactly(1)  # idle between frames as long as it likes
                 except asyncio.IncompleteReadError:
                     return
-                length, message = await self._frame_after(reader, first, host)
+                length, message = await self._frame_after(reader, first, host, deadline)
                 reserved = length
                 try:
-                    async with self._handler.turns.lock(host):  # decoding is a step of this peer's
+                    turn = self._handler.turns.lock(host)
+                    if turn_is_free(turn):
                         request = self._decode(message)
+                    else:
+                        async with turn:  # decoding is a step of this peer's
+                            request = self._decode(message)
                 except TooManyAdds:
                     self._limit_stats.hit(LISTENER, "adds_per_message")
                     raise
@@ -248,29 +270,84 @@ class AddPortServer:
                 receiving.release(host, reserved)
 
     async def _frame_after(
-        self, reader: asyncio.StreamReader, first: bytes, host: str
+        self, reader: asyncio.StreamReader, first: bytes, host: str, deadline: FrameDeadline
     ) -> tuple[int, bytes | bytearray]:
         """The rest of a frame whose first byte has arrived: (its length, its message), with the
         length reserved in the receive budget (released by the caller)."""
-        timeout_s = self._limits.frame_timeout_s
         reserved = 0
+        deadline.frame_started()
         try:
-            async with asyncio.timeout(timeout_s):
-                (length,) = FRAME_HEADER.unpack(first + await reader.readexactly(FRAME_HEADER.size - 1))
-                if length > self._max_frame_bytes:
-                    self._limit_stats.hit(LISTENER, "frame_bytes")
-                    limit = self._max_frame_bytes
-                    raise FrameError(f"frame of {length} bytes exceeds the {limit}-byte limit")
-                await self._receiving.acquire(host, length)
-                reserved = length
-                message = await read_body(reader, length)
-        except TimeoutError:
+            (length,) = FRAME_HEADER.unpack(first + await reader.readexactly(FRAME_HEADER.size - 1))
+            if length > self._max_frame_bytes:
+                self._limit_stats.hit(LISTENER, "frame_bytes")
+                limit = self._max_frame_bytes
+                raise FrameError(f"frame of {length} bytes exceeds the {limit}-byte limit")
+            await self._receiving.acquire(host, length)
+            reserved = length
+            message = await read_body(reader, length)
+        except asyncio.CancelledError:
             if reserved:
                 self._receiving.release(host, reserved)
+            if not deadline.expired():
+                raise
             self._limit_stats.hit(LISTENER, "frame_timeout")
-            raise FrameError(f"a frame not received whole within {timeout_s:g} s") from None
+            raise FrameError(f"a frame not received whole within {deadline.timeout_s:g} s") from None
         except BaseException:
             if reserved:
                 self._receiving.release(host, reserved)
             raise
+        finally:
+            deadline.frame_ended()
         return length, message
+
+
+class FrameDeadline:
+    """A connection's frame timeout: a frame must arrive whole within ``timeout_s`` of its first
+    byte. One timer per connection, re-armed only when it fires, instead of a timeout context
+    per frame (its timer handle, scheduled and cancelled per message, was a visible share of a
+    bookie's CPU at a message per add). When the timer finds a frame older than the timeout, it
+    cancels the task reading it, which turns the cancellation into :class:`FrameError`."""
+
+    __slots__ = ("_expired", "_handle", "_loop", "_reading", "_started", "timeout_s")
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._started: float | None = None  # loop time of the current frame's first byte
+        self._reading: asyncio.Task[object] | None = None
+        self._expired = False
+        self._handle = self._loop.call_later(timeout_s, self._check)
+
+    def frame_started(self) -> None:
+        self._started = self._loop.time()
+        self._reading = asyncio.current_task()
+
+    def frame_ended(self) -> None:
+        self._started = None
+        self._reading = None
+
+    def expired(self) -> bool:
+        """Whether the cancellation the reading task got came from this deadline (and is
+        withdrawn: the task goes on, to end the stream)."""
+        if not self._expired:
+            return False
+        self._expired = False
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True
+
+    def _check(self) -> None:
+        started, now = self._started, self._loop.time()
+        if started is None or now < started + self.timeout_s:
+            # A frame that starts later expires no sooner than a timeout from now.
+            when = now + self.timeout_s if started is None else started + self.timeout_s
+            self._handle = self._loop.call_at(when, self._check)
+            return
+        if self._reading is not None:
+            self._expired = True
+            self._reading.cancel()
+        self._handle = self._loop.call_at(now + self.timeout_s, self._check)
+
+    def close(self) -> None:
+        self._handle.cancel()

@@ -219,6 +219,13 @@ class PeerTurns:
         return lock
 
 
+def turn_is_free(turn: asyncio.Lock) -> bool:
+    """Whether ``async with turn`` would take the turn at once (unlocked, nobody queued for it).
+    A synchronous step may then run without the lock: nothing else runs in between either way,
+    and a message per add takes several turns, each ``async with`` three coroutine calls."""
+    return not turn.locked() and not turn._waiters
+
+
 class PeerLongPolls:
     """Long-poll reads parked per peer; one more is refused with ETOOMANYREQUESTS."""
 

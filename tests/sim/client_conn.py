@@ -149,6 +149,14 @@ class SimStreamCall:
     async def write(self, message: bytes | Any) -> None:
         if self._done:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, "stream is closed")
+        self.write_nowait(message)
+
+    def ready_to_write(self) -> bool:
+        """As the add port's call: a write never waits here, so the client's add stream may send
+        in the enqueuer's step (its fast path for a lone add) while the stream is open."""
+        return not self._done
+
+    def write_nowait(self, message: bytes | Any) -> None:
         data = message if isinstance(message, bytes) else message.SerializeToString()
 
         def arrive() -> None:

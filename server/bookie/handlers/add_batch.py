@@ -21,7 +21,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, BookieCore, malformed_add
 from bookie.handlers.add_answer import append_all_ok
 from bookie.handlers.common import HandlerLimits, elapsed_ms, failure_of
-from bookie.limits import PeerTurns
+from bookie.limits import PeerTurns, turn_is_free
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -85,12 +85,18 @@ class AddBatchProcessor:
         read_only = self._core.read_only
         turn = self.turns.lock(peer)
         if len(adds) <= self._slice:
-            async with turn:
+            if turn_is_free(turn):
                 ops, rejected = self._validate(adds, read_only)
+            else:
+                async with turn:
+                    ops, rejected = self._validate(adds, read_only)
             # The core stages the adds before its first wait, in this same loop turn.
             outcomes = await self._add(ops) if ops else []
-            async with turn:
+            if turn_is_free(turn):
                 ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
+            else:
+                async with turn:
+                    ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
         else:
             ok = await self._process_in_slices(response, adds, read_only, turn)
         latency = elapsed_ms(start)

@@ -133,3 +133,27 @@ async def test_an_unreachable_add_port_is_reported_once_per_outage(caplog: pytes
     finally:
         await client.close()
         await bookie.stop(0)
+
+
+async def test_a_lone_add_leaves_in_the_callers_step_and_acks_stay_in_order(
+    service: tuple[BookieService, FakeBookieCore],
+) -> None:
+    """While the stream's sender is parked with nothing queued and the socket takes data, an add
+    is written in its caller's own step (no sender task turn per message); its answer completes it
+    as before."""
+    bookie, core = service
+    client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=f"127.0.0.1:{bookie.add_port}")
+    try:
+        await client.add(8, 0, KEY, fake_entry(8, 0))  # opens the connection
+        stream = client._stream
+        assert stream is not None
+        for entry_id in range(1, 6):
+            sent = stream.messages_sent
+            future = client.add(8, entry_id, KEY, fake_entry(8, entry_id))
+            assert stream.messages_sent == sent + 1  # written before this step yields
+            await future
+        with pytest.raises(UnauthorizedAccessError):  # a refused add's status comes back as before
+            await client.add(8, 6, b"w" * 20, fake_entry(8, 6))
+        assert sorted(core.ledgers[8].entries) == list(range(6))
+    finally:
+        await client.close()

@@ -17,6 +17,7 @@ from bkproto.add_port import FRAME_HEADER, MAX_FRAME_BYTES, PREFACE, frame, read
 from bkproto.v1 import bookie_pb2
 from bookie import add_port
 from bookie.handlers import HandlerLimits
+from bookie.limits import ListenerLimits
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
@@ -174,3 +175,31 @@ async def test_a_large_batch_arriving_in_pieces_is_stored_byte_for_byte(
     response = await conn.receive()
     assert response is not None and [r.status for r in response.results] == [S.EOK] * 40
     assert [core.ledgers[5].entries[e] for e in range(40)] == [a.body for a in adds]
+
+
+async def test_a_frame_not_received_whole_in_time_closes_its_connection_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = CollectorRegistry()
+    listener_limits = ListenerLimits(frame_timeout_s=0.3)
+    bookie = BookieService(
+        FakeBookieCore(), RequestStats(registry), "127.0.0.1", 0, add_port=0, listener_limits=listener_limits
+    )
+    await bookie.start()
+    try:
+        idle = await connect(bookie)
+        dribbling = await connect(bookie)
+        message = frame(bookie_pb2.AddEntriesRequest(adds=[add_request(6, 0)]).SerializeToString())
+        dribbling.writer.write(message[: len(message) // 2])  # then nothing more
+        assert await asyncio.wait_for(dribbling.reader.read(), 5) == b""
+        assert "a frame not received whole within 0.3 s" in caplog.text
+        rejected = registry.get_sample_value(
+            "bookkeeper_server_LIMIT_REJECTIONS_total", {"listener": "add_port", "limit": "frame_timeout"}
+        )
+        assert rejected == 1
+        # The idle connection (nothing started) outlived the timeout and still works.
+        await idle.send(add_request(6, 0))
+        response = await idle.receive()
+        assert response is not None and response.results[0].status == S.EOK
+    finally:
+        await bookie.stop(0)
