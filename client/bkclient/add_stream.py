@@ -44,6 +44,7 @@ from bkproto.errors import (
     error_for_status,
 )
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import varint
 
 from .digest import DigestManager
 from .rpc_errors import run_stream_loop
@@ -55,32 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EOK = bookie_pb2.EOK
-
-_ONE_BYTE_VARINTS = tuple(bytes((i,)) for i in range(0x80))
-
-
-def _varint(value: int) -> bytes:
-    """Protobuf base-128 varint (negative int64 as its 10-byte two's complement). Ids, lengths
-    and sizes of a few KiB take the unrolled paths: this runs three times per entry."""
-    if 0 <= value < 0x80:
-        return _ONE_BYTE_VARINTS[value]
-    if 0 <= value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if 0 <= value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    if 0 <= value < 0x10000000:  # entry ids past 2 million: a long ledger's
-        return bytes(
-            ((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, ((value >> 14) & 0x7F) | 0x80, value >> 21)
-        )
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
 
 class AddRequestEncoder:
     """Wire bytes of ``AddEntriesRequest.adds`` elements for one ledger, without protobuf objects.
@@ -94,8 +69,8 @@ class AddRequestEncoder:
     __slots__ = ("_key", "_ledger")
 
     def __init__(self, ledger_id: int, master_key: bytes) -> None:
-        self._ledger = b"\x08" + _varint(ledger_id) if ledger_id else b""
-        self._key = b"\x1a" + _varint(len(master_key)) + master_key if master_key else b""
+        self._ledger = b"\x08" + varint(ledger_id) if ledger_id else b""
+        self._key = b"\x1a" + varint(len(master_key)) + master_key if master_key else b""
 
     def encode(self, entry_id: int, body: bytes, recovery: bool = False) -> bytes:
         """``adds`` field 1 framing (tag, length) + the AddRequest message."""
@@ -108,12 +83,12 @@ class AddRequestEncoder:
         payload is copied once, straight into the result (building the body, then the message,
         then its framing, copied it three times per entry)."""
         size = len(header) + len(digest) + len(payload)
-        fields = (self._ledger + b"\x10" + _varint(entry_id)) if entry_id else self._ledger
+        fields = (self._ledger + b"\x10" + varint(entry_id)) if entry_id else self._ledger
         fields += self._key
         if size:
-            fields += b"\x22" + _varint(size)
+            fields += b"\x22" + varint(size)
         flags = b"\x28\x01" if recovery else b""  # flags = RECOVERY_ADD
-        length = _varint(len(fields) + size + len(flags))
+        length = varint(len(fields) + size + len(flags))
         return b"".join((b"\x0a", length, fields, header, digest, payload, flags))
 
 
@@ -156,16 +131,16 @@ class LedgerAddRequestEncoder(AddRequestEncoder):
         size = self._body_overhead + len(payload)
         if size != self._size:
             self._size = size
-            self._size_fields = self._key + b"\x22" + _varint(size)
+            self._size_fields = self._key + b"\x22" + varint(size)
             self._prefixes.clear()
         if not entry_id:  # proto3 leaves a zero field out
             fields = self._ledger + self._size_fields
-            return b"".join((b"\x0a", _varint(len(fields) + size), fields, header, digest, payload))
-        entry_field = _varint(entry_id)
+            return b"".join((b"\x0a", varint(len(fields) + size), fields, header, digest, payload))
+        entry_field = varint(entry_id)
         prefix = self._prefixes.get(len(entry_field))
         if prefix is None:
             fields_size = len(self._ledger_tag) + len(entry_field) + len(self._size_fields)
-            prefix = self._prefixes[len(entry_field)] = b"\x0a" + _varint(fields_size + size)
+            prefix = self._prefixes[len(entry_field)] = b"\x0a" + varint(fields_size + size)
         return b"".join((prefix, self._ledger_tag, entry_field, self._size_fields, header, digest, payload))
 
 

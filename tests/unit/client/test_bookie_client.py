@@ -561,15 +561,3 @@ def test_ledger_encoder_equals_the_digest_manager_body_encoded(
         length += len(payload)
         expected = plain.encode(entry_id, digest.encode_entry(entry_id, lac, length, payload))
         assert fused.encode_entry(entry_id, lac, length, payload) == expected
-
-
-@given(
-    value=st.one_of(
-        st.integers(min_value=-(2**63), max_value=2**63 - 1), st.integers(0, 1 << 22), st.integers(0, 1 << 29)
-    )
-)
-def test_varint_matches_protobuf(value: int) -> None:
-    from bkclient.add_stream import _varint
-
-    encoded = bookie_pb2.AddRequest(entry_id=value).SerializeToString()
-    assert encoded == (b"\x10" + _varint(value) if value else b"")

@@ -13,7 +13,7 @@ INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 BODIES = st.lists(st.binary(max_size=300) | st.sampled_from([b"x" * 20_000, b"y" * 3_000_000]), max_size=20)
 
 
-@given(INT64)
+@given(st.one_of(INT64, st.integers(0, 1 << 22), st.integers(0, 1 << 29)))  # and the unrolled sizes
 def test_varint_is_protobufs(value: int) -> None:
     # a varint field's bytes are its tag (one byte for field 2) then the varint
     expected = bookie_pb2.ReadEntriesResponse(ledger_id=value).SerializeToString()
