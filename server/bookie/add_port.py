@@ -17,8 +17,7 @@ a frame's bytes are reserved in the receive budget, in total and per IP address,
 header until the add stream has taken the message; a frame must arrive whole within the frame
 timeout once its first byte has (a silent or dribbling sender is closed, an idle one between
 frames is not); a peer that leaves its answers unread for the write timeout is closed. Each closure
-is logged (at most one line every few seconds) and counted. Decoding a message and encoding its
-answer take the peer's turn (``bookie.limits.PeerTurns``), like the rest of its add processing.
+is logged (at most one line every few seconds) and counted.
 """
 
 from __future__ import annotations
@@ -54,7 +53,6 @@ from bookie.limits import (
     PeerByteBudget,
     QuietLog,
     peer_host,
-    turn_is_free,
 )
 from bookie.security import BookieSecurity, Right, refused_add_response
 from bookie.stats import RequestStats
@@ -159,14 +157,9 @@ class AddPortServer:
                 await self._refuse(reader, writer, peer, host, refusal, deadline)
                 return
             responses = self._handler.serve(self._requests(reader, peer, host, deadline), host)
-            turn = self._handler.turns.lock(host)
             async with contextlib.aclosing(responses):
                 async for response in responses:
-                    if turn_is_free(turn):
-                        writer.write(frame(response.SerializeToString()))
-                    else:
-                        async with turn:  # encoding a huge answer is a step of this peer's
-                            writer.write(frame(response.SerializeToString()))
+                    writer.write(frame(response.SerializeToString()))
                     await self._drain(writer)
         except FrameError as exc:
             self._quiet.warning("add port: closing the connection from %s: %s", peer, exc)
@@ -213,9 +206,8 @@ class AddPortServer:
                 return
             length, message = await self._frame_after(reader, first, host, deadline)
             try:
-                async with self._handler.turns.lock(host):
-                    request = self._decode(message).request
-                    writer.write(frame(refused_add_response(request, why).SerializeToString()))
+                request = self._decode(message).request
+                writer.write(frame(refused_add_response(request, why).SerializeToString()))
             except DecodeError as exc:
                 raise FrameError(f"a message that does not parse: {exc}") from None
             finally:
@@ -249,12 +241,7 @@ class AddPortServer:
                 length, message = await self._frame_after(reader, first, host, deadline)
                 reserved = length
                 try:
-                    turn = self._handler.turns.lock(host)
-                    if turn_is_free(turn):
-                        request = self._decode(message)
-                    else:
-                        async with turn:  # decoding is a step of this peer's
-                            request = self._decode(message)
+                    request = self._decode(message)
                 except TooManyAdds:
                     self._limit_stats.hit(LISTENER, "adds_per_message")
                     raise

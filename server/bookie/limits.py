@@ -194,38 +194,6 @@ class PeerByteBudget:
         self.release(peer, nbytes)
 
 
-class PeerTurns:
-    """Event-loop turns taken one at a time per peer (a FIFO lock per IP address).
-
-    Add processing holds a peer's turn for each bounded step (checking a slice of adds, building
-    the answer to one): so however many messages a peer has in progress, it runs one such step
-    at a time, and each loop turn runs at most one step per active peer. A well-behaved client's
-    add therefore waits, per loop turn, for one step of each other peer, not for all their
-    queued work."""
-
-    def __init__(self, prune_at: int = 4096) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._prune_at = prune_at
-
-    def lock(self, peer: str) -> asyncio.Lock:
-        """The peer's turn: ``async with turns.lock(peer):``."""
-        lock = self._locks.get(peer)
-        if lock is None:
-            if len(self._locks) >= self._prune_at:
-                # Forget idle peers. A lock dropped while a waiter still holds it only lets that
-                # peer have two turns at once for a moment.
-                self._locks = {p: held for p, held in self._locks.items() if held.locked()}
-            lock = self._locks[peer] = asyncio.Lock()
-        return lock
-
-
-def turn_is_free(turn: asyncio.Lock) -> bool:
-    """Whether ``async with turn`` would take the turn at once (unlocked, nobody queued for it).
-    A synchronous step may then run without the lock: nothing else runs in between either way,
-    and a message per add takes several turns, each ``async with`` three coroutine calls."""
-    return not turn.locked() and not turn._waiters
-
-
 class PeerLongPolls:
     """Long-poll reads parked per peer; one more is refused with ETOOMANYREQUESTS."""
 

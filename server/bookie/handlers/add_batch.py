@@ -21,7 +21,6 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, BookieCore, malformed_add
 from bookie.handlers.add_answer import append_all_ok
 from bookie.handlers.common import HandlerLimits, elapsed_ms, failure_of
-from bookie.limits import PeerTurns, turn_is_free
 from bookie.stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -47,7 +46,6 @@ class AddBatchProcessor:
         self._stat = stats.add_entry_request
         self._max_entry_bytes = limits.max_entry_bytes
         self._slice = limits.adds_per_loop_turn
-        self.turns = PeerTurns()  # shared with the add port, which decodes and encodes in them
 
     def check(self, add: bookie_pb2.AddRequest, read_only: bool) -> tuple[int, str] | None:
         """Why ``add`` cannot be accepted, or ``None`` if it is well formed: the full answer, in
@@ -70,35 +68,25 @@ class AddBatchProcessor:
         return None
 
     async def process(
-        self, adds: Sequence[bookie_pb2.AddRequest], peer: str = ""
+        self, adds: Sequence[bookie_pb2.AddRequest]
     ) -> bookie_pb2.AddEntriesResponse:
         """One response entry per add, same order. Never raises (except on cancellation).
 
-        The CPU-bound steps (checking adds, building the answer) take ``peer``'s turn, and a batch
-        of more than ``adds_per_loop_turn`` adds takes it once per slice of that many: one peer's
-        flood of messages, or one huge message, runs one bounded step per event-loop turn while
-        every other peer's adds get their own turns in between."""
+        The CPU-bound steps (checking adds, building the answer) are synchronous, and a batch of
+        more than ``adds_per_loop_turn`` adds runs them one slice of that many per event-loop
+        turn: one huge message yields to every other client's adds between slices."""
         start = time.perf_counter()
         response = bookie_pb2.AddEntriesResponse()
         if not adds:
             return response
         read_only = self._core.read_only
-        turn = self.turns.lock(peer)
         if len(adds) <= self._slice:
-            if turn_is_free(turn):
-                ops, rejected = self._validate(adds, read_only)
-            else:
-                async with turn:
-                    ops, rejected = self._validate(adds, read_only)
+            ops, rejected = self._validate(adds, read_only)
             # The core stages the adds before its first wait, in this same loop turn.
             outcomes = await self._add(ops) if ops else []
-            if turn_is_free(turn):
-                ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
-            else:
-                async with turn:
-                    ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
+            ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
         else:
-            ok = await self._process_in_slices(response, adds, read_only, turn)
+            ok = await self._process_in_slices(response, adds, read_only)
         latency = elapsed_ms(start)
         self._stat.observe(latency, True, ok)
         self._stat.observe(latency, False, len(adds) - ok)
@@ -109,7 +97,6 @@ class AddBatchProcessor:
         response: bookie_pb2.AddEntriesResponse,
         adds: Sequence[bookie_pb2.AddRequest],
         read_only: bool,
-        turn: asyncio.Lock,
     ) -> int:
         # Each slice goes to the core as soon as it is checked, in order, so the journal sees the
         # adds in request order; the answers are built slice by slice once all are durable.
@@ -123,16 +110,14 @@ class AddBatchProcessor:
         ] = []
         for low in range(0, len(adds), self._slice):
             chunk = adds[low : low + self._slice]
-            async with turn:
-                ops, rejected = self._validate(chunk, read_only)
+            ops, rejected = self._validate(chunk, read_only)
             slices.append((chunk, ops, rejected, asyncio.ensure_future(self._add(ops)) if ops else None))
-            await asyncio.sleep(0)  # the turn is free: without a yield, the next slice would follow at once
+            await asyncio.sleep(0)  # other clients' adds run between slices
         ok = 0
         detailed = _DETAILED_FAILURES
         for chunk, ops, rejected, staged in slices:
             outcomes = await staged if staged is not None else []
-            async with turn:
-                chunk_ok = self._answer(response, chunk, ops, rejected, outcomes, detailed)
+            chunk_ok = self._answer(response, chunk, ops, rejected, outcomes, detailed)
             ok += chunk_ok
             detailed = max(0, detailed - (len(chunk) - chunk_ok))
             await asyncio.sleep(0)

@@ -164,7 +164,6 @@ class AddEntriesHandler:
         self.unanswered = PeerByteBudget(
             limits.add_unanswered_max_bytes, limits.add_unanswered_max_bytes_per_peer
         )
-        self.turns = processor.turns
         self._readers: set[asyncio.Task[None]] = set()
         # Batches whose stream went away: kept referenced until done so the adds still complete.
         self._orphans: set[BatchFuture] = set()
@@ -234,7 +233,7 @@ class AddEntriesHandler:
                 except BaseException:
                     unanswered.release(peer, size)
                     raise
-                batch = asyncio.ensure_future(self._processor.process(request.adds, peer))
+                batch = asyncio.ensure_future(self._processor.process(request.adds))
                 # Released when the batch is durable, not when its response is sent: a client
                 # that stops reading responses must not hold the bookie's processing budget.
                 batch.add_done_callback(functools.partial(budget.release_for, peer, size))

@@ -8,7 +8,6 @@ import grpc.aio
 
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_batch import AddBatchProcessor
-from bookie.limits import peer_host
 
 
 class AddEntryHandler:
@@ -18,5 +17,5 @@ class AddEntryHandler:
     async def __call__(
         self, request: bookie_pb2.AddRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> bookie_pb2.AddResponse:
-        response = await self._processor.process([request], peer_host(context.peer()))
+        response = await self._processor.process([request])
         return response.results[0]

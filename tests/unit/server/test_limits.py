@@ -160,7 +160,7 @@ async def test_a_batch_bigger_than_a_loop_turn_is_answered_in_order_with_few_mes
         body = HEADER.pack(3, entry_id, -1, 1) + b"d" * 8 + b"p"
         key = KEY if entry_id % 2 == 0 else b""  # every odd add lacks its key
         adds.append(S.AddRequest(ledger_id=3, entry_id=entry_id, master_key=key, body=body))
-    response = await processor.process(adds, "10.0.0.1")
+    response = await processor.process(adds)
     assert [(r.entry_id, r.status) for r in response.results] == [
         (e, S.EOK if e % 2 == 0 else S.EUA) for e in range(95)
     ]
