@@ -203,6 +203,9 @@ class AddPortConnection(asyncio.BufferedProtocol):
         self._release_reservation()
         self._end_reading()
 
+    def broken(self, why: str) -> None:
+        self._fail(why)
+
     def close(self) -> None:
         """Close now, answers unsent or not (the add port is closing)."""
         if self._transport is not None and not self._closed:
@@ -344,9 +347,15 @@ class AddPortConnection(asyncio.BufferedProtocol):
 
     def _offer(self) -> None:
         held, pipeline = self._held, self._pipeline
-        if held is not None and pipeline is not None and pipeline.offer(held):
-            self._held = None
+        if held is None or pipeline is None:
+            return
+        # Not held while offered: a batch done at once answers in this very step, and what that
+        # sets off (room for the next message) must not see this one again.
+        self._held = None
+        if pipeline.offer(held):
             self._release_reservation()
+        else:
+            self._held = held
 
     def _resume(self) -> None:
         """Room came (window, byte budgets, or the peer read the refusals): go on reading."""

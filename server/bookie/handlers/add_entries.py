@@ -251,9 +251,9 @@ class AddEntriesHandler:
             if item is not None:
                 batch, size = item
                 self.unanswered.release(peer, size)
-                self.keep_until_done(batch)
+                self._keep_until_done(batch)
 
-    def keep_until_done(self, batch: asyncio.Future[Any]) -> None:
+    def _keep_until_done(self, batch: BatchFuture) -> None:
         """Keep a batch whose stream went away referenced until it is done, so its adds complete."""
         if batch.done():
             return

@@ -19,14 +19,17 @@ first step), the journal's completion, and the batch's wake-up, where its answer
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bkproto.v1 import bookie_pb2
 
 if TYPE_CHECKING:
     from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest
+
+log = logging.getLogger(__name__)
 
 
 class AddStreamCarrier(Protocol):
@@ -48,14 +51,50 @@ class AddStreamCarrier(Protocol):
         """Shutdown: take no new message; the started ones are still answered."""
         ...
 
+    def broken(self, why: str) -> None:
+        """A batch ended without an answer (it cannot happen short of a bug): the stream's order
+        is lost, so the carrier ends it at once."""
+        ...
+
 
 class _Batch:
-    __slots__ = ("response", "size", "task")
+    """A batch's processing, a coroutine stepped by the futures it waits on rather than by a
+    task: its first step runs in the step that offered the message (the adds are checked, staged
+    in the core and submitted to the journal there, as a task's first step would one loop turn
+    later), and each later step in the callback of the future it waited on. Nothing in the add
+    path asks for its task (no ``asyncio.timeout``, no ``current_task``); a bare ``yield`` (the
+    slices' ``asyncio.sleep(0)``) is stepped on the next loop turn, as a task would. The awaited
+    future's callback keeps the batch referenced until it is done, its stream gone or not."""
 
-    def __init__(self, size: int) -> None:
+    __slots__ = ("_coro", "_pipeline", "response", "size")
+
+    def __init__(
+        self,
+        pipeline: AddPipeline,
+        size: int,
+        coro: Coroutine[Any, Any, bookie_pb2.AddEntriesResponse],
+    ) -> None:
+        self._pipeline = pipeline
+        self._coro = coro
         self.size = size  # bytes held in both budgets (the in-progress ones until it is done)
         self.response: bookie_pb2.AddEntriesResponse | None = None
-        self.task: asyncio.Task[None] | None = None
+
+    def step(self, _done: object = None) -> None:
+        try:
+            awaited = self._coro.send(None)
+        except StopIteration as stop:
+            self._pipeline.finished(self, stop.value)
+            return
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the stream ends, never the bookie
+            self._pipeline.failed(self, exc)
+            return
+        if awaited is None:
+            asyncio.get_running_loop().call_soon(self.step)
+        else:
+            awaited._asyncio_future_blocking = False  # as Task.__step: the await is taken over
+            awaited.add_done_callback(self.step)
 
 
 class AddPipeline:
@@ -98,21 +137,26 @@ class AddPipeline:
             unanswered.release(peer, size)
             self._wait_for_bytes(budget.call_when_freed)
             return False
-        batch = _Batch(size)
+        batch = _Batch(self, size, handler.processor.process(request.request.adds))
         self._pending.append(batch)
-        batch.task = asyncio.ensure_future(self._run(batch, request.request.adds))
+        batch.step()
         return True
 
-    async def _run(self, batch: _Batch, adds: Sequence[bookie_pb2.AddRequest]) -> None:
-        try:
-            batch.response = await self._handler.processor.process(adds)
-        finally:
-            # Released when the batch is durable, not when its answer is taken: a client that
-            # stops reading answers must not hold the bookie's processing budget.
-            self._handler.budget.release(self._peer, batch.size)
+    def finished(self, batch: _Batch, response: bookie_pb2.AddEntriesResponse) -> None:
+        """A batch is durable (or refused): its answer goes out once those before it have."""
+        # Released when the batch is done, not when its answer is taken: a client that stops
+        # reading answers must not hold the bookie's processing budget.
+        self._handler.budget.release(self._peer, batch.size)
+        batch.response = response
         pending = self._pending
         if pending and pending[0] is batch:
             self.flush()
+
+    def failed(self, batch: _Batch, exc: BaseException) -> None:
+        self._handler.budget.release(self._peer, batch.size)
+        log.error("add stream from %s: a batch ended without an answer: %r", self._peer, exc)
+        if not self._closed:
+            self._carrier.broken(f"a batch ended without an answer: {exc!r}")
 
     def flush(self) -> None:
         """Hand the finished answers at the head of the stream to the carrier, in order, while it
@@ -149,8 +193,9 @@ class AddPipeline:
         self._carrier.stop_reading()
 
     def close(self) -> None:
-        """The stream is gone: its unanswered batches still complete (their adds are staged), but
-        nothing is handed over; their bytes leave the unanswered budget now."""
+        """The stream is gone: its unanswered batches still complete (their adds are staged; each
+        is referenced by the future it waits on), but nothing is handed over; their bytes leave
+        the unanswered budget now."""
         if self._closed:
             return
         self._closed = True
@@ -158,6 +203,4 @@ class AddPipeline:
         while self._pending:
             batch = self._pending.popleft()
             handler.unanswered.release(self._peer, batch.size)
-            if batch.task is not None:
-                handler.keep_until_done(batch.task)
         handler.pipeline_ended(self)

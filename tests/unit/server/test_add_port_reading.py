@@ -125,3 +125,15 @@ async def test_shutdown_answers_the_started_batch_and_drops_the_one_held_at_the_
         await stopping
         assert core.add_calls == [1]
         assert bookie.add_port_connections == 0
+
+
+async def test_a_batch_in_slices_is_answered_whole_while_another_stream_goes_on() -> None:
+    async with bookie_with(HandlerLimits(adds_per_loop_turn=2)) as (bookie, core):
+        big, small = await connect(bookie), await connect(bookie)
+        await big.send(*(add_request(8, e) for e in range(7)))  # four slices, a loop turn apart
+        await small.send(add_request(9, 0))
+        answer, other = await big.receive(), await small.receive()
+        assert answer is not None and entry_ids([answer]) == list(range(7))
+        assert all(r.status == S.EOK for r in answer.results)
+        assert other is not None and entry_ids([other]) == [0]
+        assert sorted(core.add_calls) == [1, 1, 2, 2, 2]
