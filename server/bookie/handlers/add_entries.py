@@ -14,6 +14,11 @@ are known without re-encoding because the service registers :class:`AddEntriesDe
 method's deserializer; it also refuses a message of more than ``maxAddsPerMessage`` adds before
 decoding it.
 
+The gRPC stream is served by :meth:`AddEntriesHandler.serve` (a reader task, a queue, an async
+generator of answers). An add-port connection takes the same window and budgets through an
+:class:`~bookie.handlers.add_pipeline.AddPipeline` (:meth:`AddEntriesHandler.open_pipeline`)
+instead, without a task of its own: what a message per add costs is mostly such machinery.
+
 On shutdown (:meth:`AddEntriesHandler.drain`) every stream stops reading new messages, answers
 the ones already started, and ends normally.
 """
