@@ -107,7 +107,10 @@ class AddPortServer:
         self.stop_accepting()
         for connection in list(self._connections):
             connection.close()
-        await asyncio.sleep(0)  # their connection_lost runs in the next loop turn
+        for _ in range(8):  # their connection_lost runs a loop turn or two later (TLS: two)
+            if not self._connections:
+                break
+            await asyncio.sleep(0)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
