@@ -45,6 +45,8 @@ from kazoo.protocol.serialization import Auth, Create, GetData, int_struct, stat
 from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
+from bkmeta.zk_multi_read import MAX_READS, MultiRead, MultiReadResult, Read
+
 _RECV_BYTES = 256 * 1024
 # A reply frame's length, then ZooKeeper's ReplyHeader (xid, zxid, err).
 _REPLY_PREFIX = struct.Struct("!iiqi")
@@ -83,6 +85,8 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._rbuf = bytearray()
+        self._multi_read = True  # until a server refuses one (bkmeta.zk_multi_read)
+        self.reads_coalesced = 0  # GetData requests sent inside a multiRead, for tests and tools
 
     def _connect(self, host: str, hostip: str, port: int) -> Any:
         self._rbuf = bytearray()  # bytes of a dropped connection mean nothing on the new one
@@ -198,6 +202,8 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
                     raise SessionExpiredError("Session expired: Testing")
                 if request is kazoo_connection._CONNECTION_DROP:
                     raise ConnectionDropped("Connection dropped: Testing")
+                if type(request) is GetData and self._multi_read and len(queue) > 1:
+                    request, async_object = self._coalesce_reads(queue)
                 if request.type == Auth.type:
                     xid = AUTH_XID
                 else:
@@ -215,6 +221,23 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
             # connection (ConnectionLoss), as kazoo does.
             if out:
                 self._write(bytes(out), connect_timeout)
+
+
+    def _coalesce_reads(self, queue: Any) -> tuple[Any, Any]:
+        """The ``GetData`` requests at the head of ``queue`` as one ``multiRead`` in their
+        place (a lone one stays as it is): returns the queue's new head."""
+        if type(queue[1][0]) is not GetData:
+            return queue[0]  # type: ignore[no-any-return]
+        reads: list[Read] = []
+        while queue and len(reads) < MAX_READS and type(queue[0][0]) is GetData:
+            reads.append(queue.popleft())
+        self.reads_coalesced += len(reads)
+        head = (MultiRead(reads), MultiReadResult(self.client, reads, self._refused_multi_read))
+        queue.appendleft(head)
+        return head
+
+    def _refused_multi_read(self) -> None:
+        self._multi_read = False
 
 
 class BatchingKazooClient(KazooClient):  # type: ignore[misc]
