@@ -13,7 +13,8 @@ Here the same protocol, the same request objects and the same session handling (
 * :class:`BatchingConnectionHandler`: every request queued is written in one ``send``; responses
   are read into a buffer with one ``recv`` per burst and all complete frames in it handled before
   the next poll, a successful ``GetData`` answer (a metadata read) straight from the buffer; a
-  write tries ``send`` before polling;
+  write tries ``send`` before polling; ``GetData`` requests queued one after another leave as
+  one ``multiRead``, their watches set by a ``SetWatches`` after it (``bkmeta.zk_multi_read``);
 * :class:`BatchingKazooClient`: a request wakes the connection thread with a byte only when no
   wake-up is already pending, instead of one byte (one syscall) per request; a plain create is
   not routed through kazoo's completion thread;
