@@ -280,7 +280,9 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
             raise TypeError("Invalid type for 'acl' (acl must be a tuple/list of ACL's)")
         flags = (1 if ephemeral else 0) | (2 if sequence else 0)
         result = self.handler.async_result()
-        request = Create(_prefix_root(self.chroot, path, trailing=sequence), value, acl, flags)
+        # A plain path (the usual one) is what kazoo's normalising would make of it.
+        full_path = path if is_plain_path(path) else _prefix_root(self.chroot, path, trailing=sequence)
+        request = Create(full_path, value, acl, flags)
         self._call(request, result)  # a refusal is set on ``result``
         return result
 
@@ -334,3 +336,13 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
             self._wake_pending = False
             return False
         return True
+
+
+def is_plain_path(path: str) -> bool:
+    """True if kazoo's path normalising would leave ``path`` as it is (absolute, no empty, ``.``
+    or ``..`` component, no trailing slash); others take kazoo's own call, which normalises them
+    or refuses them."""
+    return (
+        path.startswith("/") and len(path) > 1 and not path.endswith("/") and "//" not in path
+        and "/." not in path
+    )
