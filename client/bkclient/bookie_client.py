@@ -164,6 +164,25 @@ class BookieClient:
             stream = self._open_stream()
         stream.enqueue_many(encoded, listener, tokens)
 
+    def add_bodies(
+        self,
+        packer: AddRequestEncoder,
+        bodies: Sequence[bytes],
+        listener: AddListener,
+        entry_ids: Sequence[int],
+    ) -> None:
+        """Queue entries of ``packer``'s ledger given as their bodies (see
+        :meth:`bkclient.transport.BookieConnection.add_bodies`): a stream message packs them."""
+        if self._closed:
+            error = ClientClosedError(f"bookie client {self.bookie_id} is closed")
+            for entry_id in entry_ids:
+                listener.add_complete(self.bookie_id, entry_id, error)
+            return
+        stream = self._stream
+        if stream is None:
+            stream = self._open_stream()
+        stream.enqueue_bodies(packer, bodies, listener, entry_ids)
+
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False
     ) -> asyncio.Future[None]:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from bkproto.errors import BKError
 
 from .transport import AddListener, DiskInfo, ReadResult, StrideResult
+
+if TYPE_CHECKING:
+    from .add_stream import AddRequestEncoder
 
 
 class RefusedBookie:
@@ -38,6 +42,16 @@ class RefusedBookie:
     ) -> None:
         for token in tokens:
             listener.add_complete(self._bookie_id, token, self.error)
+
+    def add_bodies(
+        self,
+        packer: AddRequestEncoder,
+        bodies: Sequence[bytes],
+        listener: AddListener,
+        entry_ids: Sequence[int],
+    ) -> None:
+        for entry_id in entry_ids:
+            listener.add_complete(self._bookie_id, entry_id, self.error)
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False

@@ -518,20 +518,35 @@ def test_encoder_bytes_equal_protobuf_serialization(
 
 
 @given(
-    entry_id=st.integers(min_value=0, max_value=2**40),
-    header=st.binary(max_size=40),
-    digest=st.binary(max_size=20),
-    payload=st.binary(max_size=300),
-    recovery=st.booleans(),
+    ledger_id=st.integers(min_value=0, max_value=2**63 - 1),
+    key=st.binary(max_size=24),
+    entries=st.lists(
+        st.tuples(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.binary(max_size=300)),
+        min_size=1,
+        max_size=8,
+    ),
 )
-def test_encoder_split_body_equals_joined_body(
-    entry_id: int, header: bytes, digest: bytes, payload: bytes, recovery: bool
+def test_packed_group_bytes_equal_protobuf_serialization(
+    ledger_id: int, key: bytes, entries: list[tuple[int, bytes]]
 ) -> None:
-    encoder = AddRequestEncoder(7, bytes(20))
-    split = encoder.encode_split(entry_id, header, digest, payload, recovery)
-    assert split == encoder.encode(entry_id, header + digest + payload, recovery)
-    add = bookie_pb2.AddEntriesRequest.FromString(split).adds[0]
-    assert add.body == header + digest + payload
+    """A packed group is the ``packed`` element protobuf would write, and parses back to the
+    entries' ids and bodies; several groups and ``adds`` elements concatenate into one message."""
+    entry_ids = [entry_id for entry_id, _ in entries]
+    bodies = [body for _, body in entries]
+    group = bookie_pb2.PackedAdds(
+        ledger_id=ledger_id,
+        master_key=key,
+        entry_ids=entry_ids,
+        body_sizes=list(map(len, bodies)),
+        bodies=b"".join(bodies),
+    )
+    encoder = AddRequestEncoder(ledger_id, key)
+    packed = encoder.pack(entry_ids, bodies)
+    assert packed == bookie_pb2.AddEntriesRequest(packed=[group]).SerializeToString()
+    single = encoder.encode(5, b"lone")
+    message = bookie_pb2.AddEntriesRequest.FromString(packed + single + packed)
+    assert list(message.packed) == [group, group]
+    assert [(a.ledger_id, a.entry_id, a.body) for a in message.adds] == [(ledger_id, 5, b"lone")]
 
 
 @given(
@@ -547,17 +562,15 @@ def test_encoder_split_body_equals_joined_body(
         max_size=5,
     ),
 )
-def test_ledger_encoder_equals_the_digest_manager_body_encoded(
+def test_ledger_encoder_body_equals_the_digest_manager_body(
     ledger_id: int, digest_type: int, entries: list[tuple[int, int, bytes]]
 ) -> None:
-    """The write handle's fused encoder (header, digest and framing in one call, the size framing
-    kept from the previous entry) gives the same bytes as the two steps it replaces, for entries
-    of changing sizes one after the other."""
+    """The write handle's encoder (header and digest in one call, the payload copied once) gives
+    the body the digest manager gives, for entries of changing sizes one after the other."""
     digest = DigestManager(ledger_id, b"pw", digest_type)
-    fused = LedgerAddRequestEncoder(ledger_id, digest)
-    plain = AddRequestEncoder(ledger_id, digest.master_key)
+    encoder = LedgerAddRequestEncoder(ledger_id, digest)
     length = 0
     for entry_id, lac, payload in entries:
         length += len(payload)
-        expected = plain.encode(entry_id, digest.encode_entry(entry_id, lac, length, payload))
-        assert fused.encode_entry(entry_id, lac, length, payload) == expected
+        expected = digest.encode_entry(entry_id, lac, length, payload)
+        assert encoder.encode_body(entry_id, lac, length, payload) == expected
