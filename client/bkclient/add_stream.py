@@ -288,15 +288,6 @@ class AddStream:
         self.messages_sent += 1
         return True
 
-    def enqueue_many(self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]) -> None:
-        """:meth:`enqueue` of each ``encoded[i]`` with ``tokens[i]``, in order: three C-level
-        extends instead of three appends and a call per add."""
-        self._queued_bytes.extend(encoded)
-        self._queued_packers.extend(itertools.repeat(None, len(tokens)))
-        self._queued_listeners.extend(itertools.repeat(listener, len(tokens)))
-        self._queued_tokens.extend(tokens)
-        self._wakeup.set()
-
     def enqueue_bodies(
         self,
         packer: AddRequestEncoder,

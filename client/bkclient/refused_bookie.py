@@ -37,12 +37,6 @@ class RefusedBookie:
     def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
         listener.add_complete(self._bookie_id, token, self.error)
 
-    def add_encoded_many(
-        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
-    ) -> None:
-        for token in tokens:
-            listener.add_complete(self._bookie_id, token, self.error)
-
     def add_bodies(
         self,
         packer: AddRequestEncoder,

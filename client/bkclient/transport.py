@@ -104,13 +104,6 @@ class BookieConnection(Protocol):
         possibly before returning (a closed connection)."""
         ...
 
-    def add_encoded_many(
-        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
-    ) -> None:
-        """:meth:`add_encoded` of each ``encoded[i]`` with ``tokens[i]``, in that order, in one call
-        (a write handle queues the adds of one loop turn to each bookie at once)."""
-        ...
-
     def add_bodies(
         self,
         packer: AddRequestEncoder,

@@ -250,12 +250,6 @@ class MemoryBookie:
         future.add_done_callback(lambda _: task.cancel() if not task.done() else None)
         return future
 
-    def add_encoded_many(
-        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
-    ) -> None:
-        for one, token in zip(encoded, tokens, strict=True):
-            self.add_encoded(one, listener, token)
-
     def add_bodies(
         self,
         packer: AddRequestEncoder,

@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 from bkmeta.serde import decode_varint
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_batch import AddBatchProcessor
-from bookie.handlers.add_message import DecodedAddEntries, decoded
+from bookie.handlers.add_message import DecodedAddEntries, MessageAdds, decoded, packed_only
 from bookie.handlers.common import HandlerLimits
 from bookie.limits import PeerByteBudget, peer_host
 
@@ -59,6 +59,7 @@ class TooManyAdds(DecodeError):
 _ADDS_TAG = 0x0A  # field 1 (adds), length-delimited: every top-level add starts with this byte
 _ADDS_FIELD = 1
 _PACKED_FIELD = 2  # AddEntriesRequest.packed: a group of adds of one ledger
+_PACKED_TAG = b"\x12"  # its tag: field 2, length-delimited
 _ENTRY_IDS_FIELD = 5  # PackedAdds.entry_ids (sfixed64): one per add of the group
 # The smallest add on the wire: a per-add one's tag and a zero length; a packed one's entry id
 # alone is 8 bytes, and an empty group (counted as one add) is 2.
@@ -86,7 +87,12 @@ class AddEntriesDecoder:
 
 def parse_add_entries(data: bytes | bytearray) -> SizedAddEntriesRequest:
     """The message plus its wire size, whatever its number of adds (tests and tools); its packed
-    groups, if any, unpacked (:func:`bookie.handlers.add_message.decoded`)."""
+    groups, if any, unpacked. A message of packed groups alone (the client's usual) is read
+    without protobuf (:func:`bookie.handlers.add_message.packed_only`)."""
+    if data[:1] == _PACKED_TAG:
+        groups = packed_only(data if type(data) is bytes else bytes(data))
+        if groups is not None:
+            return SizedAddEntriesRequest(len(data), DecodedAddEntries(MessageAdds((), groups)))
     # The stubs say bytes; upb parses any buffer, and copies what it keeps (the add port's bytearray)
     message = bookie_pb2.AddEntriesRequest.FromString(data)  # type: ignore[arg-type]
     return SizedAddEntriesRequest(len(data), decoded(message))

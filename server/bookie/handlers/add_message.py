@@ -15,10 +15,13 @@ are built later, slice by slice, by :meth:`MessageAdds.ops`.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain, islice, repeat
 from typing import NamedTuple, overload
 
+from bkmeta.serde import decode_varint
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp
 
@@ -43,32 +46,116 @@ class PackedGroup(NamedTuple):
 
 
 def unpack_group(group: bookie_pb2.PackedAdds) -> PackedGroup:
-    """The group with its bodies sliced apart by the accumulated sizes, in C-level passes; a group
-    whose counts or sizes do not match its bodies is kept, with no bodies, as refused."""
-    ledger_id = group.ledger_id
-    entry_ids = list(group.entry_ids)
-    sizes = list(group.body_sizes)
+    """The group (as protobuf parsed it) with its bodies sliced apart; see :func:`_unpacked`."""
     bodies = group.bodies
+    return _unpacked(
+        group.ledger_id, group.master_key, group.flags, group.write_flags, list(group.entry_ids),
+        list(group.body_sizes), bodies, 0, len(bodies),
+    )  # fmt: skip
+
+
+def _unpacked(
+    ledger_id: int,
+    master_key: bytes,
+    flags: int,
+    write_flags: int,
+    entry_ids: list[int],
+    sizes: list[int],
+    source: bytes,
+    start: int,
+    end: int,
+) -> PackedGroup:
+    """A group whose bodies are ``source[start:end]``, sliced apart by the accumulated sizes in
+    C-level passes; a group whose counts or sizes do not match its bodies is kept, with no
+    bodies, as refused."""
     refusal = ""
     if len(sizes) != len(entry_ids):
         refusal = f"packed adds of ledger {ledger_id}: {len(entry_ids)} entry ids but {len(sizes)} body sizes"
-    elif (total := sum(sizes)) != len(bodies):
+    elif (total := sum(sizes)) != end - start:
         refusal = (
             f"packed adds of ledger {ledger_id}: the {len(sizes)} body sizes add up to {total} bytes"
-            f" but the bodies hold {len(bodies)}"
+            f" but the bodies hold {end - start}"
         )
     pieces: list[bytes] = []
     if not refusal and entry_ids:
-        ends = list(accumulate(sizes))
-        pieces = list(map(bodies.__getitem__, map(slice, chain((0,), ends), ends)))
-    return PackedGroup(
-        ledger_id,
-        group.master_key,
-        group.flags & RECOVERY_ADD != 0,
-        group.write_flags & DEFERRED_SYNC != 0,
-        entry_ids,
-        pieces,
-        refusal,
+        ends = list(accumulate(sizes, initial=start))
+        pieces = list(map(source.__getitem__, map(slice, ends, islice(ends, 1, None))))
+    recovery, deferred_sync = flags & RECOVERY_ADD != 0, write_flags & DEFERRED_SYNC != 0
+    return PackedGroup(ledger_id, master_key, recovery, deferred_sync, entry_ids, pieces, refusal)
+
+
+# PackedAdds' field tags in field-number order (ledger_id ... bodies), as serializers write them.
+_GROUP_TAGS = {0x08: 0, 0x12: 1, 0x18: 2, 0x20: 3, 0x2A: 4, 0x32: 5, 0x3A: 6}
+_PACKED_TAG = 0x12  # AddEntriesRequest.packed: field 2, length-delimited
+_U64 = (1 << 64) - 1
+# The wire's little-endian sfixed64 and fixed32 are this machine's "q" and "I".
+_NATIVE_WIRE = sys.byteorder == "little" and array("I").itemsize == 4
+
+
+def packed_only(data: bytes) -> list[PackedGroup] | None:
+    """The groups of a message that holds nothing but packed groups, each with its fields in
+    field-number order and at most once (what the client, and protobuf's serializers, write),
+    read straight from ``data``: each body is sliced out of the message itself, without the
+    two copies of all the bodies that protobuf's parse and its ``bodies`` field would make.
+    None for any other message (it then goes through protobuf): the result is what protobuf's
+    parse gives, which the unit tests check."""
+    if not _NATIVE_WIRE:
+        return None
+    groups: list[PackedGroup] = []
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            if data[pos] != _PACKED_TAG:
+                return None
+            length, pos = decode_varint(data, pos + 1)
+            if pos + length > end:
+                return None
+            group = _group_at(data, pos, pos + length)
+            if group is None:
+                return None
+            groups.append(group)
+            pos += length
+    except ValueError:  # a truncated or overlong varint
+        return None
+    return groups
+
+
+def _group_at(data: bytes, pos: int, end: int) -> PackedGroup | None:
+    """The PackedAdds group in ``data[pos:end]``, if its fields come in field-number order."""
+    scalars = [0, 0, 0, 0]  # by field index: ledger_id, -, flags, write_flags
+    spans = [(0, 0)] * 7  # by field index: master_key, entry_ids, body_sizes, bodies
+    last = -1
+    while pos < end:
+        tag = data[pos]
+        index = _GROUP_TAGS.get(tag, -1)
+        if index <= last:
+            return None
+        last = index
+        value, pos = decode_varint(data, pos + 1)
+        if tag & 7 == 2:
+            if pos + value > end:
+                return None
+            spans[index] = (pos, pos + value)
+            pos += value
+        else:
+            scalars[index] = value & _U64
+    (key_start, key_end), (ids_start, ids_end), (sizes_start, sizes_end), (start, stop) = (
+        spans[1], spans[4], spans[5], spans[6]
+    )
+    if pos != end or (ids_end - ids_start) % 8 or (sizes_end - sizes_start) % 4:
+        return None  # not whole ids or sizes: protobuf refuses the message
+    ledger_id = scalars[0]
+    view = memoryview(data)
+    return _unpacked(
+        ledger_id - (1 << 64) if ledger_id >> 63 else ledger_id,
+        data[key_start:key_end],
+        scalars[2] & 0xFFFFFFFF,
+        scalars[3] & 0xFFFFFFFF,
+        view[ids_start:ids_end].cast("q").tolist(),
+        view[sizes_start:sizes_end].cast("I").tolist(),
+        data,
+        start,
+        stop,
     )
 
 

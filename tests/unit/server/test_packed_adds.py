@@ -18,7 +18,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.bookie import Bookie
 from bookie.handlers.add_batch import AddBatchProcessor
 from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, _count_adds, parse_add_entries
-from bookie.handlers.add_message import MessageAdds, request_ops
+from bookie.handlers.add_message import MessageAdds, packed_only, request_ops, unpack_group
 from bookie.handlers.common import HandlerLimits
 from bookie.security import refused_add_response
 from bookie.stats import RequestStats
@@ -246,3 +246,73 @@ def test_a_refused_caller_gets_eua_for_every_add_packed_or_not_in_answer_order()
         assert [(r.status, r.ledger_id, r.entry_id, r.message) for r in response.results] == [
             (bookie_pb2.EUA, ledger_id, entry_id, "not allowed") for ledger_id, entry_id in order
         ]
+
+
+# ---- reading packed groups without protobuf ----------------------------------------------------------
+
+
+@given(
+    groups=st.lists(
+        st.tuples(
+            st.integers(-(2**63), 2**63 - 1),
+            st.binary(max_size=24),
+            st.integers(0, 2**32 - 1),
+            st.integers(0, 2**32 - 1),
+            st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.binary(max_size=20)), max_size=6),
+            st.integers(-2, 2),  # bytes added to or cut from the bodies: a malformed group
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_message_of_packed_groups_is_read_as_protobuf_reads_it(
+    groups: list[tuple[int, bytes, int, int, list[tuple[int, bytes]], int]],
+) -> None:
+    request = bookie_pb2.AddEntriesRequest()
+    for ledger_id, key, flags, write_flags, adds, skew in groups:
+        bodies = b"".join(b for _, b in adds)
+        bodies = bodies + b"x" * skew if skew >= 0 else bodies[:skew]
+        request.packed.add(
+            ledger_id=ledger_id, master_key=key, flags=flags, write_flags=write_flags,
+            entry_ids=[e for e, _ in adds], body_sizes=[len(b) for _, b in adds], bodies=bodies,
+        )
+    data = request.SerializeToString()
+    read = packed_only(data)
+    assert read is not None  # serializers write fields in order: the fast path takes it
+    assert read == [unpack_group(group) for group in bookie_pb2.AddEntriesRequest.FromString(data).packed]
+
+
+VALID = bookie_pb2.AddEntriesRequest(packed=[
+    bookie_pb2.PackedAdds(
+        ledger_id=300, master_key=KEY, flags=1, entry_ids=[1, 2], body_sizes=[3, 2], bodies=b"abcde"
+    ),
+    bookie_pb2.PackedAdds(ledger_id=-5, entry_ids=[2**40], body_sizes=[0]),
+]).SerializeToString()
+
+
+@settings(max_examples=600)
+@given(
+    data=st.one_of(
+        st.binary(max_size=80),
+        st.binary(max_size=60).map(lambda b: b"\x12" + b),
+        st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255), st.integers(1, len(VALID))).map(
+            lambda c: (VALID[: c[0]] + bytes([c[1]]) + VALID[c[0] + 1 :])[: c[2]]  # one byte changed, cut
+        ),
+    )
+)
+def test_any_bytes_the_fast_read_takes_protobuf_parses_alike(data: bytes) -> None:
+    read = packed_only(data)
+    if read is not None:
+        message = bookie_pb2.AddEntriesRequest.FromString(data)
+        assert not message.adds
+        assert read == [unpack_group(group) for group in message.packed]
+
+
+def test_a_message_the_fast_read_does_not_take_goes_through_protobuf() -> None:
+    group = bookie_pb2.PackedAdds(ledger_id=1, master_key=KEY, entry_ids=[3], body_sizes=[4], bodies=b"body")
+    out_of_order = group.SerializeToString()
+    out_of_order = out_of_order[2:] + out_of_order[:2]  # the ledger id field moved to the end
+    data = b"\x12" + bytes([len(out_of_order)]) + out_of_order
+    assert packed_only(data) is None
+    (op,), refused = parse_add_entries(data).request.adds.ops()
+    assert (op.ledger_id, op.entry_id, op.master_key, op.body, refused) == (1, 3, KEY, b"body", {})
