@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from itertools import groupby
 from operator import attrgetter, itemgetter
 
 from bkproto.v1 import bookie_pb2
@@ -215,15 +216,30 @@ class AddBatchProcessor:
 def _all_ok_in_a_row(
     response: bookie_pb2.AddEntriesResponse, ops: list[AddOp], outcomes: list[AddResult]
 ) -> bool:
-    """Answer the usual batch, entries of one ledger in ascending order all EOK, per batch
-    (:func:`append_all_ok`); False, having answered nothing, for any other."""
+    """Answer the usual batch, all EOK and each ledger's entries in ascending order (entries of
+    one ledger, or a packed group per ledger), per run of one ledger (:func:`append_all_ok`);
+    False, having answered nothing, for any other."""
     if not ops or any(map(_STATUS, outcomes)):  # EOK is 0
         return False
     ledger_id = ops[0][0]
     entry_ids = list(map(_ENTRY_ID, ops))
-    if list(map(_LEDGER_ID, ops)).count(ledger_id) != len(ops) or entry_ids != sorted(entry_ids):
-        return False
-    append_all_ok(response, ledger_id, entry_ids)
+    ledger_ids = list(map(_LEDGER_ID, ops))
+    if ledger_ids.count(ledger_id) == len(ops):
+        if entry_ids != sorted(entry_ids):
+            return False
+        append_all_ok(response, ledger_id, entry_ids)
+        return True
+    runs: list[tuple[int, list[int]]] = []
+    start = 0
+    for run_ledger, run in groupby(ledger_ids):
+        end = start + sum(1 for _ in run)
+        run_ids = entry_ids[start:end]
+        if run_ids != sorted(run_ids):
+            return False
+        runs.append((run_ledger, run_ids))
+        start = end
+    for run_ledger, run_ids in runs:
+        append_all_ok(response, run_ledger, run_ids)
     return True
 
 

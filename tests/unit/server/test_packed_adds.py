@@ -6,6 +6,8 @@ counts packed adds against ``maxAddsPerMessage``; the add port's refusal answers
 from __future__ import annotations
 
 import asyncio
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
 
 import pytest
@@ -15,8 +17,9 @@ from prometheus_client import CollectorRegistry
 from tests.support.storage_helpers import KEY, OTHER_KEY, InMemoryHost, add_all, add_op, body
 
 from bkproto.v1 import bookie_pb2
+from bookie.api import AddOp, AddResult
 from bookie.bookie import Bookie
-from bookie.handlers.add_batch import AddBatchProcessor
+from bookie.handlers.add_batch import AddBatchProcessor, _all_ok_in_a_row
 from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, _count_adds, parse_add_entries
 from bookie.handlers.add_message import MessageAdds, packed_only, request_ops, unpack_group
 from bookie.handlers.common import HandlerLimits
@@ -316,3 +319,33 @@ def test_a_message_the_fast_read_does_not_take_goes_through_protobuf() -> None:
     assert packed_only(data) is None
     (op,), refused = parse_add_entries(data).request.adds.ops()
     assert (op.ledger_id, op.entry_id, op.master_key, op.body, refused) == (1, 3, KEY, b"body", {})
+
+
+# ---- the all-EOK answer of several ledgers ------------------------------------------------------
+
+
+@given(
+    runs=st.lists(
+        st.tuples(st.integers(0, 2**40), st.lists(st.integers(0, 2**40), min_size=1, max_size=30)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_an_all_ok_answer_of_several_ledgers_is_the_answer_built_result_by_result(
+    runs: list[tuple[int, list[int]]],
+) -> None:
+    """Built per run of one ledger when each run's ids ascend; otherwise nothing is answered."""
+    ops = [AddOp(ledger_id, entry_id, KEY, b"") for ledger_id, ids in runs for entry_id in sorted(ids)]
+    if len(runs) > 1 and runs[0][1]:
+        ops.append(ops[0])  # the first ledger again, with an id lower than its run's last or equal
+    outcomes = [AddResult(bookie_pb2.EOK)] * len(ops)
+    built, expected = bookie_pb2.AddEntriesResponse(), bookie_pb2.AddEntriesResponse()
+    for op in ops:
+        expected.results.add(ledger_id=op.ledger_id, entry_id=op.entry_id)
+    runs_of_ops = [[op.entry_id for op in run] for _, run in groupby(ops, key=attrgetter("ledger_id"))]
+    ascending = all(ids == sorted(ids) for ids in runs_of_ops)
+    assert _all_ok_in_a_row(built, ops, outcomes) == ascending
+    if ascending:
+        assert built.SerializeToString() == expected.SerializeToString()
+    else:
+        assert not built.results
