@@ -8,9 +8,10 @@ passes. :class:`MessageAdds` presents both as one sequence of adds, in the order
 gives them (every ``adds`` element, then each group's adds), so the batch processor slices and
 answers a message the same way whatever its form.
 
-A group is unpacked when the message is decoded (:func:`unpack_group`), so the protobuf message,
-and its copy of the bodies, can go as soon as the per-add ``adds`` are not needed; its ``AddOp``\\ s
-are built later, slice by slice, by :meth:`MessageAdds.ops`.
+A group is unpacked when the message is decoded: a message of groups alone straight from its
+bytes (:func:`packed_only`, each body sliced out of the message), any other through protobuf
+(:func:`decoded`, :func:`unpack_group`; the protobuf message is kept only for its per-add
+``adds``). Its ``AddOp``\\ s are built later, slice by slice, by :meth:`MessageAdds.ops`.
 """
 
 from __future__ import annotations
