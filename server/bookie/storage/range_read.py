@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import Protocol
+from itertools import accumulate
+from typing import Protocol, cast
 
 from .config import StorageConfig
 from .read_cache import ReadCache
 from .read_pool import ReadPool
+from .run_read import EntryRun
 from .stats import StorageStats
 from .write_cache import WriteCache
 
-RunReader = Callable[[int, int, int, int], list[tuple[int, bytes]]]
+RunReader = Callable[[int, int, int, int], EntryRun]
 
 
 class _Run:
@@ -71,13 +74,14 @@ class RecentRuns:
         self._runs.append(run)
         return run
 
-    def finish(self, run: _Run, entries: dict[int, bytes] | None) -> None:
-        """The run's entries (None: its read failed, and it is forgotten); its waiters go on."""
+    def finish(self, run: _Run, entries: dict[int, bytes] | None, nbytes: int = 0) -> None:
+        """The run's entries and their bytes (None: its read failed, and it is forgotten); its
+        waiters go on."""
         if entries is None:
             self._forget(run)
         else:
             run.entries = entries
-            run.nbytes = sum(map(len, entries.values()))
+            run.nbytes = nbytes
             self.size += run.nbytes
             while self.size > self.max_bytes and len(self._runs) > 1:
                 self._forget(self._runs[0])
@@ -127,29 +131,36 @@ async def read_range(
     entry_id = first
     try:
         while len(out) < max_count:
-            body = fetched.get(entry_id)
-            if body is None:
-                body = write_cache.get(ledger_id, entry_id)
+            if entry_id in fetched:  # the rest of a run, in one slice as far as it goes
+                left = max_count - len(out)
+                taken = take_from_run(fetched, entry_id, stride, left, size, max_bytes, not out)
+                out += taken
+                size += sum(map(len, taken))
+                entry_id += stride * len(taken)
+                if entry_id in fetched:
+                    break  # stopped at the byte limit
+                continue
+            body = write_cache.get(ledger_id, entry_id)
+            if body is not None:
+                cache_hits += 1
+            else:
+                body = read_cache.get(ledger_id, entry_id)
                 if body is not None:
-                    cache_hits += 1
+                    ahead_hits += 1
                 else:
-                    body = read_cache.get(ledger_id, entry_id)
-                    if body is not None:
+                    found = await _recent_run(source.recent_runs, ledger_id, entry_id)
+                    if found is not None:
                         ahead_hits += 1
                     else:
-                        found = await _recent_run(source.recent_runs, ledger_id, entry_id)
-                        if found is not None:
-                            ahead_hits += 1
-                        else:
-                            misses += 1
-                            found = await _read_run(
-                                source, ledger_id, entry_id, max_count - len(out), max_bytes - size, stride
-                            )
-                        fetched = found
-                        body = fetched.get(entry_id)
-                        if body is None:
-                            missing = True
-                            break
+                        misses += 1
+                        found = await _read_run(
+                            source, ledger_id, entry_id, max_count - len(out), max_bytes - size, stride
+                        )
+                    fetched = found
+                    if entry_id not in fetched:
+                        missing = True
+                        break
+                    continue
             if out and size + len(body) > max_bytes:
                 break
             out.append(body)
@@ -170,6 +181,24 @@ async def read_range(
         if missing:
             stats.read_entry.observe(elapsed_ms, success=False)
     return out
+
+
+def take_from_run(
+    run: dict[int, bytes], entry_id: int, stride: int, count: int, size: int, max_bytes: int, first: bool
+) -> list[bytes]:
+    """Bodies ``entry_id``, ``entry_id + stride``, ... from a run, up to ``count``, the first one
+    it lacks, or the one that would take the answer past ``max_bytes`` (``size`` so far; the
+    answer's ``first`` entry whatever its size): what the per-entry loop would take, in C-level
+    passes."""
+    count = min(count, len(run))
+    found = list(map(run.get, range(entry_id, entry_id + stride * count, stride)))
+    if None in found:
+        del found[found.index(None) :]
+    bodies = cast(list[bytes], found)  # the Nones are cut off
+    # sizes[k]: the answer's bytes with the first k bodies; body k fits if sizes[k + 1] fits
+    sizes = list(accumulate(map(len, bodies), initial=size))
+    fitting = bisect_right(sizes, max_bytes) - 1
+    return bodies[: max(fitting, 1 if first else 0)]
 
 
 async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> dict[int, bytes] | None:
@@ -193,11 +222,16 @@ async def _read_run(
     count = max((wanted - 1) * stride + 1, 1 + source.config.read_ahead_batch_size)
     budget = max(1, min(runs.max_bytes // 4, wanted_bytes * stride))
     run = runs.start(ledger_id, entry_id, entry_id + count)
-    entries: dict[int, bytes] | None = None
+    read = source.run_reader(ledger_id)
+
+    def read_run() -> tuple[dict[int, bytes], int]:
+        # the lookup table built on the read thread too: the loop only slices it
+        got = read(ledger_id, entry_id, count, budget)
+        return got.by_id(), got.nbytes
+
+    finished: tuple[dict[int, bytes], int] | None = None
     try:
-        entries = dict(
-            await source.read_pool.run(source.run_reader(ledger_id), ledger_id, entry_id, count, budget)
-        )
+        finished = await source.read_pool.run(read_run)
     finally:
-        runs.finish(run, entries)
-    return entries
+        runs.finish(run, *(finished or (None, 0)))
+    return finished[0]
