@@ -11,18 +11,17 @@ the neighbouring residue of a striped ledger as well, and its reader asks for it
 Runs are kept in :class:`RecentRuns`, not entry by entry in the read-ahead cache: a range read
 that misses the caches looks there first, and waits for a run still being read that will hold
 its entry rather than reading the same entries again. A run is found once per miss, where the
-read-ahead cache costs a put and an eviction per entry.
+read-ahead cache costs a put and an eviction per entry, and the range takes what it needs of a run
+in one slice (:meth:`EntryRun.take`), not entry by entry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Collection
-from itertools import accumulate
-from typing import Protocol, cast
+from typing import Protocol
 
 from .config import StorageConfig
 from .read_cache import ReadCache
@@ -32,6 +31,7 @@ from .stats import StorageStats
 from .write_cache import WriteCache
 
 RunReader = Callable[[int, int, int, int], EntryRun]
+_NOTHING_READ = EntryRun([], [], 0)
 
 
 class _Run:
@@ -43,8 +43,8 @@ class _Run:
         self.ledger_id = ledger_id
         self.first = first
         self.span_end = span_end  # ids below it are in the run if the ledger holds them
-        self.done: asyncio.Future[dict[int, bytes] | None] = asyncio.get_running_loop().create_future()
-        self.entries: dict[int, bytes] | None = None
+        self.done: asyncio.Future[EntryRun | None] = asyncio.get_running_loop().create_future()
+        self.entries: EntryRun | None = None
         self.nbytes = 0
 
 
@@ -74,14 +74,13 @@ class RecentRuns:
         self._runs.append(run)
         return run
 
-    def finish(self, run: _Run, entries: dict[int, bytes] | None, nbytes: int = 0) -> None:
-        """The run's entries and their bytes (None: its read failed, and it is forgotten); its
-        waiters go on."""
+    def finish(self, run: _Run, entries: EntryRun | None) -> None:
+        """The run's entries (None: its read failed, and it is forgotten); its waiters go on."""
         if entries is None:
             self._forget(run)
         else:
             run.entries = entries
-            run.nbytes = nbytes
+            run.nbytes = entries.nbytes
             self.size += run.nbytes
             while self.size > self.max_bytes and len(self._runs) > 1:
                 self._forget(self._runs[0])
@@ -126,14 +125,14 @@ async def read_range(
     out: list[bytes] = []
     size = 0
     cache_hits = ahead_hits = misses = 0
-    fetched: dict[int, bytes] = {}  # what this call's entry-log runs read
+    fetched = _NOTHING_READ  # the entry-log run this call reads from
     missing = False  # stopped at an entry not stored here
     entry_id = first
     try:
         while len(out) < max_count:
             if entry_id in fetched:  # the rest of a run, in one slice as far as it goes
                 left = max_count - len(out)
-                taken = take_from_run(fetched, entry_id, stride, left, size, max_bytes, not out)
+                taken = fetched.take(entry_id, stride, left, size, max_bytes, not out)
                 out += taken
                 size += sum(map(len, taken))
                 entry_id += stride * len(taken)
@@ -183,25 +182,7 @@ async def read_range(
     return out
 
 
-def take_from_run(
-    run: dict[int, bytes], entry_id: int, stride: int, count: int, size: int, max_bytes: int, first: bool
-) -> list[bytes]:
-    """Bodies ``entry_id``, ``entry_id + stride``, ... from a run, up to ``count``, the first one
-    it lacks, or the one that would take the answer past ``max_bytes`` (``size`` so far; the
-    answer's ``first`` entry whatever its size): what the per-entry loop would take, in C-level
-    passes."""
-    count = min(count, len(run))
-    found = list(map(run.get, range(entry_id, entry_id + stride * count, stride)))
-    if None in found:
-        del found[found.index(None) :]
-    bodies = cast(list[bytes], found)  # the Nones are cut off
-    # sizes[k]: the answer's bytes with the first k bodies; body k fits if sizes[k + 1] fits
-    sizes = list(accumulate(map(len, bodies), initial=size))
-    fitting = bisect_right(sizes, max_bytes) - 1
-    return bodies[: max(fitting, 1 if first else 0)]
-
-
-async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> dict[int, bytes] | None:
+async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> EntryRun | None:
     """The entries of a recent run holding ``entry_id``, waiting for one being read."""
     run = runs.find(ledger_id, entry_id)
     if run is None:
@@ -213,7 +194,7 @@ async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> dict[i
 
 async def _read_run(
     source: RangeSource, ledger_id: int, entry_id: int, wanted: int, wanted_bytes: int, stride: int
-) -> dict[int, bytes]:
+) -> EntryRun:
     """The entries from ``entry_id`` on, read from the entry logs in one call on the read pool:
     enough to cover ``wanted`` entries ``stride`` apart (at least a read-ahead batch) and about
     ``wanted_bytes`` of them, and no more than a quarter of the recent runs' bound. Others
@@ -222,16 +203,9 @@ async def _read_run(
     count = max((wanted - 1) * stride + 1, 1 + source.config.read_ahead_batch_size)
     budget = max(1, min(runs.max_bytes // 4, wanted_bytes * stride))
     run = runs.start(ledger_id, entry_id, entry_id + count)
-    read = source.run_reader(ledger_id)
-
-    def read_run() -> tuple[dict[int, bytes], int]:
-        # the lookup table built on the read thread too: the loop only slices it
-        got = read(ledger_id, entry_id, count, budget)
-        return got.by_id(), got.nbytes
-
-    finished: tuple[dict[int, bytes], int] | None = None
+    entries: EntryRun | None = None
     try:
-        finished = await source.read_pool.run(read_run)
+        entries = await source.read_pool.run(source.run_reader(ledger_id), ledger_id, entry_id, count, budget)
     finally:
-        runs.finish(run, *(finished or (None, 0)))
-    return finished[0]
+        runs.finish(run, entries)
+    return entries

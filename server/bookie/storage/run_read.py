@@ -14,10 +14,11 @@ first bad record and reports it as it always did: a damaged entry asked for rais
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from itertools import accumulate, repeat
 from operator import add, and_, eq, sub
+from typing import cast
 
 import crc32c
 
@@ -29,14 +30,18 @@ _SIZE_FIELD_COUNTS = RECORD_HEADER_SIZE - 4  # a record's size field counts what
 
 class EntryRun:
     """Entries of one ledger read together: ascending ids, their bodies, and the bodies' bytes.
-    Iterates as ``(entry id, body)`` pairs."""
+    Iterates as ``(entry id, body)`` pairs. Usually the ids follow each other (a ledger whose
+    bookies hold every entry): then an entry's body is found by its offset from the first id, and
+    a range's bodies are one slice; otherwise through a table made on first use."""
 
-    __slots__ = ("bodies", "ids", "nbytes")
+    __slots__ = ("_by_id", "bodies", "consecutive", "ids", "nbytes")
 
     def __init__(self, ids: list[int], bodies: list[bytes], nbytes: int) -> None:
         self.ids = ids
         self.bodies = bodies
         self.nbytes = nbytes
+        self.consecutive = not ids or ids[-1] - ids[0] == len(ids) - 1
+        self._by_id: dict[int, bytes] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -44,8 +49,36 @@ class EntryRun:
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         return zip(self.ids, self.bodies, strict=True)
 
+    def __contains__(self, entry_id: int) -> bool:
+        if self.consecutive:
+            return bool(self.ids) and self.ids[0] <= entry_id <= self.ids[-1]
+        return entry_id in self.by_id()
+
     def by_id(self) -> dict[int, bytes]:
-        return dict(zip(self.ids, self.bodies, strict=True))
+        if self._by_id is None:
+            self._by_id = dict(zip(self.ids, self.bodies, strict=True))
+        return self._by_id
+
+    def take(
+        self, entry_id: int, stride: int, count: int, size: int, max_bytes: int, first: bool
+    ) -> list[bytes]:
+        """Bodies ``entry_id``, ``entry_id + stride``, ... up to ``count``, the first the run
+        lacks, or the one that would take an answer of ``size`` bytes so far past ``max_bytes``
+        (the answer's ``first`` entry whatever its size): what a range read's loop would take
+        entry by entry, in C-level passes."""
+        count = min(count, len(self.ids))
+        if self.consecutive:
+            at = entry_id - self.ids[0] if self.ids else 0
+            bodies = self.bodies[at : at + stride * count : stride] if at >= 0 else []
+        else:
+            found = list(map(self.by_id().get, range(entry_id, entry_id + stride * count, stride)))
+            if None in found:
+                del found[found.index(None) :]
+            bodies = cast(list[bytes], found)  # the Nones are cut off
+        # sizes[k]: the answer's bytes with the first k bodies; body k fits if sizes[k + 1] does
+        sizes = list(accumulate(map(len, bodies), initial=size))
+        fitting = bisect_right(sizes, max_bytes) - 1
+        return bodies[: max(fitting, 1 if first else 0)]
 
 
 def read_entry_run(

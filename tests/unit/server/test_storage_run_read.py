@@ -18,8 +18,7 @@ from tests.support.entry_runs import read_run_one_by_one, take_one_by_one
 from bookie.storage.entry_logger import LOCATION, RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger, log_name
 from bookie.storage.indexes import EntryLocationIndex
 from bookie.storage.kv import MemoryKeyValueStorage
-from bookie.storage.range_read import take_from_run
-from bookie.storage.run_read import read_entry_run
+from bookie.storage.run_read import EntryRun, read_entry_run
 
 LEDGER = 5
 OTHER = 6
@@ -117,17 +116,27 @@ def test_a_damaged_entry_asked_for_is_refused_and_read_ahead_stops_before_one(tm
 
 @settings(max_examples=300, deadline=None)
 @given(
-    held=st.dictionaries(st.integers(0, 60), st.integers(0, 50), max_size=40),
-    entry_id=st.integers(0, 60),
+    held=st.one_of(
+        st.dictionaries(st.integers(0, 60), st.integers(0, 50), min_size=1, max_size=40),  # ids with gaps
+        st.tuples(st.integers(0, 30), st.lists(st.integers(0, 50), min_size=1, max_size=40)).map(
+            lambda run: {run[0] + k: n for k, n in enumerate(run[1])}  # ids one after the other
+        ),
+    ),
+    start_at=st.integers(0, 60),
     stride=st.integers(1, 4),
     count=st.integers(1, 30),
-    size=st.integers(0, 300),
-    max_bytes=st.integers(1, 600),
+    size=st.integers(0, 100),
+    max_bytes=st.integers(1, 2000),
     first=st.booleans(),
 )
 def test_a_range_takes_from_a_run_what_it_took_entry_by_entry(
-    held: dict[int, int], entry_id: int, stride: int, count: int, size: int, max_bytes: int, first: bool
+    held: dict[int, int], start_at: int, stride: int, count: int, size: int, max_bytes: int, first: bool
 ) -> None:
-    run = {e: bytes([e % 256]) * n for e, n in held.items()}
-    expected = take_one_by_one(run, entry_id, stride, count, size, max_bytes, first)
-    assert take_from_run(run, entry_id, stride, count, size, max_bytes, first) == expected
+    bodies = {e: bytes([e % 256]) * n for e, n in held.items()}
+    ids = sorted(bodies)
+    entry_id = ids[start_at % len(ids)] + start_at % 2 if ids else start_at  # held, or the one after
+    run = EntryRun(ids, [bodies[e] for e in ids], sum(held.values()))
+    assert (entry_id in run) == (entry_id in bodies)
+    expected = take_one_by_one(bodies, entry_id, stride, count, size, max_bytes, first)
+    taken = run.take(entry_id, stride, count, size, max_bytes, first) if entry_id in run else []
+    assert taken == expected
