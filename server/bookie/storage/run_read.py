@@ -30,9 +30,14 @@ _SIZE_FIELD_COUNTS = RECORD_HEADER_SIZE - 4  # a record's size field counts what
 
 class EntryRun:
     """Entries of one ledger read together: ascending ids, their bodies, and the bodies' bytes.
-    Iterates as ``(entry id, body)`` pairs. Usually the ids follow each other (a ledger whose
-    bookies hold every entry): then an entry's body is found by its offset from the first id, and
-    a range's bodies are one slice; otherwise through a table made on first use."""
+    Iterates as ``(entry id, body)`` pairs.
+
+    A range takes every ``stride``-th id from a run, and the ids it holds fall at evenly spaced
+    positions: one after the other for a ledger whose bookies hold every entry, every other one
+    for a striped ledger's bookie (E3 Qw2 holds two residues of three, its reader asks for one
+    residue at a stride of 3). So a range's bodies are one slice of the run, checked by comparing
+    the ids at those positions with the ids wanted; only a run with holes (an entry missing here)
+    goes through a table of its ids, made on first use."""
 
     __slots__ = ("_by_id", "bodies", "consecutive", "ids", "nbytes")
 
@@ -50,9 +55,11 @@ class EntryRun:
         return zip(self.ids, self.bodies, strict=True)
 
     def __contains__(self, entry_id: int) -> bool:
+        ids = self.ids
         if self.consecutive:
-            return bool(self.ids) and self.ids[0] <= entry_id <= self.ids[-1]
-        return entry_id in self.by_id()
+            return bool(ids) and ids[0] <= entry_id <= ids[-1]
+        at = bisect_left(ids, entry_id)
+        return at < len(ids) and ids[at] == entry_id
 
     def by_id(self) -> dict[int, bytes]:
         if self._by_id is None:
@@ -62,23 +69,31 @@ class EntryRun:
     def take(
         self, entry_id: int, stride: int, count: int, size: int, max_bytes: int, first: bool
     ) -> list[bytes]:
-        """Bodies ``entry_id``, ``entry_id + stride``, ... up to ``count``, the first the run
-        lacks, or the one that would take an answer of ``size`` bytes so far past ``max_bytes``
-        (the answer's ``first`` entry whatever its size): what a range read's loop would take
-        entry by entry, in C-level passes."""
-        count = min(count, len(self.ids))
-        if self.consecutive:
-            at = entry_id - self.ids[0] if self.ids else 0
-            bodies = self.bodies[at : at + stride * count : stride] if at >= 0 else []
-        else:
-            found = list(map(self.by_id().get, range(entry_id, entry_id + stride * count, stride)))
-            if None in found:
-                del found[found.index(None) :]
-            bodies = cast(list[bytes], found)  # the Nones are cut off
+        """Bodies ``entry_id``, ``entry_id + stride``, ... (``entry_id`` held here) up to
+        ``count``, the first the run lacks, or the one that would take an answer of ``size``
+        bytes so far past ``max_bytes`` (the answer's ``first`` entry whatever its size): what a
+        range read's loop would take entry by entry, in C-level passes."""
+        bodies = self._spaced(entry_id, stride, min(count, len(self.ids)))
         # sizes[k]: the answer's bytes with the first k bodies; body k fits if sizes[k + 1] does
         sizes = list(accumulate(map(len, bodies), initial=size))
         fitting = bisect_right(sizes, max_bytes) - 1
         return bodies[: max(fitting, 1 if first else 0)]
+
+    def _spaced(self, entry_id: int, stride: int, count: int) -> list[bytes]:
+        """Up to ``count`` bodies ``stride`` ids apart from ``entry_id``, up to the first the run
+        lacks."""
+        ids = self.ids
+        at = entry_id - ids[0] if self.consecutive else bisect_left(ids, entry_id)
+        if self.consecutive:
+            return self.bodies[at : at + stride * count : stride]
+        step = max(1, bisect_left(ids, entry_id + stride, at) - at)  # positions per stride
+        picked = ids[at : at + step * count : step]
+        if picked == list(range(entry_id, entry_id + stride * len(picked), stride)):
+            return self.bodies[at : at + step * count : step]
+        found = list(map(self.by_id().get, range(entry_id, entry_id + stride * count, stride)))
+        if None in found:
+            del found[found.index(None) :]
+        return cast(list[bytes], found)  # the Nones are cut off
 
 
 def read_entry_run(
