@@ -1,6 +1,11 @@
 """The add path of one bookie connection: requests serialized without protobuf objects, and the
 coalescing AddEntries stream that carries them.
 
+A write handle queues its entries as their bodies; a message packs the bodies of one ledger into
+one ``PackedAdds`` group (entry ids, sizes, the bodies joined: the bookie reads a handful of fields
+per group instead of six per add). A lone add, and adds given already serialized (recovery adds,
+tools), travel as ``adds`` elements.
+
 A Python gRPC message costs hundreds of microseconds of CPU while an entry's own work costs a few,
 so every add queued while the previous stream message was being written goes into the next message
 (natural batching: the busier the connection, the bigger the batches). How many messages may wait
@@ -29,13 +34,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import sys
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 
-from bkproto.entry_format import HEADER, HEADER_SIZE
+from bkproto.entry_format import HEADER
 from bkproto.errors import (
     BKError,
     BookieUnavailableError,
@@ -57,91 +64,81 @@ log = logging.getLogger(__name__)
 
 EOK = bookie_pb2.EOK
 
-class AddRequestEncoder:
-    """Wire bytes of ``AddEntriesRequest.adds`` elements for one ledger, without protobuf objects.
+# The packed group's fixed-width arrays, little-endian on the wire (sfixed64 ids, fixed32 sizes).
+_IDS_TYPE = "q"
+_SIZES_TYPE = next(code for code in "IL" if array(code).itemsize == 4)
+_SWAP = sys.byteorder == "big"
 
-    An entry's AddRequest is identical for all Qw bookies, so it is serialized once and the same
-    bytes join each bookie's next stream message (a repeated field is just its elements
-    concatenated). Building protobuf messages per add and per bookie cost more CPU than
-    everything else a client does for an entry. The bytes equal ``SerializeToString`` of the
+
+class AddRequestEncoder:
+    """Wire bytes of ``AddEntriesRequest`` adds of one ledger, without protobuf objects: one add
+    as an ``adds`` element (:meth:`encode`), or adds given as their bodies as one ``packed`` group
+    (:meth:`pack`).
+
+    A repeated field is just its elements concatenated, so a stream message is the elements (or
+    groups) of its adds joined. Building protobuf messages per add and per bookie cost more CPU
+    than everything else a client does for an entry. The bytes equal ``SerializeToString`` of the
     message (proto3: zero-valued fields omitted), which the unit tests check."""
 
-    __slots__ = ("_key", "_ledger")
+    __slots__ = ("_group_fields", "_key", "_ledger")
 
     def __init__(self, ledger_id: int, master_key: bytes) -> None:
         self._ledger = b"\x08" + varint(ledger_id) if ledger_id else b""
         self._key = b"\x1a" + varint(len(master_key)) + master_key if master_key else b""
+        # PackedAdds' ledger id (field 1) and master key (field 2); flags stay 0, so absent.
+        self._group_fields = self._ledger + (b"\x12" + self._key[1:] if master_key else b"")
 
     def encode(self, entry_id: int, body: bytes, recovery: bool = False) -> bytes:
         """``adds`` field 1 framing (tag, length) + the AddRequest message."""
-        return self.encode_split(entry_id, b"", b"", body, recovery)
-
-    def encode_split(
-        self, entry_id: int, header: bytes, digest: bytes, payload: bytes, recovery: bool = False
-    ) -> bytes:
-        """:meth:`encode` of the body ``header || digest || payload``, given in its parts so the
-        payload is copied once, straight into the result (building the body, then the message,
-        then its framing, copied it three times per entry)."""
-        size = len(header) + len(digest) + len(payload)
+        size = len(body)
         fields = (self._ledger + b"\x10" + varint(entry_id)) if entry_id else self._ledger
         fields += self._key
         if size:
             fields += b"\x22" + varint(size)
         flags = b"\x28\x01" if recovery else b""  # flags = RECOVERY_ADD
-        length = varint(len(fields) + size + len(flags))
-        return b"".join((b"\x0a", length, fields, header, digest, payload, flags))
+        return b"".join((b"\x0a", varint(len(fields) + size + len(flags)), fields, body, flags))
+
+    def pack(self, entry_ids: Sequence[int], bodies: Sequence[bytes]) -> bytes:
+        """``packed`` field 2 framing + the PackedAdds group of entries ``entry_ids`` with bodies
+        ``bodies`` (at least one; no flags). The ids and sizes are packed in C (``array``) and the
+        bodies copied once, straight into the result."""
+        count = len(entry_ids)
+        ids = array(_IDS_TYPE, entry_ids)
+        sizes = array(_SIZES_TYPE, map(len, bodies))
+        if _SWAP:
+            ids.byteswap()
+            sizes.byteswap()
+        total = sum(sizes)
+        head = b"".join((
+            self._group_fields,
+            b"\x2a", varint(8 * count), ids,  # entry_ids, field 5, packed
+            b"\x32", varint(4 * count), sizes,  # body_sizes, field 6, packed
+            b"\x3a" + varint(total) if total else b"",  # bodies, field 7
+        ))
+        parts = [b"\x12", varint(len(head) + total), head]
+        parts += bodies
+        return b"".join(parts)
 
 
 class LedgerAddRequestEncoder(AddRequestEncoder):
-    """:class:`AddRequestEncoder` of a write handle's entries, the entry body included: the
-    header packed, digested and framed in one call, the payload copied once. The framing that
-    depends only on the payload's size is kept from the previous entry (a writer's entries are
-    often all one size). The bytes equal ``encode(entry_id, digest.encode_entry(...))``, which
-    the unit tests check."""
+    """:class:`AddRequestEncoder` of a write handle's entries, which also builds each entry's
+    body: the header packed and digested, and the payload copied once. The body is the one
+    thing an entry's copies to its Qw bookies share; each bookie's stream message then joins
+    the bodies of its adds into a packed group (or frames a lone one as an ``adds`` element)."""
 
-    __slots__ = (
-        "_body_overhead",
-        "_digest",
-        "_header",
-        "_ledger_id",
-        "_ledger_tag",
-        "_prefixes",
-        "_size",
-        "_size_fields",
-    )
+    __slots__ = ("_digest", "_header", "_ledger_id")
 
     def __init__(self, ledger_id: int, digest: DigestManager) -> None:
         super().__init__(ledger_id, digest.master_key)
         self._ledger_id = ledger_id
-        self._ledger_tag = self._ledger + b"\x10"  # the ledger id field, then the entry id's tag
         self._header = HEADER.pack
         self._digest = digest.digest_function
-        self._body_overhead = HEADER_SIZE + digest.digest_size
-        self._size = -1
-        self._size_fields = b""
-        # The element's tag and length by the length of the entry id's varint (at one body size,
-        # the element's fields differ only by it).
-        self._prefixes: dict[int, bytes] = {}
 
-    def encode_entry(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
-        """The AddRequest element of entry ``entry_id`` (``lac``: the LAC it carries; ``length``:
-        the ledger's length including it). The parts are joined once: no intermediate bytes."""
+    def encode_body(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
+        """The body of entry ``entry_id`` (``lac``: the LAC it carries; ``length``: the ledger's
+        length including it): header || digest || payload, as ``DigestManager.encode_entry``."""
         header = self._header(self._ledger_id, entry_id, lac, length)
-        digest = self._digest(header, payload)
-        size = self._body_overhead + len(payload)
-        if size != self._size:
-            self._size = size
-            self._size_fields = self._key + b"\x22" + varint(size)
-            self._prefixes.clear()
-        if not entry_id:  # proto3 leaves a zero field out
-            fields = self._ledger + self._size_fields
-            return b"".join((b"\x0a", varint(len(fields) + size), fields, header, digest, payload))
-        entry_field = varint(entry_id)
-        prefix = self._prefixes.get(len(entry_field))
-        if prefix is None:
-            fields_size = len(self._ledger_tag) + len(entry_field) + len(self._size_fields)
-            prefix = self._prefixes[len(entry_field)] = b"\x0a" + varint(fields_size + size)
-        return b"".join((prefix, self._ledger_tag, entry_field, self._size_fields, header, digest, payload))
+        return b"".join((header, self._digest(header, payload), payload))
 
 
 class CallbackListener:
@@ -193,6 +190,30 @@ def _notify_all_acked(listeners: list[AddListener], tokens: list[int], bookie_id
             log.exception("add completion callback failed")
 
 
+def mixed_message(
+    parts: list[bytes],
+    packers: list[AddRequestEncoder | None],
+    listeners: list[AddListener],
+    tokens: list[int],
+) -> tuple[bytes, _Batch]:
+    """The message of adds of several ledgers, or with ``adds`` elements among them, and its adds
+    in the order the bookie answers them: the ``adds`` elements first (a ledger's lone body
+    framed as one), then a packed group per ledger, in the order each first appears."""
+    groups: dict[AddRequestEncoder, list[int]] = {}
+    for index, packer in enumerate(packers):
+        if packer is not None:
+            groups.setdefault(packer, []).append(index)
+    order = [i for i, packer in enumerate(packers) if packer is None or len(groups[packer]) == 1]
+    pieces = [
+        parts[i] if (packer := packers[i]) is None else packer.encode(tokens[i], parts[i]) for i in order
+    ]
+    for packer, indexes in groups.items():
+        if len(indexes) > 1:
+            pieces.append(packer.pack([tokens[i] for i in indexes], [parts[i] for i in indexes]))
+            order += indexes
+    return b"".join(pieces), ([listeners[i] for i in order], [tokens[i] for i in order])
+
+
 class AddStream:
     """One AddEntries bidi stream: a sender task coalescing queued adds, a receiver task
     completing them. Lives until the stream fails or the client closes; never restarts.
@@ -211,7 +232,10 @@ class AddStream:
         self._call = call
         self._options = options
         self._on_failed = on_failed
+        # Per queued add: an ``adds`` element (packer None), or the body of an entry of the
+        # packer's ledger (token = entry id), which the message packs with its ledger's others.
         self._queued_bytes: deque[bytes] = deque()
+        self._queued_packers: deque[AddRequestEncoder | None] = deque()
         self._queued_listeners: deque[AddListener] = deque()
         self._queued_tokens: deque[int] = deque()
         self._inflight: deque[_Batch] = deque()
@@ -237,6 +261,7 @@ class AddStream:
 
     def enqueue(self, encoded: bytes, listener: AddListener, token: int) -> None:
         self._queued_bytes.append(encoded)
+        self._queued_packers.append(None)
         self._queued_listeners.append(listener)
         self._queued_tokens.append(token)
         if not (self._sender_idle and self._send_at_once()):
@@ -263,13 +288,22 @@ class AddStream:
         self.messages_sent += 1
         return True
 
-    def enqueue_many(self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]) -> None:
-        """:meth:`enqueue` of each ``encoded[i]`` with ``tokens[i]``, in order: three C-level
-        extends instead of three appends and a call per add."""
-        self._queued_bytes.extend(encoded)
-        self._queued_listeners.extend(itertools.repeat(listener, len(tokens)))
-        self._queued_tokens.extend(tokens)
-        self._wakeup.set()
+    def enqueue_bodies(
+        self,
+        packer: AddRequestEncoder,
+        bodies: Sequence[bytes],
+        listener: AddListener,
+        entry_ids: Sequence[int],
+    ) -> None:
+        """Queue entries ``entry_ids`` of ``packer``'s ledger, given as their bodies (tokens: the
+        entry ids), in order: a message packs the bodies of one ledger into one group. A lone
+        add may leave at once, as with :meth:`enqueue`."""
+        self._queued_bytes.extend(bodies)
+        self._queued_packers.extend(itertools.repeat(packer, len(entry_ids)))
+        self._queued_listeners.extend(itertools.repeat(listener, len(entry_ids)))
+        self._queued_tokens.extend(entry_ids)
+        if not (len(entry_ids) == 1 and self._sender_idle and self._send_at_once()):
+            self._wakeup.set()
 
     async def _send_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -303,7 +337,8 @@ class AddStream:
                 self.messages_sent += 1
 
     def _take_batch(self) -> tuple[bytes, _Batch]:
-        """The next message (a serialized AddEntriesRequest) and the adds it carries."""
+        """The next message (a serialized AddEntriesRequest) and the adds it carries, in the
+        order the bookie answers them."""
         queue = self._queued_bytes
         budget = self._options.max_batch_bytes
         count = 1  # always at least one, even if it alone exceeds the budget
@@ -315,19 +350,30 @@ class AddStream:
             count += 1
         if count == len(queue):
             parts = list(queue)
+            packers = list(self._queued_packers)
             listeners = list(self._queued_listeners)
             tokens = list(self._queued_tokens)
             queue.clear()
+            self._queued_packers.clear()
             self._queued_listeners.clear()
             self._queued_tokens.clear()
         else:
             popleft = queue.popleft
             parts = [popleft() for _ in range(count)]
+            pop_packer = self._queued_packers.popleft
+            packers = [pop_packer() for _ in range(count)]
             pop_listener = self._queued_listeners.popleft
             listeners = [pop_listener() for _ in range(count)]
             pop_token = self._queued_tokens.popleft
             tokens = [pop_token() for _ in range(count)]
-        return b"".join(parts), (listeners, tokens)
+        first = packers[0]
+        if first is None:
+            if packers.count(None) == count:  # all ``adds`` elements already
+                return b"".join(parts), (listeners, tokens)
+        elif packers.count(first) == count:  # the usual message: entries of one ledger
+            message = first.pack(tokens, parts) if count > 1 else first.encode(tokens[0], parts[0])
+            return message, (listeners, tokens)
+        return mixed_message(parts, packers, listeners, tokens)
 
     async def _recv_loop(self) -> None:
         bookie_id = self._bookie_id
@@ -385,6 +431,7 @@ class AddStream:
         tokens += self._queued_tokens
         self._inflight.clear()
         self._queued_bytes.clear()
+        self._queued_packers.clear()
         self._queued_listeners.clear()
         self._queued_tokens.clear()
         bookie_id = self._bookie_id

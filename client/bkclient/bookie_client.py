@@ -139,30 +139,33 @@ class BookieClient:
         """Queue an add already serialized by :class:`AddRequestEncoder` (the hot path: the
         write handle encodes an entry once for all bookies of its write set). Its completion
         calls ``listener.add_complete(self.bookie_id, token, error or None)`` on the loop."""
-        if self._closed:
-            listener.add_complete(
-                self.bookie_id, token, ClientClosedError(f"bookie client {self.bookie_id} is closed")
-            )
-            return
-        stream = self._stream
-        if stream is None:
-            stream = self._open_stream()
-        stream.enqueue(encoded, listener, token)
+        stream = self._add_stream(listener, (token,))
+        if stream is not None:
+            stream.enqueue(encoded, listener, token)
 
-    def add_encoded_many(
-        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
+    def add_bodies(
+        self,
+        packer: AddRequestEncoder,
+        bodies: Sequence[bytes],
+        listener: AddListener,
+        entry_ids: Sequence[int],
     ) -> None:
-        """:meth:`add_encoded` of several adds, in order, in one call (one queueing per bookie for
-        the adds a write handle sent in one loop turn)."""
+        """Queue entries of ``packer``'s ledger given as their bodies (see
+        :meth:`bkclient.transport.BookieConnection.add_bodies`): a stream message packs them."""
+        stream = self._add_stream(listener, entry_ids)
+        if stream is not None:
+            stream.enqueue_bodies(packer, bodies, listener, entry_ids)
+
+    def _add_stream(self, listener: AddListener, tokens: Sequence[int]) -> AddStream | None:
+        """The add stream, opened if there is none; None once the client is closed, the adds of
+        ``tokens`` then failed with ClientClosedError."""
         if self._closed:
             error = ClientClosedError(f"bookie client {self.bookie_id} is closed")
             for token in tokens:
                 listener.add_complete(self.bookie_id, token, error)
-            return
+            return None
         stream = self._stream
-        if stream is None:
-            stream = self._open_stream()
-        stream.enqueue_many(encoded, listener, tokens)
+        return stream if stream is not None else self._open_stream()
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False

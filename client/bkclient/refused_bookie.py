@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from bkproto.errors import BKError
 
 from .transport import AddListener, DiskInfo, ReadResult, StrideResult
+
+if TYPE_CHECKING:
+    from .add_stream import AddRequestEncoder
 
 
 class RefusedBookie:
@@ -33,11 +37,15 @@ class RefusedBookie:
     def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
         listener.add_complete(self._bookie_id, token, self.error)
 
-    def add_encoded_many(
-        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
+    def add_bodies(
+        self,
+        packer: AddRequestEncoder,
+        bodies: Sequence[bytes],
+        listener: AddListener,
+        entry_ids: Sequence[int],
     ) -> None:
-        for token in tokens:
-            listener.add_complete(self._bookie_id, token, self.error)
+        for entry_id in entry_ids:
+            listener.add_complete(self._bookie_id, entry_id, self.error)
 
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from bkproto.errors import BKError, ClientClosedError
 from bkproto.v1 import bookie_pb2
+
+if TYPE_CHECKING:
+    from .add_stream import AddRequestEncoder
 
 __all__ = [
     "AddCallback",
@@ -101,11 +104,18 @@ class BookieConnection(Protocol):
         possibly before returning (a closed connection)."""
         ...
 
-    def add_encoded_many(
-        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
+    def add_bodies(
+        self,
+        packer: AddRequestEncoder,
+        bodies: Sequence[bytes],
+        listener: AddListener,
+        entry_ids: Sequence[int],
     ) -> None:
-        """:meth:`add_encoded` of each ``encoded[i]`` with ``tokens[i]``, in that order, in one call
-        (a write handle queues the adds of one loop turn to each bookie at once)."""
+        """Queue entries ``entry_ids[i]`` of ``packer``'s ledger given as their bodies
+        ``bodies[i]`` (header || digest || payload; no flags), in that order, with the entry ids
+        as tokens: the write handle's path. A connection that sends them packs them into
+        ``PackedAdds`` groups; one that does not may read each as ``packer.encode(entry_id, body)``.
+        Completion as :meth:`add_encoded`."""
         ...
 
     def add(

@@ -467,9 +467,10 @@ class WriteHandle(ReadHandle):
                  self.last_add_confirmed + 1)
         now = self._client_ctx.clock.monotonic()
         quorum = self.distribution.ack_quorum
+        encoder = self._encoder
         for op in list(self._pending.values()):
             for index in failed:
-                op.resend(index, self._clients[index], self._slot_listeners[index], quorum, now)
+                op.resend(index, self._clients[index], self._slot_listeners[index], encoder, quorum, now)
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -494,7 +495,7 @@ class WriteHandle(ReadHandle):
                 return
             deadline = self._coarse_now - timeout - period
             for op in list(self._pending.values()):
-                if op.encoded is None or op.sent_at > deadline or op.done:
+                if op.body is None or op.sent_at > deadline or op.done:
                     continue
                 for index in op.unacked_indices():
                     self.bookie_failed(

@@ -32,8 +32,9 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     SessionExpiredError,
 )
-from kazoo.protocol.serialization import GetData
+from kazoo.protocol.serialization import CheckVersion, Create, Delete, GetData, SetData, Transaction
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from bkmeta.store import (
     CREATE_EPHEMERAL_SEQUENTIAL,
@@ -49,7 +50,7 @@ from bkmeta.store import (
     ZkNotEmptyError,
 )
 from bkmeta.zk_bridge import LoopBridge, LoopResult
-from bkmeta.zk_connection import BatchingKazooClient
+from bkmeta.zk_connection import BatchingKazooClient, is_plain_path
 from bkmeta.zk_handler import PollingThreadingHandler
 from bkmeta.zk_security import ZkSecurity
 from bkproto.errors import MetadataStoreError, MetadataVersionError
@@ -333,7 +334,7 @@ class ZkClient(CompositeOperations):
     # -- operations -------------------------------------------------------------------------------
 
     async def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, ZnodeStat]:
-        if self._kazoo.chroot or not _is_plain_path(path):
+        if self._kazoo.chroot or not is_plain_path(path):
             data, stat = await self._call("get", path, lambda: self._kazoo.get_async(path, watch=watch))
         else:
             # kazoo's GetData sent as it is: get_async's path normalising and result object cost
@@ -444,7 +445,13 @@ class ZkClient(CompositeOperations):
             return txn.commit_async()
 
         label = ops[0][1] if ops else "(empty)"
-        results = await self._call("multi", label, start)
+        if self._kazoo.chroot or not all(is_plain_path(op[1]) for op in ops):
+            results = await self._call("multi", label, start)
+        else:
+            # kazoo's Transaction sent as it is: its builder normalises every path again, which
+            # cost a ledger create as much as the rest of its two multis (the id's create, delete).
+            request = _transaction(ops, self._kazoo.default_acl or OPEN_ACL_UNSAFE)
+            results = await self._call("multi", label, lambda: request, request=True)
         for (kind, path, _data, _version), result in zip(ops, results, strict=False):
             if isinstance(result, NodeExistsError):
                 raise ZkNodeExistsError(f"multi {kind} {path}: znode already exists")
@@ -457,11 +464,21 @@ class ZkClient(CompositeOperations):
         return [result if isinstance(result, str) else "" for result in results]
 
 
-def _is_plain_path(path: str) -> bool:
-    """True if kazoo's path normalising would leave ``path`` as it is (absolute, no empty, ``.``
-    or ``..`` component, no trailing slash); others take kazoo's own call, which normalises them
-    or refuses them."""
-    return (
-        path.startswith("/") and len(path) > 1 and not path.endswith("/") and "//" not in path
-        and "/." not in path
-    )
+def _transaction(ops: list[TransactionOp], acl: Any) -> Any:
+    """``ops`` as the kazoo ``Transaction`` its ``TransactionRequest`` would build, for plain
+    paths without a chroot (nothing to normalise or prefix)."""
+    requests: list[Any] = []
+    for kind, path, data, version in ops:
+        if kind == "create":
+            requests.append(Create(path, data, acl, 0))
+        elif kind == CREATE_EPHEMERAL_SEQUENTIAL:
+            requests.append(Create(path, data, acl, 3))  # flags: ephemeral | sequence
+        elif kind == "set":
+            requests.append(SetData(path, data, version))
+        elif kind == "delete":
+            requests.append(Delete(path, version))
+        elif kind == "check":
+            requests.append(CheckVersion(path, version))
+        else:
+            raise ValueError(f"unknown transaction op {kind!r}")
+    return Transaction(requests)

@@ -13,7 +13,8 @@ Here the same protocol, the same request objects and the same session handling (
 * :class:`BatchingConnectionHandler`: every request queued is written in one ``send``; responses
   are read into a buffer with one ``recv`` per burst and all complete frames in it handled before
   the next poll, a successful ``GetData`` answer (a metadata read) straight from the buffer; a
-  write tries ``send`` before polling;
+  write tries ``send`` before polling; ``GetData`` requests queued one after another leave as
+  one ``multiRead``, their watches set by a ``SetWatches`` after it (``bkmeta.zk_multi_read``);
 * :class:`BatchingKazooClient`: a request wakes the connection thread with a byte only when no
   wake-up is already pending, instead of one byte (one syscall) per request; a plain create is
   not routed through kazoo's completion thread;
@@ -44,6 +45,8 @@ from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import Auth, Create, GetData, int_struct, stat_struct
 from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
+
+from bkmeta.zk_multi_read import MAX_READS, MultiRead, MultiReadResult, Read
 
 _RECV_BYTES = 256 * 1024
 # A reply frame's length, then ZooKeeper's ReplyHeader (xid, zxid, err).
@@ -83,6 +86,8 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._rbuf = bytearray()
+        self._multi_read = True  # until a server refuses one (bkmeta.zk_multi_read)
+        self.reads_coalesced = 0  # GetData requests sent inside a multiRead, for tests and tools
 
     def _connect(self, host: str, hostip: str, port: int) -> Any:
         self._rbuf = bytearray()  # bytes of a dropped connection mean nothing on the new one
@@ -198,6 +203,8 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
                     raise SessionExpiredError("Session expired: Testing")
                 if request is kazoo_connection._CONNECTION_DROP:
                     raise ConnectionDropped("Connection dropped: Testing")
+                if type(request) is GetData and self._multi_read and len(queue) > 1:
+                    request, async_object = self._coalesce_reads(queue)
                 if request.type == Auth.type:
                     xid = AUTH_XID
                 else:
@@ -215,6 +222,23 @@ class BatchingConnectionHandler(ConnectionHandler):  # type: ignore[misc]
             # connection (ConnectionLoss), as kazoo does.
             if out:
                 self._write(bytes(out), connect_timeout)
+
+
+    def _coalesce_reads(self, queue: Any) -> tuple[Any, Any]:
+        """The ``GetData`` requests at the head of ``queue`` as one ``multiRead`` in their
+        place (a lone one stays as it is): returns the queue's new head."""
+        if type(queue[1][0]) is not GetData:
+            return queue[0]  # type: ignore[no-any-return]
+        reads: list[Read] = []
+        while queue and len(reads) < MAX_READS and type(queue[0][0]) is GetData:
+            reads.append(queue.popleft())
+        self.reads_coalesced += len(reads)
+        head = (MultiRead(reads), MultiReadResult(self.client, reads, self._refused_multi_read))
+        queue.appendleft(head)
+        return head
+
+    def _refused_multi_read(self) -> None:
+        self._multi_read = False
 
 
 class BatchingKazooClient(KazooClient):  # type: ignore[misc]
@@ -256,7 +280,9 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
             raise TypeError("Invalid type for 'acl' (acl must be a tuple/list of ACL's)")
         flags = (1 if ephemeral else 0) | (2 if sequence else 0)
         result = self.handler.async_result()
-        request = Create(_prefix_root(self.chroot, path, trailing=sequence), value, acl, flags)
+        # A plain path (the usual one) is what kazoo's normalising would make of it.
+        full_path = path if is_plain_path(path) else _prefix_root(self.chroot, path, trailing=sequence)
+        request = Create(full_path, value, acl, flags)
         self._call(request, result)  # a refusal is set on ``result``
         return result
 
@@ -310,3 +336,13 @@ class BatchingKazooClient(KazooClient):  # type: ignore[misc]
             self._wake_pending = False
             return False
         return True
+
+
+def is_plain_path(path: str) -> bool:
+    """True if kazoo's path normalising would leave ``path`` as it is (absolute, no empty, ``.``
+    or ``..`` component, no trailing slash); others take kazoo's own call, which normalises them
+    or refuses them."""
+    return (
+        path.startswith("/") and len(path) > 1 and not path.endswith("/") and "//" not in path
+        and "/." not in path
+    )

@@ -47,6 +47,7 @@ from bkproto import security as wire
 from bkproto.v1 import bookie_pb2
 from bookie.api import BookieCore
 from bookie.errors import BookieError
+from bookie.handlers.add_message import DecodedAddEntries, add_ids, decoded
 
 log = logging.getLogger(__name__)
 
@@ -366,12 +367,15 @@ class GrpcGuard:
         return stream
 
 
-def refused_add_response(request: bookie_pb2.AddEntriesRequest, why: str) -> bookie_pb2.AddEntriesResponse:
-    """EUA for every add of a message (the add port's answer to a caller it refuses)."""
+def refused_add_response(
+    request: bookie_pb2.AddEntriesRequest | DecodedAddEntries, why: str
+) -> bookie_pb2.AddEntriesResponse:
+    """EUA for every add of a message, per-add and packed, in answer order (the add port's answer
+    to a caller it refuses)."""
+    adds = request.adds if isinstance(request, DecodedAddEntries) else decoded(request).adds
     return bookie_pb2.AddEntriesResponse(results=[
-        bookie_pb2.AddResponse(status=bookie_pb2.EUA, ledger_id=add.ledger_id, entry_id=add.entry_id,
-                               message=why)
-        for add in request.adds
+        bookie_pb2.AddResponse(status=bookie_pb2.EUA, ledger_id=ledger_id, entry_id=entry_id, message=why)
+        for ledger_id, entry_id in add_ids(adds)
     ])
 
 

@@ -228,3 +228,35 @@ async def test_cached_reads_stop_once_another_client_changes_the_ledger(
     await asyncio.wait_for(cache_dropped(), 15)  # the watch event, not a clock, empties it
     after = await lm.read_ledger_metadata_cached(44)
     assert after.version == 1 and after.value.is_closed
+
+
+async def test_a_burst_of_cold_reads_is_one_multi_read_whose_watches_still_fire(
+    zk_hosts: str, meta: MetadataClient
+) -> None:
+    """Reads made together leave as one multiRead, which sets no watch: the watches come from the
+    SetWatches that follows it, so a change by another client must still empty the cache."""
+    lm = meta.ledger_manager
+    ids = list(range(300, 340))
+    created = {i: await lm.create_ledger_metadata(i, metadata()) for i in ids}
+    connection = meta.zk.kazoo._connection
+    before = connection.reads_coalesced
+    results = await asyncio.gather(
+        *(lm.read_ledger_metadata_cached(i) for i in ids),
+        lm.read_ledger_metadata_cached(399),  # no such ledger: fails alone
+        return_exceptions=True,
+    )
+    assert results[:-1] == [created[i] for i in ids]
+    assert isinstance(results[-1], NoSuchLedgerError)
+    assert connection.reads_coalesced - before >= 2, connection.reads_coalesced - before
+    assert all(lm.cache.get(i) is not None for i in ids)
+    async with await MetadataClient.connect(zk_hosts, watch_bookies=False) as writer:
+        await writer.ledger_manager.write_ledger_metadata(305, created[305].value.with_closed(1, 2), 0)
+        await writer.ledger_manager.remove_ledger_metadata(333)
+
+    async def cache_dropped() -> None:
+        while lm.cache.get(305) is not None or lm.cache.get(333) is not None:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(cache_dropped(), 15)  # the watch events, not a clock, empty it
+    assert all(lm.cache.get(i) is not None for i in ids if i not in (305, 333))
+    assert (await lm.read_ledger_metadata_cached(305)).value.is_closed

@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bkproto.entry_format import HEADER
+from bkproto.v1 import bookie_pb2
 
 READY = re.compile(r"bookie (\S+) ready: grpc (\S+):(\d+), http (\d+|off), add port (\d+|off)")
 START_TIMEOUT_S = 60.0
@@ -59,6 +60,15 @@ def entry_body(ledger_id: int, entry_id: int, lac: int = -1, payload: bytes = b"
     """A BookKeeper v3 entry body; ``payload`` defaults to bytes unique to (ledger, entry)."""
     payload = payload or f"payload of ledger {ledger_id} entry {entry_id}".encode()
     return HEADER.pack(ledger_id, entry_id, lac, len(payload)) + STAND_IN_DIGEST + payload
+
+
+def packed_adds(ledger_id: int, entry_ids: Sequence[int], master_key: bytes) -> bookie_pb2.PackedAdds:
+    """A ``PackedAdds`` group of the :func:`entry_body` of each entry id (LAC: the previous id)."""
+    bodies = [entry_body(ledger_id, entry_id, entry_id - 1) for entry_id in entry_ids]
+    return bookie_pb2.PackedAdds(
+        ledger_id=ledger_id, master_key=master_key, entry_ids=entry_ids,
+        body_sizes=[len(body) for body in bodies], bodies=b"".join(bodies),
+    )  # fmt: skip
 
 
 def is_serving(address: str, timeout: float = 5.0) -> bool:

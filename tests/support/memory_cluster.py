@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bkclient.add_stream import AddRequestEncoder
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
 from bkclient.placement import BookieRacks, RandomPlacement
@@ -249,11 +250,15 @@ class MemoryBookie:
         future.add_done_callback(lambda _: task.cancel() if not task.done() else None)
         return future
 
-    def add_encoded_many(
-        self, encoded: Sequence[bytes], listener: AddListener, tokens: Sequence[int]
+    def add_bodies(
+        self,
+        packer: AddRequestEncoder,
+        bodies: Sequence[bytes],
+        listener: AddListener,
+        entry_ids: Sequence[int],
     ) -> None:
-        for one, token in zip(encoded, tokens, strict=True):
-            self.add_encoded(one, listener, token)
+        for body, entry_id in zip(bodies, entry_ids, strict=True):
+            self.add_encoded(packer.encode(entry_id, body), listener, entry_id)
 
     def add_encoded(self, encoded: bytes, listener: AddListener, token: int) -> None:
         add = decode_add(encoded)

@@ -5,8 +5,9 @@ application only hears about it when every earlier entry completed too (the hand
 ops strictly in entry-id order). A failed or slow bookie is reported to the handle, which replaces
 it (ensemble change) and asks the op to re-send that copy.
 
-Adds leave per batch too: :func:`send_adds` encodes the adds a write handle sent in one loop turn
-in one pass and queues each bookie its share in one call (``BookieConnection.add_encoded_many``).
+Adds leave per batch too: :func:`send_adds` encodes the bodies of the adds a write handle sent in
+one loop turn in one pass and queues each bookie its share in one call
+(``BookieConnection.add_bodies``: its stream packs them into one group per message).
 
 Answers are counted per bookie per answer message, not per entry: every add of a write handle is
 queued with the :class:`EnsembleSlotListener` of its bookie's slot in the ensemble (token = entry
@@ -65,10 +66,10 @@ class PendingAddOp:
 
     __slots__ = (
         "acked",
+        "body",
         "callback",
         "completed",
         "done",
-        "encoded",
         "entry_id",
         "future",
         "length",
@@ -97,14 +98,15 @@ class PendingAddOp:
         self.write_set = write_set
         self.acked = 0  # bit i set: ensemble[i] acknowledged
         self.completed = False
-        # The serialized AddRequest, built once at first send (``WriteHandle._send``; its body
-        # carries the LAC of that time) and shared by every bookie of the write set, re-sends too.
-        self.encoded: bytes | None = None
+        # The entry's body (header || digest || payload), built once at first send
+        # (``WriteHandle._send``; it carries the LAC of that time) and shared by every bookie of
+        # the write set, re-sends too.
+        self.body: bytes | None = None
         self.sent_at = 0.0
 
     @property
     def sent(self) -> bool:
-        return self.encoded is not None
+        return self.body is not None
 
     def unacked_indices(self) -> list[int]:
         return [i for i in self.write_set if not self.acked & (1 << i)]
@@ -114,16 +116,17 @@ class PendingAddOp:
         index: int,
         client: BookieConnection,
         listener: EnsembleSlotListener,
+        encoder: LedgerAddRequestEncoder,
         ack_quorum: int,
         now: float,
     ) -> None:
         """After bookie ``index`` was replaced: forget its ack and send the copy to the new one."""
-        if self.encoded is None or index not in self.write_set or self.done:
+        if self.body is None or index not in self.write_set or self.done:
             return
         self.acked &= ~(1 << index)
         self.completed = self.acked.bit_count() >= ack_quorum
         self.sent_at = now
-        client.add_encoded(self.encoded, listener, self.entry_id)
+        client.add_bodies(encoder, (self.body,), listener, (self.entry_id,))
 
     def fail(self, error: BKError) -> None:
         self.done = True
@@ -149,19 +152,20 @@ def send_adds(
     clients: Sequence[BookieConnection],
     listeners: Sequence[EnsembleSlotListener],
 ) -> None:
-    """Encode ``ops`` (each carrying ``lac``) and queue each to the bookies of its write set:
-    ``clients[i]`` (ensemble slot ``i``) gets its share in one ``add_encoded_many`` call, in the
-    order of ``ops``. Ops already done (failed meanwhile) are skipped."""
-    encode = encoder.encode_entry
-    if len(ops) == 1:  # a lone add: the per-add path
+    """Encode the bodies of ``ops`` (each carrying ``lac``) and queue each to the bookies of its
+    write set: ``clients[i]`` (ensemble slot ``i``) gets its share in one ``add_bodies`` call, in
+    the order of ``ops``. Ops already done (failed meanwhile) are skipped."""
+    encode = encoder.encode_body
+    if len(ops) == 1:  # a lone add
         op = ops[0]
         if op.done:
             return
         entry_id = op.entry_id
-        encoded = op.encoded = encode(entry_id, lac, op.length, op.payload)
+        body = op.body = encode(entry_id, lac, op.length, op.payload)
         op.sent_at = sent_at
+        one_body, one_id = (body,), (entry_id,)
         for index in op.write_set:
-            clients[index].add_encoded(encoded, listeners[index], entry_id)
+            clients[index].add_bodies(encoder, one_body, listeners[index], one_id)
         return
     entry_ids: list[int] = []
     parts: list[bytes] = []
@@ -169,15 +173,15 @@ def send_adds(
         if op.done:
             continue
         entry_id = op.entry_id
-        encoded = op.encoded = encode(entry_id, lac, op.length, op.payload)
+        body = op.body = encode(entry_id, lac, op.length, op.payload)
         op.sent_at = sent_at
         entry_ids.append(entry_id)
-        parts.append(encoded)
+        parts.append(body)
     ensemble_size = distribution.ensemble_size
     write_quorum = distribution.write_quorum
     if write_quorum == ensemble_size:  # every bookie stores every entry
         for index in range(ensemble_size):
-            clients[index].add_encoded_many(parts, listeners[index], entry_ids)
+            clients[index].add_bodies(encoder, parts, listeners[index], entry_ids)
         return
     first = entry_ids[0] if entry_ids else 0
     consecutive = entry_ids == list(range(first, first + len(entry_ids)))  # an append handle's
@@ -194,7 +198,7 @@ def send_adds(
                 p for p, e in zip(parts, entry_ids, strict=True) if (index - e) % ensemble_size < write_quorum
             ]
         if slot_ids:
-            clients[index].add_encoded_many(slot_parts, listeners[index], slot_ids)
+            clients[index].add_bodies(encoder, slot_parts, listeners[index], slot_ids)
 
 
 def checked_payloads(

@@ -56,13 +56,15 @@ _READS_IN_FLIGHT = 32  # single-entry reads in flight per range read
 # per-call gRPC cost (hundreds of microseconds on each side) small per entry: on 3 local bookies,
 # 1000-entry chunks read 1 KiB entries about 1.5x faster than 100-entry chunks.
 _CHUNKS_IN_FLIGHT = 3
+# Strided chunks in flight per striped range read, over all its bookies: three per bookie at E3.
+# The number kept when strided chunks grew to an unstriped chunk's size (docs/performance.md).
+_STRIDED_CHUNKS_IN_FLIGHT = 9
 
 
 def _blocks_in_flight(stride: int) -> int:
-    """Blocks of E strided chunks in flight: three, as for unstriped chunks, while that keeps
-    about three chunks per replica of a write quorum busy; fewer for wide ensembles (down to one
-    block, E chunks)."""
-    return max(1, -(-3 * _CHUNKS_IN_FLIGHT // stride))
+    """Blocks of E strided chunks in flight: about ``_STRIDED_CHUNKS_IN_FLIGHT`` chunks (three
+    blocks at E3), at least one block for wide ensembles."""
+    return max(1, -(-_STRIDED_CHUNKS_IN_FLIGHT // stride))
 
 
 

@@ -92,11 +92,31 @@ class AddResponse(_message.Message):
     message: str
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
+class PackedAdds(_message.Message):
+    __slots__ = ("ledger_id", "master_key", "flags", "write_flags", "entry_ids", "body_sizes", "bodies")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_FLAGS_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    BODY_SIZES_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    master_key: bytes
+    flags: int
+    write_flags: int
+    entry_ids: _containers.RepeatedScalarFieldContainer[int]
+    body_sizes: _containers.RepeatedScalarFieldContainer[int]
+    bodies: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., flags: _Optional[int] = ..., write_flags: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., body_sizes: _Optional[_Iterable[int]] = ..., bodies: _Optional[bytes] = ...) -> None: ...
+
 class AddEntriesRequest(_message.Message):
-    __slots__ = ("adds",)
+    __slots__ = ("adds", "packed")
     ADDS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     adds: _containers.RepeatedCompositeFieldContainer[AddRequest]
-    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
+    packed: _containers.RepeatedCompositeFieldContainer[PackedAdds]
+    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ..., packed: _Optional[_Iterable[_Union[PackedAdds, _Mapping]]] = ...) -> None: ...
 
 class AddEntriesResponse(_message.Message):
     __slots__ = ("results",)

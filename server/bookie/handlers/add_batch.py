@@ -15,11 +15,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from itertools import groupby
 from operator import attrgetter, itemgetter
 
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult, BookieCore, malformed_add
 from bookie.handlers.add_answer import append_all_ok
+from bookie.handlers.add_message import MessageAdds, add_ids, request_ops
 from bookie.handlers.common import HandlerLimits, elapsed_ms, failure_of
 from bookie.stats import RequestStats
 
@@ -30,7 +32,6 @@ EBADREQ = bookie_pb2.EBADREQ
 EUA = bookie_pb2.EUA
 EREADONLY = bookie_pb2.EREADONLY
 RECOVERY_ADD = bookie_pb2.RECOVERY_ADD
-DEFERRED_SYNC = bookie_pb2.DEFERRED_SYNC
 _LEDGER_ID = itemgetter(0)  # AddOp.ledger_id, read in C
 _ENTRY_ID = itemgetter(1)
 _MASTER_KEY = itemgetter(2)
@@ -50,7 +51,11 @@ class AddBatchProcessor:
     def check(self, add: bookie_pb2.AddRequest, read_only: bool) -> tuple[int, str] | None:
         """Why ``add`` cannot be accepted, or ``None`` if it is well formed: the full answer, in
         the order of precedence clients see (negative ids, then a missing key, then the body)."""
-        op = AddOp(add.ledger_id, add.entry_id, add.master_key, add.body)
+        op = AddOp(add.ledger_id, add.entry_id, add.master_key, add.body, add.flags & RECOVERY_ADD != 0)
+        return self._refusal(op, read_only)
+
+    def _refusal(self, op: AddOp, read_only: bool) -> tuple[int, str] | None:
+        """:meth:`check` of an add already built as an op (whichever form it came in)."""
         if op.ledger_id >= 0 and op.entry_id >= 0:
             if not op.master_key:
                 return EUA, f"add of entry {op.entry_id} of ledger {op.ledger_id} without a master key"
@@ -63,7 +68,7 @@ class AddBatchProcessor:
         refusal = malformed_add(op)
         if refusal is not None:
             return refusal.status, refusal.message
-        if read_only and not add.flags & RECOVERY_ADD:
+        if read_only and not op.recovery:
             return EREADONLY, "the bookie is read-only; only recovery adds are accepted"
         return None
 
@@ -128,35 +133,34 @@ class AddBatchProcessor:
     ) -> tuple[list[AddOp], dict[int, tuple[int, str]]]:
         """The well-formed adds as core ops, and index in ``adds`` -> why each other one is refused.
 
-        Only the checks the core does not make: a master key present at all and the configured
-        size limit (the ids, the header and read-only are the core's, BookieCore.add_entries).
-        One pass builds every op and two C-level passes check them; a batch with a refusal in it
-        is filtered in a second, slower pass, where check() explains each refusal."""
-        new = tuple.__new__  # AddOp's own constructor, without its Python-level __new__ frame
-        ops: list[AddOp] = [
-            new(
-                AddOp,
-                (
-                    add.ledger_id,
-                    add.entry_id,
-                    add.master_key,
-                    add.body,
-                    add.flags & RECOVERY_ADD != 0,
-                    add.write_flags & DEFERRED_SYNC != 0,
-                ),
-            )
-            for add in adds
-        ]
+        Only the checks the core does not make: a master key present at all, the configured size
+        limit, and a packed group's shape (:mod:`bookie.handlers.add_message`); the ids, the
+        header and read-only are the core's, BookieCore.add_entries. One pass builds every op
+        (per ``AddRequest``, or per packed group in C) and two C-level passes check them; a batch
+        with a refusal in it is filtered in a second, slower pass, where each refusal is explained."""
+        if isinstance(adds, MessageAdds):
+            ops, refused = adds.ops()
+        else:
+            ops, refused = request_ops(adds), {}
         max_entry_bytes = self._max_entry_bytes
-        if all(map(_MASTER_KEY, ops)) and max(map(len, map(_BODY, ops)), default=0) <= max_entry_bytes:
+        if (
+            not refused
+            and all(map(_MASTER_KEY, ops))
+            and max(map(len, map(_BODY, ops)), default=0) <= max_entry_bytes
+        ):
             return ops, {}
         accepted: list[AddOp] = []
         rejected: dict[int, tuple[int, str]] = {}
-        for index, op in enumerate(ops):
+        well_formed = iter(ops)
+        for index in range(len(ops) + len(refused)):
+            if index in refused:
+                rejected[index] = refused[index]
+                continue
+            op = next(well_formed)
             if op.master_key and len(op.body) <= max_entry_bytes:
                 accepted.append(op)
             else:
-                rejected[index] = self.check(adds[index], read_only) or (EBADREQ, "invalid add")
+                rejected[index] = self._refusal(op, read_only) or (EBADREQ, "invalid add")
         return accepted, rejected
 
     @staticmethod
@@ -187,14 +191,14 @@ class AddBatchProcessor:
                     results.add(status=status, ledger_id=op.ledger_id, entry_id=op.entry_id, message=message)
             return ok
         accepted = iter(outcomes)
-        for index, add in enumerate(adds):
+        for index, (ledger_id, entry_id) in enumerate(add_ids(adds)):
             status, message = rejected.get(index) or _unpack(next(accepted))
             if status == EOK:
                 ok += 1
             else:
                 message = message if detailed > 0 else ""
                 detailed -= 1
-            results.add(status=status, ledger_id=add.ledger_id, entry_id=add.entry_id, message=message)
+            results.add(status=status, ledger_id=ledger_id, entry_id=entry_id, message=message)
         return ok
 
     async def _add(self, ops: list[AddOp]) -> list[AddResult]:
@@ -212,15 +216,30 @@ class AddBatchProcessor:
 def _all_ok_in_a_row(
     response: bookie_pb2.AddEntriesResponse, ops: list[AddOp], outcomes: list[AddResult]
 ) -> bool:
-    """Answer the usual batch, entries of one ledger in ascending order all EOK, per batch
-    (:func:`append_all_ok`); False, having answered nothing, for any other."""
+    """Answer the usual batch, all EOK and each ledger's entries in ascending order (entries of
+    one ledger, or a packed group per ledger), per run of one ledger (:func:`append_all_ok`);
+    False, having answered nothing, for any other."""
     if not ops or any(map(_STATUS, outcomes)):  # EOK is 0
         return False
     ledger_id = ops[0][0]
     entry_ids = list(map(_ENTRY_ID, ops))
-    if list(map(_LEDGER_ID, ops)).count(ledger_id) != len(ops) or entry_ids != sorted(entry_ids):
-        return False
-    append_all_ok(response, ledger_id, entry_ids)
+    ledger_ids = list(map(_LEDGER_ID, ops))
+    if ledger_ids.count(ledger_id) == len(ops):
+        if entry_ids != sorted(entry_ids):
+            return False
+        append_all_ok(response, ledger_id, entry_ids)
+        return True
+    runs: list[tuple[int, list[int]]] = []
+    start = 0
+    for run_ledger, run in groupby(ledger_ids):
+        end = start + sum(1 for _ in run)
+        run_ids = entry_ids[start:end]
+        if run_ids != sorted(run_ids):
+            return False
+        runs.append((run_ledger, run_ids))
+        start = end
+    for run_ledger, run_ids in runs:
+        append_all_ok(response, run_ledger, run_ids)
     return True
 
 

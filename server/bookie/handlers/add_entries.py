@@ -38,6 +38,7 @@ from google.protobuf.message import DecodeError
 from bkmeta.serde import decode_varint
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_batch import AddBatchProcessor
+from bookie.handlers.add_message import DecodedAddEntries, MessageAdds, decoded, packed_only
 from bookie.handlers.add_pipeline import AddPipeline, AddStreamCarrier
 from bookie.handlers.common import HandlerLimits
 from bookie.limits import PeerByteBudget, peer_host
@@ -46,13 +47,15 @@ log = logging.getLogger(__name__)
 
 BatchFuture = asyncio.Future[bookie_pb2.AddEntriesResponse]
 # Memory one add costs beyond its wire bytes while in progress: its decoded AddRequest (~84 bytes)
-# and its result in the answer (~68), measured with 90,000 keyless adds (RSS growth per add).
+# and its result in the answer (~68), measured with 90,000 keyless adds (RSS growth per add). A
+# packed add costs less: its entry id and its body's bytes object in place of the AddRequest.
 ADD_MEMORY_BYTES = 160
 
 
 class SizedAddEntriesRequest(NamedTuple):
     size: int  # serialized bytes, what the message costs in memory while in progress
-    request: bookie_pb2.AddEntriesRequest
+    # ``request.adds``: every add of the message, per-add and packed, in answer order
+    request: bookie_pb2.AddEntriesRequest | DecodedAddEntries
 
 
 class TooManyAdds(DecodeError):
@@ -60,7 +63,13 @@ class TooManyAdds(DecodeError):
 
 
 _ADDS_TAG = 0x0A  # field 1 (adds), length-delimited: every top-level add starts with this byte
-_MIN_ADD_BYTES = 2  # the smallest add on the wire: its tag and a zero length
+_ADDS_FIELD = 1
+_PACKED_FIELD = 2  # AddEntriesRequest.packed: a group of adds of one ledger
+_PACKED_TAG = b"\x12"  # its tag: field 2, length-delimited
+_ENTRY_IDS_FIELD = 5  # PackedAdds.entry_ids (sfixed64): one per add of the group
+# The smallest add on the wire: a per-add one's tag and a zero length; a packed one's entry id
+# alone is 8 bytes, and an empty group (counted as one add) is 2.
+_MIN_ADD_BYTES = 2
 
 
 class AddEntriesDecoder:
@@ -83,14 +92,22 @@ class AddEntriesDecoder:
 
 
 def parse_add_entries(data: bytes | bytearray) -> SizedAddEntriesRequest:
-    """The message plus its wire size, whatever its number of adds (tests and tools)."""
+    """The message plus its wire size, whatever its number of adds (tests and tools); its packed
+    groups, if any, unpacked. A message of packed groups alone (the client's usual) is read
+    without protobuf (:func:`bookie.handlers.add_message.packed_only`)."""
+    if data[:1] == _PACKED_TAG:
+        groups = packed_only(data if type(data) is bytes else bytes(data))
+        if groups is not None:
+            return SizedAddEntriesRequest(len(data), DecodedAddEntries(MessageAdds((), groups)))
     # The stubs say bytes; upb parses any buffer, and copies what it keeps (the add port's bytearray)
     message = bookie_pb2.AddEntriesRequest.FromString(data)  # type: ignore[arg-type]
-    return SizedAddEntriesRequest(len(data), message)
+    return SizedAddEntriesRequest(len(data), decoded(message))
 
 
 def _count_adds(data: bytes | bytearray, limit: int) -> int:
-    """Top-level ``adds`` fields of a serialized AddEntriesRequest, counted up to ``limit + 1``."""
+    """Adds of a serialized AddEntriesRequest, counted up to ``limit + 1``: each ``adds`` field,
+    and each packed group's entry ids (an empty group as one, so a message of countless empty
+    groups is refused like one of countless adds)."""
     try:
         uniform = _equal_adds(data)
         return uniform if uniform is not None else _walk_adds(data, limit)
@@ -145,17 +162,44 @@ def _count_fields(data: bytes | bytearray, limit: int) -> int:
     while pos < end and count <= limit:
         tag, pos = decode_varint(data, pos)
         wire_type = tag & 7
-        if wire_type == 2:  # length-delimited: adds, or an unknown field
+        if wire_type == 2:  # length-delimited: adds, a packed group, or an unknown field
             length, pos = decode_varint(data, pos)
+            field = tag >> 3
+            if field == _ADDS_FIELD:
+                count += 1
+            elif field == _PACKED_FIELD:
+                count += max(1, _group_entry_ids(data, pos, min(pos + length, end), limit - count))
             pos += length
-            count += tag >> 3 == 1
-        elif wire_type == 0:
-            _, pos = decode_varint(data, pos)
-        elif wire_type in (1, 5):
-            pos += 8 if wire_type == 1 else 4
         else:
-            raise DecodeError(f"unexpected wire type {wire_type}")
+            pos = _skip_scalar(data, pos, wire_type)
     return count
+
+
+def _group_entry_ids(data: bytes | bytearray, pos: int, end: int, limit: int) -> int:
+    """The entry ids of the PackedAdds group in ``data[pos:end]``, by its fields' lengths (a
+    group has a handful of fields: its bodies are skipped, not read), counted up to ``limit + 1``."""
+    count = 0
+    while pos < end and count <= limit:
+        tag, pos = decode_varint(data, pos)
+        wire_type = tag & 7
+        if wire_type == 2:
+            length, pos = decode_varint(data, pos)
+            if tag >> 3 == _ENTRY_IDS_FIELD:  # packed: 8 bytes an id
+                count += -(-length // 8)
+            pos += length
+        else:
+            count += tag >> 3 == _ENTRY_IDS_FIELD  # an id sent unpacked (sfixed64: wire type 1)
+            pos = _skip_scalar(data, pos, wire_type)
+    return count
+
+
+def _skip_scalar(data: bytes | bytearray, pos: int, wire_type: int) -> int:
+    """The position after a field's value of ``wire_type`` (not length-delimited) at ``pos``."""
+    if wire_type == 0:
+        return decode_varint(data, pos)[1]
+    if wire_type in (1, 5):
+        return pos + (8 if wire_type == 1 else 4)
+    raise DecodeError(f"unexpected wire type {wire_type}")
 
 
 class AddEntriesHandler:

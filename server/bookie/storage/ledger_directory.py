@@ -17,11 +17,12 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from .entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
+from .entry_logger import EntryLogger
 from .flush_pacer import FLUSH_SLICE_ENTRIES, INDEX_WORK_PER_BYTE, FlushPacer
 from .indexes import EntryLocationIndex, LedgerIndex
 from .kv import KeyValueStorage, RocksKeyValueStorage, RocksTuning
 from .log_garbage import EntryLogGarbage
+from .run_read import EntryRun, read_entry_run
 
 CURRENT = "current"  # BookKeeper keeps a directory's files under current/
 LEDGERS_INDEX = "ledgers"
@@ -248,45 +249,15 @@ class LedgerDirectory:
             self.locations.sync()
             self.ledgers.sync()
 
-    def read_run(
-        self, ledger_id: int, first: int, max_entries: int, max_bytes: int
-    ) -> list[tuple[int, bytes]]:
-        """``first`` and up to ``max_entries - 1`` following entries, one pread per contiguous run."""
+    def read_run(self, ledger_id: int, first: int, max_entries: int, max_bytes: int) -> EntryRun:
+        """``first`` and up to ``max_entries - 1`` following entries, one pread per contiguous
+        stretch (:func:`run_read.read_entry_run`)."""
         try:
-            return self._read_run(ledger_id, first, max_entries, max_bytes)
+            return read_entry_run(self.locations, self.entry_logger, ledger_id, first, max_entries, max_bytes)
         except FileNotFoundError:
             # compaction deleted a log after its locations were looked up: the index names the
             # copies by now
-            return self._read_run(ledger_id, first, max_entries, max_bytes)
-
-    def _read_run(
-        self, ledger_id: int, first: int, max_entries: int, max_bytes: int
-    ) -> list[tuple[int, bytes]]:
-        locs = self.locations.following(ledger_id, first, max_entries)
-        out: list[tuple[int, bytes]] = []
-        total = 0
-        i = 0
-        while i < len(locs) and (not out or total < max_bytes):
-            # extend the run while records sit back to back in the same log
-            log_id, start = locs[i][1], locs[i][2]
-            end = start + RECORD_HEADER_SIZE + locs[i][3]
-            j = i + 1
-            budget = max_bytes - total
-            while j < len(locs) and locs[j][1] == log_id and locs[j][2] == end and end - start < budget:
-                end = locs[j][2] + RECORD_HEADER_SIZE + locs[j][3]
-                j += 1
-            data = self.entry_logger.read_span(log_id, start, end - start)
-            for entry_id, _log, offset, length in locs[i:j]:
-                try:
-                    body = EntryLogger.decode(data, offset - start, ledger_id, entry_id, length)
-                except CorruptEntryError:
-                    if not out:
-                        raise  # the entry asked for is damaged
-                    return out  # read-ahead stops short of a damaged entry, never fails for it
-                out.append((entry_id, body))
-                total += length
-            i = j
-        return out
+            return read_entry_run(self.locations, self.entry_logger, ledger_id, first, max_entries, max_bytes)
 
     @staticmethod
     def _open_index(path: Path, kv_factory: KvFactory, has_logs: bool) -> KeyValueStorage:

@@ -11,7 +11,8 @@ the neighbouring residue of a striped ledger as well, and its reader asks for it
 Runs are kept in :class:`RecentRuns`, not entry by entry in the read-ahead cache: a range read
 that misses the caches looks there first, and waits for a run still being read that will hold
 its entry rather than reading the same entries again. A run is found once per miss, where the
-read-ahead cache costs a put and an eviction per entry.
+read-ahead cache costs a put and an eviction per entry, and the range takes what it needs of a run
+in one slice (:meth:`EntryRun.take`), not entry by entry.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Protocol
 from .config import StorageConfig
 from .read_cache import ReadCache
 from .read_pool import ReadPool
+from .run_read import EntryRun
 from .stats import StorageStats
 from .write_cache import WriteCache
 
-RunReader = Callable[[int, int, int, int], list[tuple[int, bytes]]]
+RunReader = Callable[[int, int, int, int], EntryRun]
+_NOTHING_READ = EntryRun([], [], 0)
 
 
 class _Run:
@@ -40,8 +43,8 @@ class _Run:
         self.ledger_id = ledger_id
         self.first = first
         self.span_end = span_end  # ids below it are in the run if the ledger holds them
-        self.done: asyncio.Future[dict[int, bytes] | None] = asyncio.get_running_loop().create_future()
-        self.entries: dict[int, bytes] | None = None
+        self.done: asyncio.Future[EntryRun | None] = asyncio.get_running_loop().create_future()
+        self.entries: EntryRun | None = None
         self.nbytes = 0
 
 
@@ -71,13 +74,13 @@ class RecentRuns:
         self._runs.append(run)
         return run
 
-    def finish(self, run: _Run, entries: dict[int, bytes] | None) -> None:
+    def finish(self, run: _Run, entries: EntryRun | None) -> None:
         """The run's entries (None: its read failed, and it is forgotten); its waiters go on."""
         if entries is None:
             self._forget(run)
         else:
             run.entries = entries
-            run.nbytes = sum(map(len, entries.values()))
+            run.nbytes = entries.nbytes
             self.size += run.nbytes
             while self.size > self.max_bytes and len(self._runs) > 1:
                 self._forget(self._runs[0])
@@ -122,34 +125,41 @@ async def read_range(
     out: list[bytes] = []
     size = 0
     cache_hits = ahead_hits = misses = 0
-    fetched: dict[int, bytes] = {}  # what this call's entry-log runs read
+    fetched = _NOTHING_READ  # the entry-log run this call reads from
     missing = False  # stopped at an entry not stored here
     entry_id = first
     try:
         while len(out) < max_count:
-            body = fetched.get(entry_id)
-            if body is None:
-                body = write_cache.get(ledger_id, entry_id)
+            if entry_id in fetched:  # the rest of a run, in one slice as far as it goes
+                left = max_count - len(out)
+                taken = fetched.take(entry_id, stride, left, size, max_bytes, not out)
+                out += taken
+                size += sum(map(len, taken))
+                entry_id += stride * len(taken)
+                if entry_id in fetched:
+                    break  # stopped at the byte limit
+                continue
+            body = write_cache.get(ledger_id, entry_id)
+            if body is not None:
+                cache_hits += 1
+            else:
+                body = read_cache.get(ledger_id, entry_id)
                 if body is not None:
-                    cache_hits += 1
+                    ahead_hits += 1
                 else:
-                    body = read_cache.get(ledger_id, entry_id)
-                    if body is not None:
+                    found = await _recent_run(source.recent_runs, ledger_id, entry_id)
+                    if found is not None:
                         ahead_hits += 1
                     else:
-                        found = await _recent_run(source.recent_runs, ledger_id, entry_id)
-                        if found is not None:
-                            ahead_hits += 1
-                        else:
-                            misses += 1
-                            found = await _read_run(
-                                source, ledger_id, entry_id, max_count - len(out), max_bytes - size, stride
-                            )
-                        fetched = found
-                        body = fetched.get(entry_id)
-                        if body is None:
-                            missing = True
-                            break
+                        misses += 1
+                        found = await _read_run(
+                            source, ledger_id, entry_id, max_count - len(out), max_bytes - size, stride
+                        )
+                    fetched = found
+                    if entry_id not in fetched:
+                        missing = True
+                        break
+                    continue
             if out and size + len(body) > max_bytes:
                 break
             out.append(body)
@@ -172,7 +182,7 @@ async def read_range(
     return out
 
 
-async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> dict[int, bytes] | None:
+async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> EntryRun | None:
     """The entries of a recent run holding ``entry_id``, waiting for one being read."""
     run = runs.find(ledger_id, entry_id)
     if run is None:
@@ -184,7 +194,7 @@ async def _recent_run(runs: RecentRuns, ledger_id: int, entry_id: int) -> dict[i
 
 async def _read_run(
     source: RangeSource, ledger_id: int, entry_id: int, wanted: int, wanted_bytes: int, stride: int
-) -> dict[int, bytes]:
+) -> EntryRun:
     """The entries from ``entry_id`` on, read from the entry logs in one call on the read pool:
     enough to cover ``wanted`` entries ``stride`` apart (at least a read-ahead batch) and about
     ``wanted_bytes`` of them, and no more than a quarter of the recent runs' bound. Others
@@ -193,11 +203,9 @@ async def _read_run(
     count = max((wanted - 1) * stride + 1, 1 + source.config.read_ahead_batch_size)
     budget = max(1, min(runs.max_bytes // 4, wanted_bytes * stride))
     run = runs.start(ledger_id, entry_id, entry_id + count)
-    entries: dict[int, bytes] | None = None
+    entries: EntryRun | None = None
     try:
-        entries = dict(
-            await source.read_pool.run(source.run_reader(ledger_id), ledger_id, entry_id, count, budget)
-        )
+        entries = await source.read_pool.run(source.run_reader(ledger_id), ledger_id, entry_id, count, budget)
     finally:
         runs.finish(run, entries)
     return entries

@@ -6,7 +6,7 @@ Filled with the entries read ahead after a miss; oldest entries drop out first. 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 
 class ReadCache:
@@ -34,7 +34,7 @@ class ReadCache:
             _, dropped = self._entries.popitem(last=False)
             self.size -= len(dropped)
 
-    def put_run(self, ledger_id: int, run: list[tuple[int, bytes]]) -> None:
+    def put_run(self, ledger_id: int, run: Iterable[tuple[int, bytes]]) -> None:
         """:meth:`put` of each ``(entry id, body)`` of a read-ahead run, evicting once at the end."""
         entries = self._entries
         size = self.size

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -20,6 +20,7 @@ from bkclient.context import pool_for
 from bkclient.digest import CRC32, CRC32C, DUMMY, HMAC, DigestManager
 from bkclient.transport import BookieAddress, BookieConnectionPool, decode_add
 from bkproto.errors import (
+    BKError,
     BookieUnavailableError,
     ClientClosedError,
     LedgerFencedError,
@@ -29,6 +30,7 @@ from bkproto.errors import (
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 FENCED_LEDGER = 13
+KEY = b"k" * 20
 
 
 class MemoryBookie(bookie_pb2_grpc.BookieServicer):
@@ -56,7 +58,7 @@ class MemoryBookie(bookie_pb2_grpc.BookieServicer):
 
         async def reader() -> None:
             async for request in request_iterator:
-                self.message_sizes.append(len(request.adds))
+                self.message_sizes.append(len(request.adds) + sum(len(g.entry_ids) for g in request.packed))
                 self.got_message.set()
                 received.put_nowait(request)
             received.put_nowait(None)
@@ -79,8 +81,19 @@ class MemoryBookie(bookie_pb2_grpc.BookieServicer):
             await self.got_message.wait()
 
     def _apply(self, request: bookie_pb2.AddEntriesRequest) -> bookie_pb2.AddEntriesResponse:
+        """One result per add: every ``adds`` element, then each packed group's adds."""
         response = bookie_pb2.AddEntriesResponse()
-        for add in request.adds:
+        adds = list(request.adds)
+        for group in request.packed:
+            offset = 0
+            for entry_id, size in zip(group.entry_ids, group.body_sizes, strict=True):
+                body = group.bodies[offset : offset + size]
+                offset += size
+                adds.append(bookie_pb2.AddRequest(
+                    ledger_id=group.ledger_id, entry_id=entry_id, master_key=group.master_key, body=body,
+                    flags=group.flags,
+                ))
+        for add in adds:
             if add.ledger_id == FENCED_LEDGER and not add.flags & bookie_pb2.RECOVERY_ADD:
                 response.results.add(status=bookie_pb2.EFENCED, message="fenced")
                 continue
@@ -180,6 +193,53 @@ async def test_adds_complete_with_per_add_status(bookie: tuple[MemoryBookie, str
     await recovered
     assert servicer.entries[(1, 3)] == b"body3"
     assert servicer.flags[(FENCED_LEDGER, 1)] == bookie_pb2.RECOVERY_ADD
+    await client.close()
+
+
+class RecordingListener:
+    """Which tokens completed, and how."""
+
+    def __init__(self, expected: int) -> None:
+        self.done: list[tuple[int, str | None]] = []
+        self.expected = expected
+        self.all_done = asyncio.Event()
+
+    def add_complete(self, bookie_id: str, token: int, error: BKError | None) -> None:
+        self.done.append((token, None if error is None else type(error).__name__))
+        if len(self.done) >= self.expected:
+            self.all_done.set()
+
+    def adds_completed(self, bookie_id: str, tokens: Sequence[int]) -> None:
+        for token in tokens:
+            self.add_complete(bookie_id, token, None)
+
+
+async def test_bodies_of_several_ledgers_and_serialized_adds_share_a_message_each_answer_to_its_add(
+    bookie: tuple[MemoryBookie, str],
+) -> None:
+    """Adds queued while a message is out: bodies of two ledgers interleaved (each packed into its
+    ledger's group) and a serialized add (an ``adds`` element) go in one message, and each answer
+    reaches its own add although the bookie answers the ``adds`` first, then group by group."""
+    servicer, address = bookie
+    options = BookieClientOptions(max_inflight_messages=1, max_inflight_messages_keeping_up=1)
+    client = BookieClient(address, address, options)
+    servicer.hold.clear()
+    first = client.add(1, 0, KEY, b"a")
+    await servicer.got_message.wait()
+    ours, fenced = RecordingListener(3), RecordingListener(2)
+    ledger, fenced_ledger = AddRequestEncoder(7, KEY), AddRequestEncoder(FENCED_LEDGER, KEY)
+    client.add_bodies(ledger, [b"b0", b"b1"], ours, [0, 1])
+    client.add_bodies(fenced_ledger, [b"f5"], fenced, [5])
+    lone = client.add(9, 3, KEY, b"lone")
+    client.add_bodies(ledger, [b"b2"], ours, [2])
+    client.add_bodies(fenced_ledger, [b"f6"], fenced, [6])
+    servicer.hold.set()
+    await asyncio.gather(first, lone, ours.all_done.wait(), fenced.all_done.wait())
+    assert servicer.message_sizes == [1, 6]
+    assert sorted(ours.done) == [(0, None), (1, None), (2, None)]
+    assert sorted(fenced.done) == [(5, "LedgerFencedError"), (6, "LedgerFencedError")]
+    assert [servicer.entries[(7, e)] for e in range(3)] == [b"b0", b"b1", b"b2"]
+    assert servicer.entries[(9, 3)] == b"lone"
     await client.close()
 
 
@@ -518,20 +578,35 @@ def test_encoder_bytes_equal_protobuf_serialization(
 
 
 @given(
-    entry_id=st.integers(min_value=0, max_value=2**40),
-    header=st.binary(max_size=40),
-    digest=st.binary(max_size=20),
-    payload=st.binary(max_size=300),
-    recovery=st.booleans(),
+    ledger_id=st.integers(min_value=0, max_value=2**63 - 1),
+    key=st.binary(max_size=24),
+    entries=st.lists(
+        st.tuples(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.binary(max_size=300)),
+        min_size=1,
+        max_size=8,
+    ),
 )
-def test_encoder_split_body_equals_joined_body(
-    entry_id: int, header: bytes, digest: bytes, payload: bytes, recovery: bool
+def test_packed_group_bytes_equal_protobuf_serialization(
+    ledger_id: int, key: bytes, entries: list[tuple[int, bytes]]
 ) -> None:
-    encoder = AddRequestEncoder(7, bytes(20))
-    split = encoder.encode_split(entry_id, header, digest, payload, recovery)
-    assert split == encoder.encode(entry_id, header + digest + payload, recovery)
-    add = bookie_pb2.AddEntriesRequest.FromString(split).adds[0]
-    assert add.body == header + digest + payload
+    """A packed group is the ``packed`` element protobuf would write, and parses back to the
+    entries' ids and bodies; several groups and ``adds`` elements concatenate into one message."""
+    entry_ids = [entry_id for entry_id, _ in entries]
+    bodies = [body for _, body in entries]
+    group = bookie_pb2.PackedAdds(
+        ledger_id=ledger_id,
+        master_key=key,
+        entry_ids=entry_ids,
+        body_sizes=list(map(len, bodies)),
+        bodies=b"".join(bodies),
+    )
+    encoder = AddRequestEncoder(ledger_id, key)
+    packed = encoder.pack(entry_ids, bodies)
+    assert packed == bookie_pb2.AddEntriesRequest(packed=[group]).SerializeToString()
+    single = encoder.encode(5, b"lone")
+    message = bookie_pb2.AddEntriesRequest.FromString(packed + single + packed)
+    assert list(message.packed) == [group, group]
+    assert [(a.ledger_id, a.entry_id, a.body) for a in message.adds] == [(ledger_id, 5, b"lone")]
 
 
 @given(
@@ -547,17 +622,15 @@ def test_encoder_split_body_equals_joined_body(
         max_size=5,
     ),
 )
-def test_ledger_encoder_equals_the_digest_manager_body_encoded(
+def test_ledger_encoder_body_equals_the_digest_manager_body(
     ledger_id: int, digest_type: int, entries: list[tuple[int, int, bytes]]
 ) -> None:
-    """The write handle's fused encoder (header, digest and framing in one call, the size framing
-    kept from the previous entry) gives the same bytes as the two steps it replaces, for entries
-    of changing sizes one after the other."""
+    """The write handle's encoder (header and digest in one call, the payload copied once) gives
+    the body the digest manager gives, for entries of changing sizes one after the other."""
     digest = DigestManager(ledger_id, b"pw", digest_type)
-    fused = LedgerAddRequestEncoder(ledger_id, digest)
-    plain = AddRequestEncoder(ledger_id, digest.master_key)
+    encoder = LedgerAddRequestEncoder(ledger_id, digest)
     length = 0
     for entry_id, lac, payload in entries:
         length += len(payload)
-        expected = plain.encode(entry_id, digest.encode_entry(entry_id, lac, length, payload))
-        assert fused.encode_entry(entry_id, lac, length, payload) == expected
+        expected = digest.encode_entry(entry_id, lac, length, payload)
+        assert encoder.encode_body(entry_id, lac, length, payload) == expected

@@ -173,3 +173,28 @@ def test_verify_entries_refuses_a_body_of_another_entry_ledger_or_a_short_one(di
     assert len(payloads) == 1 and isinstance(error, DigestMismatchError)
     payloads, error = dm.verify_entries(0, 1, [b"\x00" * 20])
     assert payloads == [] and isinstance(error, DigestMismatchError)
+
+
+@pytest.mark.parametrize("digest_type", [digest.CRC32, digest.CRC32C])
+@given(
+    count=st.integers(min_value=0, max_value=8),
+    stride=st.integers(min_value=1, max_value=3),
+    damage=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 80)), max_size=2),
+    cut=st.none() | st.tuples(st.integers(0, 7), st.integers(0, 60)),
+)
+def test_verify_entries_in_bulk_equals_verifying_body_by_body(
+    digest_type: int, count: int, stride: int, damage: list[tuple[int, int]], cut: tuple[int, int] | None
+) -> None:
+    dm = DigestManager(9, b"pw", digest_type)
+    bodies = _bodies(dm, 4, stride, count)
+    for index, flip in damage:
+        if index < count:
+            changed = bytearray(bodies[index])
+            changed[flip % len(changed)] ^= 0x10
+            bodies[index] = bytes(changed)
+    if cut is not None and cut[0] < count:
+        bodies[cut[0]] = bodies[cut[0]][: cut[1]]
+    payloads, error = dm.verify_entries(4, stride, bodies)
+    one_by_one, first_error = dm._verify_each(4, stride, bodies)
+    assert payloads == one_by_one
+    assert str(error) == str(first_error)

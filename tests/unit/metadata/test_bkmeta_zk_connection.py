@@ -6,7 +6,6 @@ fails here rather than in production.
 
 from __future__ import annotations
 
-import collections
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -17,50 +16,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Create, GetData, int_struct, reply_header_struct, stat_struct
+from tests.support.kazoo_wire import KazooClientParts, RecordedResult, wired_handler
 
 from bkmeta.zk_connection import BatchingConnectionHandler, BatchingKazooClient, InlineAsyncResult
 from bkmeta.zk_handler import PollingThreadingHandler
 
 
-class _Client:
-    """The parts of a KazooClient the connection handler touches when sending and reading."""
-
-    def __init__(self) -> None:
-        self.handler = PollingThreadingHandler()
-        self._queue: collections.deque[tuple[Any, Any]] = collections.deque()
-        self._pending: collections.deque[tuple[Any, Any, int]] = collections.deque()
-        self._wake_pending = True
-        self._stopped = threading.Event()
-        self._data_watchers: collections.defaultdict[str, set[Any]] = collections.defaultdict(set)
-        self._child_watchers: collections.defaultdict[str, set[Any]] = collections.defaultdict(set)
-        self.last_zxid = 0
-
-
-class _Outcome:
-    """A request's result as kazoo sets it (kazoo calls only these two)."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[str, Any]] = []
-
-    def set(self, value: Any = None) -> None:
-        self.got.append(("value", value))
-
-    def set_exception(self, exception: BaseException) -> None:
-        self.got.append(("error", type(exception).__name__))
-
-
 @pytest.fixture
-def wired() -> Iterator[tuple[BatchingConnectionHandler, _Client, socket.socket]]:
-    """A handler whose ZooKeeper socket is one end of a socket pair (the other end returned)."""
-    client = _Client()
-    conn = BatchingConnectionHandler(client, retry_sleeper=None)
-    ours, server = socket.socketpair()
-    ours.setblocking(False)
-    wake_read, wake_write = socket.socketpair()
-    conn._socket, conn._read_sock, conn._write_sock, conn._xid = ours, wake_read, wake_write, 0
-    yield conn, client, server
-    for s in (ours, server, wake_read, wake_write):
-        s.close()
+def wired() -> Iterator[tuple[BatchingConnectionHandler, KazooClientParts, socket.socket]]:
+    with wired_handler() as parts:
+        yield parts
 
 
 def _kazoo_frame(request: Any, xid: int) -> bytes:
@@ -77,7 +42,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 def test_every_queued_request_goes_out_framed_as_kazoo_frames_it(
-    wired: tuple[BatchingConnectionHandler, _Client, socket.socket],
+    wired: tuple[BatchingConnectionHandler, KazooClientParts, socket.socket],
 ) -> None:
     conn, client, server = wired
     requests = [GetData("/a", None), Create("/b", b"data", [], 0), GetData("/c", None)]
@@ -114,7 +79,7 @@ def _handle_with_kazoo_stub(conn: BatchingConnectionHandler, mp: pytest.MonkeyPa
 
 
 def test_responses_that_arrived_together_are_handled_in_one_pass(
-    wired: tuple[BatchingConnectionHandler, _Client, socket.socket], monkeypatch: pytest.MonkeyPatch
+    wired: tuple[BatchingConnectionHandler, KazooClientParts, socket.socket], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conn, _client, server = wired
     handled = _handle_with_kazoo_stub(conn, monkeypatch)
@@ -124,7 +89,7 @@ def test_responses_that_arrived_together_are_handled_in_one_pass(
 
 
 def test_a_partial_frame_waits_for_its_rest(
-    wired: tuple[BatchingConnectionHandler, _Client, socket.socket], monkeypatch: pytest.MonkeyPatch
+    wired: tuple[BatchingConnectionHandler, KazooClientParts, socket.socket], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conn, _client, server = wired
     handled = _handle_with_kazoo_stub(conn, monkeypatch)
@@ -220,12 +185,12 @@ def _get_data_reply(xid: int, zxid: int, err: int, data: bytes | None = None, ve
 def _replies_handled_by(
     handler_class: type[ConnectionHandler], requests: list[Any], frames: bytes
 ) -> tuple[list[list[tuple[str, Any]]], int, dict[str, set[Any]]]:
-    client = _Client()
+    client = KazooClientParts()
     conn = handler_class(client, retry_sleeper=None)
     ours, server = socket.socketpair()
     ours.setblocking(False)
     conn._socket = ours
-    outcomes = [_Outcome() for _ in requests]
+    outcomes = [RecordedResult() for _ in requests]
     client._pending.extend((r, o, xid) for xid, (r, o) in enumerate(zip(requests, outcomes, strict=True), 1))
     server.sendall(frames)
     while client._pending:
