@@ -27,7 +27,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
@@ -169,6 +169,9 @@ class PeerByteBudget:
         self.used = 0
         self._per_peer: dict[str, int] = {}
         self._freed = asyncio.Event()
+        # One-shot callbacks of reservations that did not fit (try_acquire), run at the next
+        # release: bounded by the streams waiting, each registered at most once at a time.
+        self._when_freed: list[Callable[[], None]] = []
 
     def _fits(self, peer: str, nbytes: int) -> bool:
         held = self._per_peer.get(peer, 0)
@@ -184,10 +187,29 @@ class PeerByteBudget:
         self.used += nbytes
         self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
 
+    def try_acquire(self, peer: str, nbytes: int) -> bool:
+        """Reserve ``nbytes`` if they fit now; False (nothing reserved) if not."""
+        if not self._fits(peer, nbytes):
+            return False
+        self.used += nbytes
+        self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+        return True
+
+    def call_when_freed(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, soon after the next release (for a caller without a task to
+        wait in: it tries again then)."""
+        self._when_freed.append(callback)
+
     def release(self, peer: str, nbytes: int) -> None:
         self.used -= nbytes
         _decrease(self._per_peer, peer, nbytes)
         self._freed.set()
+        if self._when_freed:
+            # Soon, not here: the releaser may be half-way through its own bookkeeping.
+            callbacks, self._when_freed = self._when_freed, []
+            loop = asyncio.get_running_loop()
+            for callback in callbacks:
+                loop.call_soon(callback)
 
     def release_for(self, peer: str, nbytes: int, _done: object) -> None:
         """Done-callback form of :meth:`release`."""

@@ -14,6 +14,11 @@ are known without re-encoding because the service registers :class:`AddEntriesDe
 method's deserializer; it also refuses a message of more than ``maxAddsPerMessage`` adds before
 decoding it.
 
+The gRPC stream is served by :meth:`AddEntriesHandler.serve` (a reader task, a queue, an async
+generator of answers). An add-port connection takes the same window and budgets through an
+:class:`~bookie.handlers.add_pipeline.AddPipeline` (:meth:`AddEntriesHandler.open_pipeline`)
+instead, without a task of its own: what a message per add costs is mostly such machinery.
+
 On shutdown (:meth:`AddEntriesHandler.drain`) every stream stops reading new messages, answers
 the ones already started, and ends normally.
 """
@@ -34,6 +39,7 @@ from bkmeta.serde import decode_varint
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_batch import AddBatchProcessor
 from bookie.handlers.add_message import DecodedAddEntries, MessageAdds, decoded, packed_only
+from bookie.handlers.add_pipeline import AddPipeline, AddStreamCarrier
 from bookie.handlers.common import HandlerLimits
 from bookie.limits import PeerByteBudget, peer_host
 
@@ -200,7 +206,7 @@ class AddEntriesHandler:
     def __init__(self, processor: AddBatchProcessor, limits: HandlerLimits) -> None:
         if limits.add_stream_window < 1:
             raise ValueError(f"add stream window must be >= 1, got {limits.add_stream_window}")
-        self._processor = processor
+        self.processor = processor
         self._window = limits.add_stream_window
         self.budget = PeerByteBudget(
             limits.add_in_progress_max_bytes, limits.add_in_progress_max_bytes_per_peer
@@ -208,7 +214,8 @@ class AddEntriesHandler:
         self.unanswered = PeerByteBudget(
             limits.add_unanswered_max_bytes, limits.add_unanswered_max_bytes_per_peer
         )
-        self._readers: set[asyncio.Task[None]] = set()
+        self._readers: set[asyncio.Task[None]] = set()  # one per gRPC stream
+        self._pipelines: set[AddPipeline] = set()  # one per add-port stream
         # Batches whose stream went away: kept referenced until done so the adds still complete.
         self._orphans: set[BatchFuture] = set()
         self._draining = False
@@ -250,8 +257,7 @@ class AddEntriesHandler:
         finally:
             reader.cancel()
             self._readers.discard(reader)
-            if not self._readers:
-                self._no_streams.set()
+            self._stream_ended()
             self._orphan_rest(in_progress, peer)
 
     async def _read(
@@ -264,10 +270,9 @@ class AddEntriesHandler:
         try:
             budget = self.budget
             unanswered = self.unanswered
-            async for wire_size, request in request_iterator:
-                # What the message and its answer hold in memory: the wire bytes, plus per add its
-                # decoded message and its result (each a few times its wire size for tiny adds).
-                size = wire_size + ADD_MEMORY_BYTES * len(request.adds)
+            async for message in request_iterator:
+                request = message.request
+                size = self.message_cost(message)
                 await slots.acquire()
                 # Held until the answer is written: a peer that stops reading its answers stops
                 # being read once its share is full, and holds no one else's.
@@ -277,7 +282,7 @@ class AddEntriesHandler:
                 except BaseException:
                     unanswered.release(peer, size)
                     raise
-                batch = asyncio.ensure_future(self._processor.process(request.adds))
+                batch = asyncio.ensure_future(self.processor.process(request.adds))
                 # Released when the batch is durable, not when its response is sent: a client
                 # that stops reading responses must not hold the bookie's processing budget.
                 batch.add_done_callback(functools.partial(budget.release_for, peer, size))
@@ -298,16 +303,43 @@ class AddEntriesHandler:
                 self._keep_until_done(batch)
 
     def _keep_until_done(self, batch: BatchFuture) -> None:
+        """Keep a batch whose stream went away referenced until it is done, so its adds complete."""
         if batch.done():
             return
         self._orphans.add(batch)
         batch.add_done_callback(self._orphans.discard)
+
+    @staticmethod
+    def message_cost(message: SizedAddEntriesRequest) -> int:
+        """What a message and its answer hold in memory while in progress: the wire bytes, plus
+        per add its decoded message and its result (each a few times its wire size for tiny adds)."""
+        return message.size + ADD_MEMORY_BYTES * len(message.request.adds)
+
+    def open_pipeline(self, carrier: AddStreamCarrier, peer: str) -> AddPipeline:
+        """An add stream from ``peer`` (an IP address) whose carrier reads and writes without a
+        task of its own (the add port); :meth:`AddPipeline.close` when it ends."""
+        pipeline = AddPipeline(self, peer, carrier, self._window)
+        self._pipelines.add(pipeline)
+        self._no_streams.clear()
+        if self._draining:
+            carrier.stop_reading()
+        return pipeline
+
+    def pipeline_ended(self, pipeline: AddPipeline) -> None:
+        self._pipelines.discard(pipeline)
+        self._stream_ended()
+
+    def _stream_ended(self) -> None:
+        if not self._readers and not self._pipelines:
+            self._no_streams.set()
 
     def drain(self) -> None:
         """Stop reading new add messages on every stream; started batches are still answered."""
         self._draining = True
         for reader in list(self._readers):
             reader.cancel()
+        for pipeline in list(self._pipelines):
+            pipeline.stop_reading()
 
     async def wait_streams_ended(self, timeout_s: float) -> None:
         """Return once no add stream is open (after :meth:`drain`), or after ``timeout_s``."""
@@ -316,4 +348,4 @@ class AddEntriesHandler:
 
     @property
     def open_streams(self) -> int:
-        return len(self._readers)
+        return len(self._readers) + len(self._pipelines)

@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.support.add_port_peer import connect
 from tests.support.add_requests import MASTER_KEY, add_request, fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
 
-from bkproto.add_port import FRAME_HEADER, MAX_FRAME_BYTES, PREFACE, frame, read_frame
+from bkproto.add_port import FRAME_HEADER, MAX_FRAME_BYTES, PREFACE, frame
 from bkproto.v1 import bookie_pb2
 from bookie import add_port
 from bookie.handlers import HandlerLimits
@@ -24,20 +25,6 @@ from bookie.stats import RequestStats
 S = bookie_pb2
 
 
-class Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    async def send(self, *adds: bookie_pb2.AddRequest) -> None:
-        self.writer.write(frame(bookie_pb2.AddEntriesRequest(adds=adds).SerializeToString()))
-        await self.writer.drain()
-
-    async def receive(self) -> bookie_pb2.AddEntriesResponse | None:
-        message = await asyncio.wait_for(read_frame(self.reader), 5)
-        return None if message is None else bookie_pb2.AddEntriesResponse.FromString(message)
-
-
 @pytest.fixture
 async def service() -> AsyncIterator[tuple[BookieService, FakeBookieCore]]:
     core = FakeBookieCore()
@@ -46,13 +33,6 @@ async def service() -> AsyncIterator[tuple[BookieService, FakeBookieCore]]:
     await service.start()
     yield service, core
     await service.stop(0)
-
-
-async def connect(service: BookieService, preface: bytes = PREFACE) -> Connection:
-    assert service.add_port is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", service.add_port)
-    writer.write(preface)
-    return Connection(reader, writer)
 
 
 async def test_batches_are_acknowledged_per_add_in_order(

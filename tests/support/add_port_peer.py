@@ -1,0 +1,46 @@
+"""A raw add-port peer for the tests of the bookie's add port: frames written and read by hand, so
+a test decides how they are cut into TCP writes and when (or whether) answers are read."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from bkproto.add_port import PREFACE, frame, read_frame
+from bkproto.v1 import bookie_pb2
+from bookie.service import BookieService
+
+
+def add_message(*adds: bookie_pb2.AddRequest) -> bytes:
+    """One AddEntries message with its frame header."""
+    return frame(bookie_pb2.AddEntriesRequest(adds=adds).SerializeToString())
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def send(self, *adds: bookie_pb2.AddRequest) -> None:
+        self.writer.write(add_message(*adds))
+        await self.writer.drain()
+
+    async def send_in_pieces(self, data: bytes, piece_bytes: int) -> None:
+        """``data`` as separate TCP segments of ``piece_bytes`` (no Nagle, a loop turn between)."""
+        for start in range(0, len(data), piece_bytes):
+            self.writer.write(data[start : start + piece_bytes])
+            await self.writer.drain()
+            await asyncio.sleep(0.001)
+
+    async def receive(self) -> bookie_pb2.AddEntriesResponse | None:
+        message = await asyncio.wait_for(read_frame(self.reader), 5)
+        return None if message is None else bookie_pb2.AddEntriesResponse.FromString(message)
+
+
+async def connect(service: BookieService, preface: bytes = PREFACE) -> Connection:
+    assert service.add_port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", service.add_port)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    writer.write(preface)
+    return Connection(reader, writer)
