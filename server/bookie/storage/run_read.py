@@ -88,7 +88,11 @@ class EntryRun:
             return self.bodies[at : at + stride * count : stride]
         step = max(1, bisect_left(ids, entry_id + stride, at) - at)  # positions per stride
         picked = ids[at : at + step * count : step]
-        if picked == list(range(entry_id, entry_id + stride * len(picked), stride)):
+        # The spaced positions hold the wanted ids, and either all of them or every one the run
+        # can hold (a hole shifts the positions after it: the slice may end short of a held id).
+        if picked == list(range(entry_id, entry_id + stride * len(picked), stride)) and (
+            len(picked) == count or entry_id + stride * len(picked) > ids[-1]
+        ):
             return self.bodies[at : at + step * count : step]
         found = list(map(self.by_id().get, range(entry_id, entry_id + stride * count, stride)))
         if None in found:
