@@ -126,13 +126,15 @@ class LedgerAddRequestEncoder(AddRequestEncoder):
     thing an entry's copies to its Qw bookies share; each bookie's stream message then joins
     the bodies of its adds into a packed group (or frames a lone one as an ``adds`` element)."""
 
-    __slots__ = ("_digest", "_header", "_ledger_id")
+    __slots__ = ("_digest", "_header", "_ledger_id", "encode_bodies")
 
     def __init__(self, ledger_id: int, digest: DigestManager) -> None:
         super().__init__(ledger_id, digest.master_key)
         self._ledger_id = ledger_id
         self._header = HEADER.pack
         self._digest = digest.digest_function
+        # The bodies of a batch of entries, as encode_body makes each (DigestManager.encode_entries).
+        self.encode_bodies = digest.encode_entries
 
     def encode_body(self, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
         """The body of entry ``entry_id`` (``lac``: the LAC it carries; ``length``: the ledger's

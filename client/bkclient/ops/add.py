@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from itertools import compress, cycle
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from bkproto.errors import BKError, IncorrectParameterError
@@ -143,6 +144,12 @@ class PendingAddOp:
             log.exception("add completion callback for entry %d failed", self.entry_id)
 
 
+_DONE = attrgetter("done")  # PendingAddOp's, read in C
+_ENTRY_ID = attrgetter("entry_id")
+_LENGTH = attrgetter("length")
+_PAYLOAD = attrgetter("payload")
+
+
 def send_adds(
     ops: Sequence[PendingAddOp],
     encoder: LedgerAddRequestEncoder,
@@ -155,28 +162,26 @@ def send_adds(
     """Encode the bodies of ``ops`` (each carrying ``lac``) and queue each to the bookies of its
     write set: ``clients[i]`` (ensemble slot ``i``) gets its share in one ``add_bodies`` call, in
     the order of ``ops``. Ops already done (failed meanwhile) are skipped."""
-    encode = encoder.encode_body
     if len(ops) == 1:  # a lone add
         op = ops[0]
         if op.done:
             return
         entry_id = op.entry_id
-        body = op.body = encode(entry_id, lac, op.length, op.payload)
+        body = op.body = encoder.encode_body(entry_id, lac, op.length, op.payload)
         op.sent_at = sent_at
         one_body, one_id = (body,), (entry_id,)
         for index in op.write_set:
             clients[index].add_bodies(encoder, one_body, listeners[index], one_id)
         return
-    entry_ids: list[int] = []
-    parts: list[bytes] = []
-    for op in ops:
-        if op.done:
-            continue
-        entry_id = op.entry_id
-        body = op.body = encode(entry_id, lac, op.length, op.payload)
+    if any(map(_DONE, ops)):
+        ops = [op for op in ops if not op.done]
+        if not ops:
+            return
+    entry_ids = list(map(_ENTRY_ID, ops))
+    parts = encoder.encode_bodies(entry_ids, lac, map(_LENGTH, ops), map(_PAYLOAD, ops))
+    for op, body in zip(ops, parts, strict=True):
+        op.body = body
         op.sent_at = sent_at
-        entry_ids.append(entry_id)
-        parts.append(body)
     ensemble_size = distribution.ensemble_size
     write_quorum = distribution.write_quorum
     if write_quorum == ensemble_size:  # every bookie stores every entry

@@ -68,6 +68,23 @@ def test_round_trip(digest_type: int) -> None:
     assert (header.entry_id, header.last_add_confirmed, header.length) == (5, 4, 2048)
 
 
+@pytest.mark.parametrize("digest_type", ALL_TYPES)
+@given(
+    first=st.integers(min_value=0, max_value=2**62),
+    lac=st.integers(min_value=-1, max_value=2**62),
+    payloads=st.lists(st.binary(max_size=80), min_size=1, max_size=20),
+)
+def test_a_batch_encodes_each_entry_as_one_by_one(
+    digest_type: int, first: int, lac: int, payloads: list[bytes]
+) -> None:
+    """The add path encodes a batch in C-level passes; each body must be what encode_entry gives."""
+    dm = DigestManager(9, b"pw", digest_type)
+    ids = list(range(first, first + len(payloads)))
+    lengths = [first + i * 100 for i in range(len(payloads))]
+    expected = [dm.encode_entry(e, lac, n, p) for e, n, p in zip(ids, lengths, payloads, strict=True)]
+    assert dm.encode_entries(ids, lac, iter(lengths), iter(payloads)) == expected
+
+
 @pytest.mark.parametrize("digest_type", [digest.CRC32, digest.HMAC, digest.CRC32C])
 @given(flip=st.integers(min_value=0, max_value=32 + 20 + 63), payload=st.binary(min_size=1, max_size=64))
 def test_any_flipped_byte_is_detected(digest_type: int, flip: int, payload: bytes) -> None:
