@@ -220,15 +220,18 @@ def checked_payloads(
     if not payloads:
         raise IncorrectParameterError(f"ledger {ledger_id}: an empty batch")
     batch: list[bytes] = []
-    for index, data in enumerate(payloads):
-        if type(data) is bytes:
-            batch.append(data)
-        elif isinstance(data, bytearray | memoryview):
-            batch.append(bytes(data))
-        else:
-            raise IncorrectParameterError(
-                f"ledger {ledger_id}: payload {index} of the batch is a {type(data).__name__}, not bytes"
-            )
+    if set(map(type, payloads)) == {bytes}:  # the usual batch, checked in C
+        batch = list(payloads)
+    else:
+        for index, data in enumerate(payloads):
+            if type(data) is bytes:
+                batch.append(data)
+            elif isinstance(data, bytearray | memoryview):
+                batch.append(bytes(data))
+            else:
+                raise IncorrectParameterError(
+                    f"ledger {ledger_id}: payload {index} of the batch is a {type(data).__name__}, not bytes"
+                )
     sizes = list(map(len, batch))
     largest = max(sizes)
     if largest > max_payload:
