@@ -23,10 +23,12 @@ limits) and leave in the next message. An add that finds the sender parked with 
 and nothing that would hold it, leaves in its caller's own step when the call can write at once
 (the add port's): a writer's lone add does not wait a loop turn for the sender task.
 
-Responses come back one per request message, in order, with one status per add: the receiver pops
-the oldest in-flight batch and completes its adds (aiokafka's multiplexed in-flight requests); when
-all succeeded, with one call per listener rather than one per add. If the
-stream breaks, every add in flight or queued fails; the owner then opens a new stream for the next add.
+Responses come back one per request message, in order: the receiver pops the oldest in-flight
+batch and completes its adds (aiokafka's multiplexed in-flight requests). Every message asks the
+bookie to answer its leading successes as a count (``count_ok``), so the usual answer is one
+number, and its adds complete with one call per listener rather than one per add; the adds after
+the count (and every add, from a bookie that ignores the flag) have a status each. If the stream
+breaks, every add in flight or queued fails; the owner then opens a new stream for the next add.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from bkproto.errors import (
     error_for_status,
 )
 from bkproto.v1 import bookie_pb2
-from bkproto.wire import varint
+from bkproto.wire import COUNT_OK, varint
 
 from .digest import DigestManager
 from .rpc_errors import run_stream_loop
@@ -88,20 +90,21 @@ class AddRequestEncoder:
         # PackedAdds' ledger id (field 1) and master key (field 2); flags stay 0, so absent.
         self._group_fields = self._ledger + (b"\x12" + self._key[1:] if master_key else b"")
 
-    def encode(self, entry_id: int, body: bytes, recovery: bool = False) -> bytes:
-        """``adds`` field 1 framing (tag, length) + the AddRequest message."""
+    def encode(self, entry_id: int, body: bytes, recovery: bool = False, trailer: bytes = b"") -> bytes:
+        """``adds`` field 1 framing (tag, length) + the AddRequest message, then ``trailer`` (a
+        message's own fields, e.g. :data:`~bkproto.wire.COUNT_OK`, joined in the same copy)."""
         size = len(body)
         fields = (self._ledger + b"\x10" + varint(entry_id)) if entry_id else self._ledger
         fields += self._key
         if size:
             fields += b"\x22" + varint(size)
         flags = b"\x28\x01" if recovery else b""  # flags = RECOVERY_ADD
-        return b"".join((b"\x0a", varint(len(fields) + size + len(flags)), fields, body, flags))
+        return b"".join((b"\x0a", varint(len(fields) + size + len(flags)), fields, body, flags, trailer))
 
-    def pack(self, entry_ids: Sequence[int], bodies: Sequence[bytes]) -> bytes:
+    def pack(self, entry_ids: Sequence[int], bodies: Sequence[bytes], trailer: bytes = b"") -> bytes:
         """``packed`` field 2 framing + the PackedAdds group of entries ``entry_ids`` with bodies
-        ``bodies`` (at least one; no flags). The ids and sizes are packed in C (``array``) and the
-        bodies copied once, straight into the result."""
+        ``bodies`` (at least one; no flags), then ``trailer`` (as :meth:`encode`'s). The ids and
+        sizes are packed in C (``array``) and the bodies copied once, straight into the result."""
         count = len(entry_ids)
         ids = array(_IDS_TYPE, entry_ids)
         sizes = array(_SIZES_TYPE, map(len, bodies))
@@ -117,6 +120,7 @@ class AddRequestEncoder:
         ))
         parts = [b"\x12", varint(len(head) + total), head]
         parts += bodies
+        parts.append(trailer)
         return b"".join(parts)
 
 
@@ -200,7 +204,8 @@ def mixed_message(
 ) -> tuple[bytes, _Batch]:
     """The message of adds of several ledgers, or with ``adds`` elements among them, and its adds
     in the order the bookie answers them: the ``adds`` elements first (a ledger's lone body
-    framed as one), then a packed group per ledger, in the order each first appears."""
+    framed as one), then a packed group per ledger, in the order each first appears; the
+    message asks for its successes as a count (``count_ok``)."""
     groups: dict[AddRequestEncoder, list[int]] = {}
     for index, packer in enumerate(packers):
         if packer is not None:
@@ -213,6 +218,7 @@ def mixed_message(
         if len(indexes) > 1:
             pieces.append(packer.pack([tokens[i] for i in indexes], [parts[i] for i in indexes]))
             order += indexes
+    pieces.append(COUNT_OK)
     return b"".join(pieces), ([listeners[i] for i in order], [tokens[i] for i in order])
 
 
@@ -339,8 +345,8 @@ class AddStream:
                 self.messages_sent += 1
 
     def _take_batch(self) -> tuple[bytes, _Batch]:
-        """The next message (a serialized AddEntriesRequest) and the adds it carries, in the
-        order the bookie answers them."""
+        """The next message (a serialized AddEntriesRequest, ``count_ok`` set) and the adds it
+        carries, in the order the bookie answers them."""
         queue = self._queued_bytes
         budget = self._options.max_batch_bytes
         count = 1  # always at least one, even if it alone exceeds the budget
@@ -371,10 +377,12 @@ class AddStream:
         first = packers[0]
         if first is None:
             if packers.count(None) == count:  # all ``adds`` elements already
+                parts.append(COUNT_OK)
                 return b"".join(parts), (listeners, tokens)
         elif packers.count(first) == count:  # the usual message: entries of one ledger
-            message = first.pack(tokens, parts) if count > 1 else first.encode(tokens[0], parts[0])
-            return message, (listeners, tokens)
+            if count > 1:
+                return first.pack(tokens, parts, COUNT_OK), (listeners, tokens)
+            return first.encode(tokens[0], parts[0], trailer=COUNT_OK), (listeners, tokens)
         return mixed_message(parts, packers, listeners, tokens)
 
     async def _recv_loop(self) -> None:
@@ -390,19 +398,29 @@ class AddStream:
             listeners, tokens = self._inflight.popleft()
             self._queued_at_answer = len(self._queued_bytes)
             self._window.set()
+            # The first ``ok`` adds succeeded; ``results`` answers the rest, one each (all of
+            # them from a bookie that predates ok_count).
+            ok = response.ok_count
             results = response.results
-            if len(results) != len(listeners):
+            if ok + len(results) != len(listeners):
                 self.fail(
                     UnexpectedConditionError(
-                        f"bookie {bookie_id}: {len(results)} results for {len(listeners)} adds"
+                        f"bookie {bookie_id}: {ok} adds counted and {len(results)} results"
+                        f" for {len(listeners)} adds"
                     )
                 )
                 bad = BookieUnavailableError(f"bookie {bookie_id}: bad response")
                 for listener, token in zip(listeners, tokens, strict=True):
                     _notify(listener, token, bookie_id, bad)
                 return
+            if ok:
+                if not results:  # the common case: all counted, completed in bulk
+                    _notify_all_acked(listeners, tokens, bookie_id)
+                    continue
+                _notify_all_acked(listeners[:ok], tokens[:ok], bookie_id)
+                listeners, tokens = listeners[ok:], tokens[ok:]
             statuses = [result.status for result in results]
-            if statuses.count(EOK) == len(statuses):  # the common case: completed in bulk
+            if statuses.count(EOK) == len(statuses):  # all succeeded, answered one by one
                 _notify_all_acked(listeners, tokens, bookie_id)
                 continue
             for listener, token, result, status in zip(listeners, tokens, results, statuses, strict=True):

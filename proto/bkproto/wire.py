@@ -16,6 +16,9 @@ from itertools import chain, islice
 from bkproto.v1 import bookie_pb2
 
 EOK = bookie_pb2.EOK
+# AddEntriesRequest.count_ok = true (field 3, varint): the add-stream client appends it to every
+# message it builds (a field may come anywhere; serializers put it after the adds).
+COUNT_OK = b"\x18\x01"
 _ONE_BYTE_VARINTS = tuple(bytes((i,)) for i in range(0x80))
 
 

@@ -4,15 +4,14 @@ neighbours, and a group over ``maxAddsPerMessage`` refused whole, the bookie ser
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from tests.support.add_port_peer import exchange_over_add_port
 from tests.support.bookies import BookieFactory, BookieProcess, entry_body, is_serving, packed_adds
 from tests.support.hostile import limit_rejections
 
-from bkproto.add_port import FRAME_HEADER, PREFACE, frame
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -37,20 +36,7 @@ def over_the_add_port(
     bookie: BookieProcess, request: bookie_pb2.AddEntriesRequest
 ) -> bookie_pb2.AddEntriesResponse:
     assert bookie.add_port is not None
-    with socket.create_connection(("127.0.0.1", bookie.add_port), timeout=30) as sock:
-        sock.sendall(PREFACE + frame(request.SerializeToString()))
-        (length,) = FRAME_HEADER.unpack(recv_exactly(sock, FRAME_HEADER.size))
-        return S.AddEntriesResponse.FromString(recv_exactly(sock, length))
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(data)} of {n} bytes")
-        data += chunk
-    return data
+    return exchange_over_add_port(bookie.add_port, request)
 
 
 def answers(response: bookie_pb2.AddEntriesResponse) -> list[tuple[int, int, int]]:

@@ -120,6 +120,7 @@ class BookieNode:
         self.epoch = 0
         self.skip_fence_check = False
         self.wall_clock_ms: Callable[[], int] = lambda: 0
+        self.limits = HandlerLimits()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def serves(self, conn: Connection) -> bool:
@@ -137,7 +138,7 @@ class BookieNode:
         storage = self.disk.open()
         self.core = SimBookie(storage, self.wall_clock_ms, self.skip_fence_check)
         await self.core.start()
-        self.servicer = BookieServicer(self.core, RequestStats(CollectorRegistry()), HandlerLimits())
+        self.servicer = BookieServicer(self.core, RequestStats(CollectorRegistry()), self.limits)
         self.up = True
         self.trace.event(
             f"bookie {self.bookie_id} started (epoch {self.epoch}, replayed {storage.replayed_records})"

@@ -27,6 +27,7 @@ FIXED_SWARM = Swarm(
     batch_interval_s=0.0,
     fault_weight=0.0,
     explicit_lac_interval_s=0.0,
+    adds_per_loop_turn=4096,
 )
 
 

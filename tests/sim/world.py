@@ -23,6 +23,7 @@ from bkclient.placement import RandomPlacement
 from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieServiceInfo
 from bkproto.errors import MetadataStoreError
+from bookie.handlers.common import HandlerLimits
 
 from .bookie_node import BookieNode
 from .client_conn import sim_connector
@@ -57,6 +58,9 @@ class Swarm:
     batch_interval_s: float
     fault_weight: float  # share of steps that inject a fault
     explicit_lac_interval_s: float  # writers' explicit LAC (0: off)
+    # The bookies' addsPerLoopTurn: a small one answers a message slice by slice, so an answer
+    # can be a count of successes followed by per-add results.
+    adds_per_loop_turn: int
 
     @classmethod
     def draw(cls, rng: random.Random) -> Swarm:
@@ -77,6 +81,7 @@ class Swarm:
             batch_interval_s=rng.choice((0.0, 0.003)),
             fault_weight=rng.choice((0.05, 0.15, 0.3)),
             explicit_lac_interval_s=rng.choice((0.0, 0.0, 0.5)),
+            adds_per_loop_turn=rng.choice((4096, 4096, 2)),
         )
 
     def describe(self) -> str:
@@ -130,6 +135,7 @@ class World:
             node = BookieNode(bookie_id, self.network, disk, self.trace)
             node.skip_fence_check = self.broken.skip_fence_check
             node.wall_clock_ms = self.wall_time_ms
+            node.limits = HandlerLimits(adds_per_loop_turn=self.swarm.adds_per_loop_turn)
             self.bookies[bookie_id] = node
 
     async def setup(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from bkproto.add_port import PREFACE, frame, read_frame
+from bkproto.add_port import FRAME_HEADER, PREFACE, frame, read_frame
 from bkproto.v1 import bookie_pb2
 from bookie.service import BookieService
 
@@ -44,3 +44,19 @@ async def connect(service: BookieService, preface: bytes = PREFACE) -> Connectio
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     writer.write(preface)
     return Connection(reader, writer)
+
+
+def exchange_over_add_port(
+    add_port: int, request: bookie_pb2.AddEntriesRequest
+) -> bookie_pb2.AddEntriesResponse:
+    """``request``'s answer from the add port at ``add_port`` (a stream of that one message),
+    blocking: for tests against a bookie process. ConnectionError if the bookie closes first."""
+    with socket.create_connection(("127.0.0.1", add_port), timeout=30) as sock:
+        sock.sendall(PREFACE + frame(request.SerializeToString()))
+        with sock.makefile("rb") as answers:
+            header = answers.read(FRAME_HEADER.size)
+            (length,) = FRAME_HEADER.unpack(header) if len(header) == FRAME_HEADER.size else (-1,)
+            message = answers.read(length) if length >= 0 else b""
+            if len(message) != length:
+                raise ConnectionError("the bookie closed the add port before its answer")
+            return bookie_pb2.AddEntriesResponse.FromString(message)

@@ -111,18 +111,22 @@ class PackedAdds(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., flags: _Optional[int] = ..., write_flags: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., body_sizes: _Optional[_Iterable[int]] = ..., bodies: _Optional[bytes] = ...) -> None: ...
 
 class AddEntriesRequest(_message.Message):
-    __slots__ = ("adds", "packed")
+    __slots__ = ("adds", "packed", "count_ok")
     ADDS_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    COUNT_OK_FIELD_NUMBER: _ClassVar[int]
     adds: _containers.RepeatedCompositeFieldContainer[AddRequest]
     packed: _containers.RepeatedCompositeFieldContainer[PackedAdds]
-    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ..., packed: _Optional[_Iterable[_Union[PackedAdds, _Mapping]]] = ...) -> None: ...
+    count_ok: bool
+    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ..., packed: _Optional[_Iterable[_Union[PackedAdds, _Mapping]]] = ..., count_ok: _Optional[bool] = ...) -> None: ...
 
 class AddEntriesResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "ok_count")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    OK_COUNT_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[AddResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ...) -> None: ...
+    ok_count: int
+    def __init__(self, results: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ..., ok_count: _Optional[int] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "flags", "master_key", "previous_lac", "timeout_ms")

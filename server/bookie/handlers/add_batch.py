@@ -73,9 +73,11 @@ class AddBatchProcessor:
         return None
 
     async def process(
-        self, adds: Sequence[bookie_pb2.AddRequest]
+        self, adds: Sequence[bookie_pb2.AddRequest], count_ok: bool = False
     ) -> bookie_pb2.AddEntriesResponse:
-        """One response entry per add, same order. Never raises (except on cancellation).
+        """One response entry per add, same order; with ``count_ok`` (the request's flag) the
+        leading slices whose adds all succeeded are answered as ``ok_count`` instead, and one
+        entry per add after them. Never raises (except on cancellation).
 
         The CPU-bound steps (checking adds, building the answer) are synchronous, and a batch of
         more than ``adds_per_loop_turn`` adds runs them one slice of that many per event-loop
@@ -89,9 +91,9 @@ class AddBatchProcessor:
             ops, rejected = self._validate(adds, read_only)
             # The core stages the adds before its first wait, in this same loop turn.
             outcomes = await self._add(ops) if ops else []
-            ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES)
+            ok = self._answer(response, adds, ops, rejected, outcomes, _DETAILED_FAILURES, count_ok)
         else:
-            ok = await self._process_in_slices(response, adds, read_only)
+            ok = await self._process_in_slices(response, adds, read_only, count_ok)
         latency = elapsed_ms(start)
         self._stat.observe(latency, True, ok)
         self._stat.observe(latency, False, len(adds) - ok)
@@ -102,6 +104,7 @@ class AddBatchProcessor:
         response: bookie_pb2.AddEntriesResponse,
         adds: Sequence[bookie_pb2.AddRequest],
         read_only: bool,
+        count_ok: bool,
     ) -> int:
         # Each slice goes to the core as soon as it is checked, in order, so the journal sees the
         # adds in request order; the answers are built slice by slice once all are durable.
@@ -122,7 +125,7 @@ class AddBatchProcessor:
         detailed = _DETAILED_FAILURES
         for chunk, ops, rejected, staged in slices:
             outcomes = await staged if staged is not None else []
-            chunk_ok = self._answer(response, chunk, ops, rejected, outcomes, detailed)
+            chunk_ok = self._answer(response, chunk, ops, rejected, outcomes, detailed, count_ok)
             ok += chunk_ok
             detailed = max(0, detailed - (len(chunk) - chunk_ok))
             await asyncio.sleep(0)
@@ -171,13 +174,20 @@ class AddBatchProcessor:
         rejected: dict[int, tuple[int, str]],
         outcomes: list[AddResult],
         detailed: int,
+        count_ok: bool,
     ) -> int:
-        """Append one result per add to ``response``; returns how many are EOK. Only the first
-        ``detailed`` failures carry their message (the status says what went wrong; a message per
-        add of a huge refused batch would make the answer many times the request's size)."""
+        """Answer the adds of one slice in ``response``; returns how many are EOK. With
+        ``count_ok``, a slice whose adds all succeeded, while no result is in the answer yet
+        (a success counted after a result would be answered out of order), only adds to its
+        ``ok_count``; any other gets one result per add. Only the first ``detailed`` failures
+        carry their message (the status says what went wrong; a message per add of a huge
+        refused batch would make the answer many times the request's size)."""
         results = response.results
         ok = 0
         if not rejected:
+            if count_ok and not results and not any(map(_STATUS, outcomes)):  # EOK is 0
+                response.ok_count += len(ops)
+                return len(ops)
             if _all_ok_in_a_row(response, ops, outcomes):
                 return len(ops)
             for op, outcome in zip(ops, outcomes, strict=True):

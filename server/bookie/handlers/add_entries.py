@@ -37,8 +37,9 @@ from google.protobuf.message import DecodeError
 
 from bkmeta.serde import decode_varint
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import COUNT_OK
 from bookie.handlers.add_batch import AddBatchProcessor
-from bookie.handlers.add_message import DecodedAddEntries, MessageAdds, decoded, packed_only
+from bookie.handlers.add_message import COUNT_OK_TAG, DecodedAddEntries, MessageAdds, decoded, packed_only
 from bookie.handlers.add_pipeline import AddPipeline, AddStreamCarrier
 from bookie.handlers.common import HandlerLimits
 from bookie.limits import PeerByteBudget, peer_host
@@ -96,9 +97,10 @@ def parse_add_entries(data: bytes | bytearray) -> SizedAddEntriesRequest:
     groups, if any, unpacked. A message of packed groups alone (the client's usual) is read
     without protobuf (:func:`bookie.handlers.add_message.packed_only`)."""
     if data[:1] == _PACKED_TAG:
-        groups = packed_only(data if type(data) is bytes else bytes(data))
-        if groups is not None:
-            return SizedAddEntriesRequest(len(data), DecodedAddEntries(MessageAdds((), groups)))
+        packed = packed_only(data if type(data) is bytes else bytes(data))
+        if packed is not None:
+            adds = MessageAdds((), packed.groups)
+            return SizedAddEntriesRequest(len(data), DecodedAddEntries(adds, packed.count_ok))
     # The stubs say bytes; upb parses any buffer, and copies what it keeps (the add port's bytearray)
     message = bookie_pb2.AddEntriesRequest.FromString(data)  # type: ignore[arg-type]
     return SizedAddEntriesRequest(len(data), decoded(message))
@@ -117,18 +119,21 @@ def _count_adds(data: bytes | bytearray, limit: int) -> int:
 
 def _equal_adds(data: bytes | bytearray) -> int | None:
     """How many adds the message holds if it is nothing but adds of the first one's size (a batch
-    of equal entries, the usual full message), else None. Checked in C: each add's tag and
-    length bytes, at every multiple of that size, are the first add's (strided slices), so the
-    message parses as exactly that many adds."""
+    of equal entries, the usual full message), maybe followed by ``count_ok``, else None.
+    Checked in C: each add's tag and length bytes, at every multiple of that size, are the first
+    add's (strided slices), so the message parses as exactly that many adds."""
     if not data or data[0] != _ADDS_TAG:
         return None
     length, pos = decode_varint(data, 1)
     stride = pos + length
-    if len(data) % stride:
+    end = len(data)
+    if end % stride and data.endswith(COUNT_OK):
+        end -= len(COUNT_OK)
+    if end % stride:
         return None
-    count = len(data) // stride
+    count = end // stride
     for offset in range(pos):
-        if data[offset::stride] != data[offset : offset + 1] * count:
+        if data[offset:end:stride] != data[offset : offset + 1] * count:
             return None
     return count
 
@@ -140,7 +145,11 @@ def _walk_adds(data: bytes | bytearray, limit: int) -> int:
     end = len(data)
     try:
         while pos < end and count <= limit:
-            if data[pos] != _ADDS_TAG:
+            tag = data[pos]
+            if tag != _ADDS_TAG:
+                if tag == COUNT_OK_TAG and data[pos + 1] < 0x80:
+                    pos += 2
+                    continue
                 return _count_fields(data, limit)
             low = data[pos + 1]
             if low < 0x80:
@@ -282,7 +291,7 @@ class AddEntriesHandler:
                 except BaseException:
                     unanswered.release(peer, size)
                     raise
-                batch = asyncio.ensure_future(self.processor.process(request.adds))
+                batch = asyncio.ensure_future(self.processor.process(request.adds, request.count_ok))
                 # Released when the batch is durable, not when its response is sent: a client
                 # that stops reading responses must not hold the bookie's processing budget.
                 batch.add_done_callback(functools.partial(budget.release_for, peer, size))

@@ -88,25 +88,39 @@ def _unpacked(
 # PackedAdds' field tags in field-number order (ledger_id ... bodies), as serializers write them.
 _GROUP_TAGS = {0x08: 0, 0x12: 1, 0x18: 2, 0x20: 3, 0x2A: 4, 0x32: 5, 0x3A: 6}
 _PACKED_TAG = 0x12  # AddEntriesRequest.packed: field 2, length-delimited
+COUNT_OK_TAG = 0x18  # AddEntriesRequest.count_ok: field 3, varint
 _U64 = (1 << 64) - 1
 # The wire's little-endian sfixed64 and fixed32 are this machine's "q" and "I".
 _NATIVE_WIRE = sys.byteorder == "little" and array("I").itemsize == 4
 
 
-def packed_only(data: bytes) -> list[PackedGroup] | None:
-    """The groups of a message that holds nothing but packed groups, each with its fields in
-    field-number order and at most once (what the client, and protobuf's serializers, write),
-    read straight from ``data``: each body is sliced out of the message itself, without the
-    two copies of all the bodies that protobuf's parse and its ``bodies`` field would make.
-    None for any other message (it then goes through protobuf): the result is what protobuf's
-    parse gives, which the unit tests check."""
+class PackedMessage(NamedTuple):
+    """A message of packed groups alone, read by :func:`packed_only`."""
+
+    groups: list[PackedGroup]
+    count_ok: bool  # AddEntriesRequest.count_ok
+
+
+def packed_only(data: bytes) -> PackedMessage | None:
+    """The groups (and the ``count_ok`` flag) of a message that holds nothing but packed groups,
+    each with its fields in field-number order and at most once (what the client, and
+    protobuf's serializers, write), read straight from ``data``: each body is sliced out of the
+    message itself, without the two copies of all the bodies that protobuf's parse and its
+    ``bodies`` field would make. None for any other message (it then goes through protobuf):
+    the result is what protobuf's parse gives, which the unit tests check."""
     if not _NATIVE_WIRE:
         return None
     groups: list[PackedGroup] = []
+    count_ok = False
     pos, end = 0, len(data)
     try:
         while pos < end:
-            if data[pos] != _PACKED_TAG:
+            tag = data[pos]
+            if tag == COUNT_OK_TAG:  # wherever it is, the last one counts, as for protobuf
+                value, pos = decode_varint(data, pos + 1)
+                count_ok = value & _U64 != 0
+                continue
+            if tag != _PACKED_TAG:
                 return None
             length, pos = decode_varint(data, pos + 1)
             if pos + length > end:
@@ -118,7 +132,7 @@ def packed_only(data: bytes) -> list[PackedGroup] | None:
             pos += length
     except ValueError:  # a truncated or overlong varint
         return None
-    return groups
+    return PackedMessage(groups, count_ok)
 
 
 def _group_at(data: bytes, pos: int, end: int) -> PackedGroup | None:
@@ -299,12 +313,14 @@ class MessageAdds(Sequence[bookie_pb2.AddRequest]):
 
 class DecodedAddEntries:
     """A decoded AddEntries message with packed groups: ``adds`` are all its adds, in answer
-    order (what a message without groups gives as its protobuf ``adds``)."""
+    order (what a message without groups gives as its protobuf ``adds``), and ``count_ok`` its
+    flag (whether the answer gives its leading successes as a count)."""
 
-    __slots__ = ("adds",)
+    __slots__ = ("adds", "count_ok")
 
-    def __init__(self, adds: MessageAdds) -> None:
+    def __init__(self, adds: MessageAdds, count_ok: bool) -> None:
         self.adds = adds
+        self.count_ok = count_ok
 
 
 def decoded(message: bookie_pb2.AddEntriesRequest) -> bookie_pb2.AddEntriesRequest | DecodedAddEntries:
@@ -313,7 +329,7 @@ def decoded(message: bookie_pb2.AddEntriesRequest) -> bookie_pb2.AddEntriesReque
     if not message.packed:
         return message
     groups = [unpack_group(group) for group in message.packed]
-    return DecodedAddEntries(MessageAdds(message.adds if message.adds else (), groups))
+    return DecodedAddEntries(MessageAdds(message.adds if message.adds else (), groups), message.count_ok)
 
 
 def add_ids(adds: Sequence[bookie_pb2.AddRequest]) -> Iterator[tuple[int, int]]:

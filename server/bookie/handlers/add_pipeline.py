@@ -137,7 +137,8 @@ class AddPipeline:
             unanswered.release(peer, size)
             self._wait_for_bytes(budget.call_when_freed)
             return False
-        batch = _Batch(self, size, handler.processor.process(request.request.adds))
+        message = request.request
+        batch = _Batch(self, size, handler.processor.process(message.adds, message.count_ok))
         self._pending.append(batch)
         batch.step()
         return True

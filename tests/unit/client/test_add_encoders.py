@@ -11,6 +11,7 @@ from bkclient.bookie_client import AddRequestEncoder
 from bkclient.digest import CRC32, CRC32C, DUMMY, HMAC, DigestManager
 from bkclient.transport import decode_add
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import COUNT_OK
 
 
 @given(
@@ -33,6 +34,8 @@ def test_encoder_bytes_equal_protobuf_serialization(
     expected = bookie_pb2.AddEntriesRequest(adds=[add]).SerializeToString()
     encoded = AddRequestEncoder(ledger_id, key).encode(entry_id, body, recovery)
     assert encoded == expected
+    flagged = bookie_pb2.AddEntriesRequest(adds=[add], count_ok=True).SerializeToString()
+    assert AddRequestEncoder(ledger_id, key).encode(entry_id, body, recovery, trailer=COUNT_OK) == flagged
     two = bookie_pb2.AddEntriesRequest.FromString(encoded + encoded)
     assert list(two.adds) == [add, add]
     assert decode_add(encoded) == (ledger_id, entry_id, key, body, recovery)  # in-memory bookies' view
@@ -64,6 +67,8 @@ def test_packed_group_bytes_equal_protobuf_serialization(
     encoder = AddRequestEncoder(ledger_id, key)
     packed = encoder.pack(entry_ids, bodies)
     assert packed == bookie_pb2.AddEntriesRequest(packed=[group]).SerializeToString()
+    flagged = bookie_pb2.AddEntriesRequest(packed=[group], count_ok=True).SerializeToString()
+    assert encoder.pack(entry_ids, bodies, COUNT_OK) == flagged
     single = encoder.encode(5, b"lone")
     message = bookie_pb2.AddEntriesRequest.FromString(packed + single + packed)
     assert list(message.packed) == [group, group]

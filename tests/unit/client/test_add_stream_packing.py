@@ -48,7 +48,9 @@ def test_a_mixed_message_is_its_adds_in_the_order_its_batch_lists_them(
     listeners: list[AddListener] = [slots[ledger_id] for ledger_id, _, _ in queue]
     tokens = [entry_id for _, entry_id, _ in queue]
     message, (ordered_listeners, ordered_tokens) = mixed_message(parts, packers, listeners, tokens)
-    adds = list(parse_add_entries(message).request.adds)
+    request = parse_add_entries(message).request
+    assert request.count_ok
+    adds = list(request.adds)
     expected = {(9 if ledger_id == 0 else ledger_id, entry_id, body) for ledger_id, entry_id, body in queue}
     assert len(adds) == len(queue)
     assert {(a.ledger_id, a.entry_id, a.body) for a in adds} == expected

@@ -19,7 +19,13 @@ from bookie.api import AddOp
 from bookie.bookie import Bookie
 from bookie.errors import BookieError
 from bookie.handlers.add_answer import append_all_ok
-from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, _count_adds, _count_fields
+from bookie.handlers.add_entries import (
+    AddEntriesDecoder,
+    TooManyAdds,
+    _count_adds,
+    _count_fields,
+    _equal_adds,
+)
 from bookie.storage.write_cache import WriteCacheHalf
 
 # How one op of a generated batch differs from a good add of its ledger (mostly not at all).
@@ -175,8 +181,8 @@ def test_a_kept_crc_is_always_its_body_s(steps: list[tuple[str, list[tuple[int, 
 # ---- the decoder's count of adds --------------------------------------------------------------
 
 
-def message(sizes: list[int], entry_base: int) -> bytes:
-    request = bookie_pb2.AddEntriesRequest()
+def message(sizes: list[int], entry_base: int, count_ok: bool = False) -> bytes:
+    request = bookie_pb2.AddEntriesRequest(count_ok=count_ok)
     for index, size in enumerate(sizes):
         entry_id = entry_base + index
         request.adds.add(ledger_id=7, entry_id=entry_id, master_key=KEY,
@@ -191,10 +197,14 @@ def message(sizes: list[int], entry_base: int) -> bytes:
     ),
     entry_base=st.sampled_from([0, 100, 16_380, 2**40]),
     limit=st.integers(0, 50),
+    count_ok=st.booleans(),  # a top-level field that is not an add, after them
 )
-def test_the_count_of_adds_is_the_field_walk_s(sizes: list[int], entry_base: int, limit: int) -> None:
-    data = message(sizes, entry_base)
-    assert min(_count_adds(data, limit), limit + 1) == _count_fields(data, limit)
+def test_the_count_of_adds_is_the_field_walk_s(
+    sizes: list[int], entry_base: int, limit: int, count_ok: bool
+) -> None:
+    data = message(sizes, entry_base, count_ok)
+    expected = min(len(sizes), limit + 1)
+    assert min(_count_adds(data, limit), limit + 1) == _count_fields(data, limit) == expected
 
 
 @given(data=st.binary(max_size=64), limit=st.integers(0, 10))
@@ -214,8 +224,12 @@ def test_the_count_of_adds_of_any_bytes_agrees_with_the_field_walk(data: bytes, 
 def test_a_message_of_equal_adds_over_the_limit_is_refused() -> None:
     decode = AddEntriesDecoder(max_adds=3)
     assert len(decode(message([50] * 3, 0)).request.adds) == 3
+    for count_ok in (False, True):  # the strided count, with the flag after the adds or not
+        assert _equal_adds(message([50] * 3, 1, count_ok)) == 3
     with pytest.raises(TooManyAdds):
         decode(message([50] * 4, 0))
+    with pytest.raises(TooManyAdds):
+        decode(message([50] * 4, 0, count_ok=True))
     with pytest.raises(TooManyAdds):
         decode(message([50, 51, 50, 50], 0))  # not equal: counted add by add
 

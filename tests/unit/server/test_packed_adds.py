@@ -21,7 +21,7 @@ from bookie.api import AddOp, AddResult
 from bookie.bookie import Bookie
 from bookie.handlers.add_batch import AddBatchProcessor, _all_ok_in_a_row
 from bookie.handlers.add_entries import AddEntriesDecoder, TooManyAdds, _count_adds, parse_add_entries
-from bookie.handlers.add_message import MessageAdds, packed_only, request_ops, unpack_group
+from bookie.handlers.add_message import MessageAdds, PackedMessage, packed_only, request_ops, unpack_group
 from bookie.handlers.common import HandlerLimits
 from bookie.security import refused_add_response
 from bookie.stats import RequestStats
@@ -266,12 +266,13 @@ def test_a_refused_caller_gets_eua_for_every_add_packed_or_not_in_answer_order()
         ),
         min_size=1,
         max_size=4,
-    )
+    ),
+    count_ok=st.booleans(),
 )
 def test_a_message_of_packed_groups_is_read_as_protobuf_reads_it(
-    groups: list[tuple[int, bytes, int, int, list[tuple[int, bytes]], int]],
+    groups: list[tuple[int, bytes, int, int, list[tuple[int, bytes]], int]], count_ok: bool
 ) -> None:
-    request = bookie_pb2.AddEntriesRequest()
+    request = bookie_pb2.AddEntriesRequest(count_ok=count_ok)
     for ledger_id, key, flags, write_flags, adds, skew in groups:
         bodies = b"".join(b for _, b in adds)
         bodies = bodies + b"x" * skew if skew >= 0 else bodies[:skew]
@@ -280,9 +281,14 @@ def test_a_message_of_packed_groups_is_read_as_protobuf_reads_it(
             entry_ids=[e for e, _ in adds], body_sizes=[len(b) for _, b in adds], bodies=bodies,
         )
     data = request.SerializeToString()
-    read = packed_only(data)
-    assert read is not None  # serializers write fields in order: the fast path takes it
-    assert read == [unpack_group(group) for group in bookie_pb2.AddEntriesRequest.FromString(data).packed]
+    assert packed_only(data) == protobuf_read(data)  # fields in order, as serializers write them: taken
+
+
+def protobuf_read(data: bytes) -> PackedMessage:
+    """What protobuf's parse of a message of packed groups gives, as :func:`packed_only` gives it."""
+    message = bookie_pb2.AddEntriesRequest.FromString(data)
+    assert not message.adds
+    return PackedMessage([unpack_group(group) for group in message.packed], message.count_ok)
 
 
 VALID = bookie_pb2.AddEntriesRequest(packed=[
@@ -290,7 +296,7 @@ VALID = bookie_pb2.AddEntriesRequest(packed=[
         ledger_id=300, master_key=KEY, flags=1, entry_ids=[1, 2], body_sizes=[3, 2], bodies=b"abcde"
     ),
     bookie_pb2.PackedAdds(ledger_id=-5, entry_ids=[2**40], body_sizes=[0]),
-]).SerializeToString()
+], count_ok=True).SerializeToString()
 
 
 @settings(max_examples=600)
@@ -298,6 +304,7 @@ VALID = bookie_pb2.AddEntriesRequest(packed=[
     data=st.one_of(
         st.binary(max_size=80),
         st.binary(max_size=60).map(lambda b: b"\x12" + b),
+        st.binary(max_size=60).map(lambda b: VALID + b"\x18" + b),  # a flag, then anything
         st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255), st.integers(1, len(VALID))).map(
             lambda c: (VALID[: c[0]] + bytes([c[1]]) + VALID[c[0] + 1 :])[: c[2]]  # one byte changed, cut
         ),
@@ -306,9 +313,7 @@ VALID = bookie_pb2.AddEntriesRequest(packed=[
 def test_any_bytes_the_fast_read_takes_protobuf_parses_alike(data: bytes) -> None:
     read = packed_only(data)
     if read is not None:
-        message = bookie_pb2.AddEntriesRequest.FromString(data)
-        assert not message.adds
-        assert read == [unpack_group(group) for group in message.packed]
+        assert read == protobuf_read(data)
 
 
 def test_a_message_the_fast_read_does_not_take_goes_through_protobuf() -> None:
@@ -349,3 +354,71 @@ def test_an_all_ok_answer_of_several_ledgers_is_the_answer_built_result_by_resul
         assert built.SerializeToString() == expected.SerializeToString()
     else:
         assert not built.results
+
+
+# ---- the leading successes answered as a count ----------------------------------------------------
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    specs=st.lists(group_specs, min_size=1, max_size=4),
+    singles=st.integers(0, 2),
+    slice_size=st.sampled_from([2, 3, 5, 4096]),
+)
+def test_with_count_ok_the_leading_all_ok_slices_are_a_count_and_the_rest_as_without_it(
+    specs: list[tuple[int, bytes, bool, list[tuple[int, str]]]], singles: int, slice_size: int
+) -> None:
+    request, _ = requests_of(specs, singles)
+    request.count_ok = True
+    decoded = parse_add_entries(request.SerializeToString()).request
+    assert decoded.count_ok
+
+    async def both() -> list[bookie_pb2.AddEntriesResponse]:
+        answers = []
+        for count_ok in (True, False):
+            bookie = await prepared(read_only=False)
+            answers.append(await processor(bookie, slice_size).process(decoded.adds, count_ok))
+        return answers
+
+    counted, plain = asyncio.run(both())
+    statuses = [r.status for r in plain.results]
+    leading = 0  # the adds of the slices, from the first, whose adds all succeeded
+    while leading < len(statuses) and not any(statuses[leading : leading + slice_size]):
+        leading = min(leading + slice_size, len(statuses))
+    assert plain.ok_count == 0
+    assert counted.ok_count == leading
+    assert answer(counted) == answer(plain)[leading:]
+
+
+async def test_a_failure_ends_the_count_and_every_add_after_it_has_its_own_result() -> None:
+    """Slices of two: [ok ok] [ok fenced-key] [ok ok]: the first slice is counted; the second
+    and the third, although all OK, are answered add by add (a count follows no result)."""
+    bookie = await prepared(read_only=False)
+    request = bookie_pb2.AddEntriesRequest(count_ok=True)
+    request.packed.append(group(1, [1, 2, 3]))
+    request.packed.append(group(3, [1], key=KEY))  # ledger 3 has OTHER_KEY: EUA
+    request.packed.append(group(1, [4, 5]))
+    adds = parse_add_entries(request.SerializeToString()).request.adds
+    response = await processor(bookie, 2).process(adds, count_ok=True)
+    eok, eua = bookie_pb2.EOK, bookie_pb2.EUA
+    assert response.ok_count == 2
+    assert [(r.status, r.ledger_id, r.entry_id) for r in response.results] == [
+        (eok, 1, 3), (eua, 3, 1), (eok, 1, 4), (eok, 1, 5)
+    ]
+    assert await bookie.list_entries(1) == [(0, 5)]
+
+
+async def test_an_all_ok_message_with_count_ok_is_answered_by_its_count_alone() -> None:
+    bookie = await prepared(read_only=False)
+    for first, count_ok, slice_size in ((1, True, 4096), (4, True, 2), (7, False, 4096)):
+        groups = [group(1, [first, first + 1, first + 2]), group(3, [first], key=OTHER_KEY)]
+        request = bookie_pb2.AddEntriesRequest(packed=groups, count_ok=count_ok)
+        adds = parse_add_entries(request.SerializeToString()).request.adds
+        response = await processor(bookie, slice_size).process(adds, count_ok)
+        if count_ok:
+            assert (response.ok_count, len(response.results)) == (4, 0)
+        else:  # without the flag: as before it, one result per add
+            assert response.ok_count == 0
+            expected = [(1, 7), (1, 8), (1, 9), (3, 7)]
+            assert answer(response) == [(bookie_pb2.EOK, ledger, entry, "") for ledger, entry in expected]
+    assert await bookie.list_entries(1) == [(0, 9)]
