@@ -20,7 +20,7 @@ from typing import Any
 import grpc.aio
 
 from bkproto import security as wire
-from bkproto.add_port import PREFACE, frame, keep_alive, read_frame
+from bkproto.add_port import FRAME_HEADER, PREFACE, frame, keep_alive, read_frame
 from bkproto.v1 import bookie_pb2
 
 from .tls import ClientSecurity
@@ -101,6 +101,17 @@ class AddPortCall:
         self._writer.write(frame(message))
         await self._writer.drain()
 
+    async def write_framed(self, framed: bytes) -> None:
+        """:meth:`write` of a message that already has its length header (the add stream builds
+        it in the same copy as the message: ``AddRequestEncoder.pack``)."""
+        await self._connected()
+        if self.fallback is not None:
+            await self.fallback.write(framed[FRAME_HEADER.size :])
+            return
+        assert self._writer is not None
+        self._writer.write(framed)
+        await self._writer.drain()
+
     def ready_to_write(self) -> bool:
         """Whether :meth:`write` would not wait: connected over the add port, the socket open and
         its buffer below the high-water mark. Then :meth:`write_nowait` sends in this step."""
@@ -114,8 +125,12 @@ class AddPortCall:
 
     def write_nowait(self, message: bytes) -> None:
         """:meth:`write` in this step; only when :meth:`ready_to_write` said so."""
+        self.write_framed_nowait(frame(message))
+
+    def write_framed_nowait(self, framed: bytes) -> None:
+        """:meth:`write_framed` in this step; only when :meth:`ready_to_write` said so."""
         assert self._writer is not None
-        self._writer.write(frame(message))
+        self._writer.write(framed)
 
     async def read(self) -> Any:
         """The next AddEntriesResponse, or ``grpc.aio.EOF`` once the bookie closed the stream."""

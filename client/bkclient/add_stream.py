@@ -39,11 +39,12 @@ import logging
 import sys
 from array import array
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 
+from bkproto.add_port import FRAME_HEADER, frame
 from bkproto.entry_format import HEADER
 from bkproto.errors import (
     BKError,
@@ -101,10 +102,14 @@ class AddRequestEncoder:
         flags = b"\x28\x01" if recovery else b""  # flags = RECOVERY_ADD
         return b"".join((b"\x0a", varint(len(fields) + size + len(flags)), fields, body, flags, trailer))
 
-    def pack(self, entry_ids: Sequence[int], bodies: Sequence[bytes], trailer: bytes = b"") -> bytes:
+    def pack(
+        self, entry_ids: Sequence[int], bodies: Sequence[bytes], trailer: bytes = b"", framed: bool = False
+    ) -> bytes:
         """``packed`` field 2 framing + the PackedAdds group of entries ``entry_ids`` with bodies
         ``bodies`` (at least one; no flags), then ``trailer`` (as :meth:`encode`'s). The ids and
-        sizes are packed in C (``array``) and the bodies copied once, straight into the result."""
+        sizes are packed in C (``array``) and the bodies copied once, straight into the result;
+        ``framed``: the add port's length header first, in that same copy (``frame`` would copy
+        the whole message again)."""
         count = len(entry_ids)
         ids = array(_IDS_TYPE, entry_ids)
         sizes = array(_SIZES_TYPE, map(len, bodies))
@@ -118,7 +123,11 @@ class AddRequestEncoder:
             b"\x32", varint(4 * count), sizes,  # body_sizes, field 6, packed
             b"\x3a" + varint(total) if total else b"",  # bodies, field 7
         ))
-        parts = [b"\x12", varint(len(head) + total), head]
+        group_size = varint(len(head) + total)
+        parts = [b"\x12", group_size, head]
+        if framed:
+            size = 1 + len(group_size) + len(head) + total + len(trailer)
+            parts.insert(0, FRAME_HEADER.pack(size))
         parts += bodies
         parts.append(trailer)
         return b"".join(parts)
@@ -243,6 +252,7 @@ class AddStream:
         # Per queued add: an ``adds`` element (packer None), or the body of an entry of the
         # packer's ledger (token = entry id), which the message packs with its ledger's others.
         self._queued_bytes: deque[bytes] = deque()
+        self._queued_size = 0  # bytes in _queued_bytes
         self._queued_packers: deque[AddRequestEncoder | None] = deque()
         self._queued_listeners: deque[AddListener] = deque()
         self._queued_tokens: deque[int] = deque()
@@ -259,6 +269,12 @@ class AddStream:
         # (_send_at_once) when the call can write without waiting (the add port's; not gRPC's).
         self._sender_idle = False
         self._ready_to_write: Callable[[], bool] | None = getattr(call, "ready_to_write", None)
+        # The add port's call takes messages with their length header, built in the same copy.
+        self._framed = hasattr(call, "write_framed")
+        self._write: Callable[[bytes], Awaitable[None]] = call.write_framed if self._framed else call.write
+        self._write_nowait: Callable[[bytes], None] | None = getattr(
+            call, "write_framed_nowait" if self._framed else "write_nowait", None
+        )
         self._last_sent = -options.min_batch_interval_s  # loop time of the last message sent
         self._sender = asyncio.create_task(
             run_stream_loop(self._send_loop, self.fail, bookie_id, "add"), name=f"bk-add-send-{bookie_id}"
@@ -269,6 +285,7 @@ class AddStream:
 
     def enqueue(self, encoded: bytes, listener: AddListener, token: int) -> None:
         self._queued_bytes.append(encoded)
+        self._queued_size += len(encoded)
         self._queued_packers.append(None)
         self._queued_listeners.append(listener)
         self._queued_tokens.append(token)
@@ -291,7 +308,8 @@ class AddStream:
             return False
         request, batch = self._take_batch()
         self._inflight.append(batch)  # the answer can only follow the write, in this same step
-        self._call.write_nowait(request)
+        assert self._write_nowait is not None  # a call with ready_to_write has it
+        self._write_nowait(request)
         self._last_sent = asyncio.get_running_loop().time()
         self.messages_sent += 1
         return True
@@ -307,6 +325,7 @@ class AddStream:
         entry ids), in order: a message packs the bodies of one ledger into one group. A lone
         add may leave at once, as with :meth:`enqueue`."""
         self._queued_bytes.extend(bodies)
+        self._queued_size += sum(map(len, bodies))
         self._queued_packers.extend(itertools.repeat(packer, len(entry_ids)))
         self._queued_listeners.extend(itertools.repeat(listener, len(entry_ids)))
         self._queued_tokens.extend(entry_ids)
@@ -341,7 +360,7 @@ class AddStream:
                 # In flight before the write: a response can only follow the write.
                 self._inflight.append(batch)
                 self._last_sent = loop.time()
-                await self._call.write(request)
+                await self._write(request)
                 self.messages_sent += 1
 
     def _take_batch(self) -> tuple[bytes, _Batch]:
@@ -349,13 +368,18 @@ class AddStream:
         carries, in the order the bookie answers them."""
         queue = self._queued_bytes
         budget = self._options.max_batch_bytes
-        count = 1  # always at least one, even if it alone exceeds the budget
-        size = len(queue[0])
-        for encoded in itertools.islice(queue, 1, None):
-            size += len(encoded)
-            if size > budget:
-                break
-            count += 1
+        if self._queued_size <= budget:  # all of it (the usual message), without a pass per add
+            count = len(queue)
+            self._queued_size = 0
+        else:
+            count = 1  # always at least one, even if it alone exceeds the budget
+            size = len(queue[0])
+            for encoded in itertools.islice(queue, 1, None):
+                if size + len(encoded) > budget:
+                    break
+                size += len(encoded)
+                count += 1
+            self._queued_size -= size
         if count == len(queue):
             parts = list(queue)
             packers = list(self._queued_packers)
@@ -375,15 +399,17 @@ class AddStream:
             pop_token = self._queued_tokens.popleft
             tokens = [pop_token() for _ in range(count)]
         first = packers[0]
-        if first is None:
-            if packers.count(None) == count:  # all ``adds`` elements already
-                parts.append(COUNT_OK)
-                return b"".join(parts), (listeners, tokens)
-        elif packers.count(first) == count:  # the usual message: entries of one ledger
-            if count > 1:
-                return first.pack(tokens, parts, COUNT_OK), (listeners, tokens)
-            return first.encode(tokens[0], parts[0], trailer=COUNT_OK), (listeners, tokens)
-        return mixed_message(parts, packers, listeners, tokens)
+        if first is not None and count > 1 and packers.count(first) == count:
+            # the usual message: entries of one ledger, framed (if so) in the same copy
+            return first.pack(tokens, parts, COUNT_OK, self._framed), (listeners, tokens)
+        if first is None and packers.count(None) == count:  # all ``adds`` elements already
+            parts.append(COUNT_OK)
+            message, batch = b"".join(parts), (listeners, tokens)
+        elif first is not None and count == 1:
+            message, batch = first.encode(tokens[0], parts[0], trailer=COUNT_OK), (listeners, tokens)
+        else:
+            message, batch = mixed_message(parts, packers, listeners, tokens)
+        return (frame(message) if self._framed else message), batch
 
     async def _recv_loop(self) -> None:
         bookie_id = self._bookie_id
@@ -451,6 +477,7 @@ class AddStream:
         tokens += self._queued_tokens
         self._inflight.clear()
         self._queued_bytes.clear()
+        self._queued_size = 0
         self._queued_packers.clear()
         self._queued_listeners.clear()
         self._queued_tokens.clear()

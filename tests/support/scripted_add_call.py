@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from bkproto.add_port import FRAME_HEADER
 from bkproto.errors import BKError
 from bkproto.v1 import bookie_pb2
 
@@ -61,3 +62,16 @@ class CompletionLog:
         while self.done < count:
             self._changed.clear()
             await asyncio.wait_for(self._changed.wait(), 5)
+
+
+class ScriptedAddPortCall(ScriptedAddCall):
+    """:class:`ScriptedAddCall` in the add port call's shape: messages come with their length
+    header (``write_framed``), which is checked against the message it precedes."""
+
+    async def write(self, message: bytes) -> None:
+        raise AssertionError("the add stream sends the add port framed messages")
+
+    async def write_framed(self, framed: bytes) -> None:
+        (length,) = FRAME_HEADER.unpack_from(framed)
+        assert length == len(framed) - FRAME_HEADER.size, "a frame header that does not fit its message"
+        await super().write(framed[FRAME_HEADER.size :])

@@ -10,6 +10,7 @@ from bkclient.add_stream import LedgerAddRequestEncoder
 from bkclient.bookie_client import AddRequestEncoder
 from bkclient.digest import CRC32, CRC32C, DUMMY, HMAC, DigestManager
 from bkclient.transport import decode_add
+from bkproto.add_port import frame
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import COUNT_OK
 
@@ -69,6 +70,7 @@ def test_packed_group_bytes_equal_protobuf_serialization(
     assert packed == bookie_pb2.AddEntriesRequest(packed=[group]).SerializeToString()
     flagged = bookie_pb2.AddEntriesRequest(packed=[group], count_ok=True).SerializeToString()
     assert encoder.pack(entry_ids, bodies, COUNT_OK) == flagged
+    assert encoder.pack(entry_ids, bodies, COUNT_OK, framed=True) == frame(flagged)  # the add port's
     single = encoder.encode(5, b"lone")
     message = bookie_pb2.AddEntriesRequest.FromString(packed + single + packed)
     assert list(message.packed) == [group, group]
