@@ -5,7 +5,7 @@ that records how each add completed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bkproto.errors import BKError
@@ -61,3 +61,18 @@ class CompletionLog:
         while self.done < count:
             self._changed.clear()
             await asyncio.wait_for(self._changed.wait(), 5)
+
+
+class AnsweringAddCall(ScriptedAddCall):
+    """A :class:`ScriptedAddCall` that answers each message as it is written, with what
+    ``answer_for(message)`` returns."""
+
+    def __init__(
+        self, answer_for: Callable[[bookie_pb2.AddEntriesRequest], bookie_pb2.AddEntriesResponse]
+    ) -> None:
+        super().__init__()
+        self._answer_for = answer_for
+
+    async def write(self, message: bytes) -> None:
+        await super().write(message)
+        self.answer(self._answer_for(self.sent[-1]))

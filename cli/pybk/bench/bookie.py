@@ -27,8 +27,7 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import grpc.aio
@@ -97,8 +96,7 @@ class SetupError(Exception):
     """The options cannot run against this bookie; the message says why."""
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Where the adds go: ``transport`` and its ``address`` (``host:port``)."""
 
     transport: str
@@ -203,6 +201,10 @@ async def _bench(args: argparse.Namespace) -> int:
                 result = await _run_phases(args, grpc_add_calls(channel))
     except (BKError, grpc.aio.AioRpcError, RuntimeError, OSError) as exc:
         print(f"pybk bench bookie: {target.transport} {target.address}: {exc}", file=sys.stderr)
+        return 1
+    except EOFError as exc:  # asyncio.IncompleteReadError: a frame cut short
+        print(f"pybk bench bookie: {target.transport} {target.address} closed the connection inside an"
+              f" answer ({exc}): is it the bookie's add port?", file=sys.stderr)
         return 1
     result.extra.update({"wire": args.wire, "transport": target.transport, "target": target.address})
     print_and_plot(result, args, f"bench bookie {target.address} ({args.wire} over {target.transport})")
