@@ -103,21 +103,24 @@ class Target(NamedTuple):
     address: str
 
 
-async def _registered_add_port(args: argparse.Namespace) -> tuple[str, str | None]:
+async def _registered_add_port(args: argparse.Namespace, tls: bool) -> tuple[str, str | None]:
     """The gRPC address and the add port's ``host:port`` (None: none) that the bookie named by
-    ``--bookie`` (its id or gRPC address) registered in ``--zk``."""
+    ``--bookie`` (its id or gRPC address) registered in ``--zk``; ``tls``: whether we speak it."""
     async with await MetadataClient.connect(args.zk, require_cluster=False) as meta:
         bookies = meta.bookie_watcher.all_bookies()
     for bookie_id, info in sorted(bookies.items()):
         if args.bookie in (bookie_id, info.grpc_target):
+            if info.tls and not tls:
+                raise SetupError(f"bookie {bookie_id} accepts only TLS: name the client configuration"
+                                 " in PYBK_CLIENT_CONF (or set BK_clientTrustStore)")
             return info.grpc_target, info.add_target
     names = ", ".join(sorted(bookies)) or "none"
     raise SetupError(f"{args.bookie} is not registered in ZooKeeper {args.zk} (registered: {names})")
 
 
-async def choose_target(args: argparse.Namespace) -> Target:
-    """The transport and address that ``--transport``, ``--add-port`` and ``--zk`` ask for;
-    :class:`SetupError` for a combination that cannot run."""
+async def choose_target(args: argparse.Namespace, tls: bool = False) -> Target:
+    """The transport and address that ``--transport``, ``--add-port`` and ``--zk`` ask for
+    (``tls``: whether the bench speaks TLS); :class:`SetupError` for what cannot run."""
     if args.transport == GRPC and args.add_port is not None:
         raise SetupError("--add-port names the add port, but --transport grpc does not use it")
     grpc_address, add_address = args.bookie, None
@@ -125,7 +128,7 @@ async def choose_target(args: argparse.Namespace) -> Target:
         host, _, _ = args.bookie.rpartition(":")
         add_address = f"{host or args.bookie}:{args.add_port}"
     elif args.zk is not None:
-        grpc_address, add_address = await _registered_add_port(args)
+        grpc_address, add_address = await _registered_add_port(args, tls)
         if add_address is None and args.transport == ADD_PORT:
             raise SetupError(f"{args.bookie} registered no add port in ZooKeeper {args.zk}")
     if args.transport == ADD_PORT and add_address is None:
@@ -180,10 +183,13 @@ async def _run_phases(args: argparse.Namespace, open_call: Callable[[], AddCall]
 async def _bench(args: argparse.Namespace) -> int:
     security = security_from_environ()  # a TLS bookie: PYBK_CLIENT_CONF / BK_<key> (bkclient.tls)
     try:
-        target = await choose_target(args)
+        target = await choose_target(args, security is not None and security.tls)
     except SetupError as exc:
         print(f"pybk bench bookie: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BKError as exc:  # ZooKeeper out of reach (--zk)
+        print(f"pybk bench bookie: {exc}", file=sys.stderr)
+        return 1
     try:
         if target.transport == ADD_PORT:
             # No gRPC call to fall back on: an add port out of reach fails the bench, which
