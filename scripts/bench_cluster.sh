@@ -13,7 +13,7 @@ host_speed
 ZK=127.0.0.1:${ZK_PORT:-22181}
 B=127.0.0.1:${BASE_PORT:-23181}
 echo "== bench journal-disk $D";   $PYBK bench journal-disk --dir "$D" --time 10 --json
-echo "== bench bookie $B";            $PYBK bench bookie --bookie $B --entries 200000 --latency-entries 3000 --json
+echo "== bench bookie $B";            $PYBK bench bookie --bookie $B --zk $ZK --entries 200000 --latency-entries 3000 --json
 echo "== bench writes (1 outstanding)"; $PYBK bench writes --zk $ZK --entries 3000 --throttle 1 --json
 echo "== bench writes (max)";         MAX=$($PYBK bench writes --zk $ZK --time 10 --json); echo "$MAX"
 HALF=${1:-$(echo "$MAX" | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["throughput_eps"] / 2))')}

@@ -291,8 +291,9 @@ def main() -> int:
         command += ["--batch"] if args.batch else []
     else:  # one bookie, pipelined: enough entries to outlast both windows at 200,000/s
         grpc_port = _grpc_port(bookies[0].pid)
-        command = [*pybk, "bookie", "--bookie", f"127.0.0.1:{grpc_port}", "--latency-entries", "0",
-                          "--entries", str(int(200_000 * runtime)), "--json"]
+        # --zk: the add port from the bookie's registration, so the bench sends as the client does
+        command = [*pybk, "bookie", "--bookie", f"127.0.0.1:{grpc_port}", "--zk", args.zk,
+                   "--latency-entries", "0", "--entries", str(int(200_000 * runtime)), "--json"]
         bookies = bookies[:1]
     speed = host_speed_s()
     load = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

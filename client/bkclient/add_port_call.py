@@ -5,7 +5,9 @@ bookie ended the stream) and ``cancel``.
 The connection opens in the background; the stream's first write and read wait for it. If the add
 port cannot be reached (refused, filtered, timed out), this stream goes over gRPC instead, with a
 warning: a bookie whose gRPC port answers must stay writable when only its add port is blocked.
-The next stream tries the add port again, so a bookie that was briefly down gets it back. A bookie
+The next stream tries the add port again, so a bookie that was briefly down gets it back (a
+caller that must know which transport ran, ``pybk bench bookie``, passes no gRPC call: the stream
+then fails instead). A bookie
 that is down makes every add open a new stream, so the warning is given once per outage
 (:class:`AddPortOutage`, one per bookie client), and again only after the port answered meanwhile.
 """
@@ -21,6 +23,7 @@ import grpc.aio
 
 from bkproto import security as wire
 from bkproto.add_port import FRAME_HEADER, PREFACE, frame, keep_alive, read_frame
+from bkproto.errors import BookieUnavailableError
 from bkproto.v1 import bookie_pb2
 
 from .tls import ClientSecurity
@@ -45,13 +48,13 @@ class AddPortCall:
         self,
         bookie_id: str,
         target: str,
-        grpc_call: Callable[[], Any],
+        grpc_call: Callable[[], Any] | None,
         outage: AddPortOutage | None = None,
         security: ClientSecurity | None = None,
     ) -> None:
         """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC AddEntries
-        call to use if it cannot be reached; ``outage`` is shared by the bookie's streams;
-        ``security`` TLS and the token, as on gRPC."""
+        call to use if it cannot be reached (None: the stream then fails, BookieUnavailableError);
+        ``outage`` is shared by the bookie's streams; ``security`` TLS and the token, as on gRPC."""
         self._bookie_id = bookie_id
         self._security = security
         self._target = target
@@ -72,6 +75,11 @@ class AddPortCall:
                 CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
+            if self._grpc_call is None:
+                why = exc or type(exc).__name__
+                raise BookieUnavailableError(
+                    f"bookie {self._bookie_id}: add port {self._target} unreachable ({why})"
+                ) from exc
             level = logging.DEBUG if self._outage.unreachable else logging.WARNING
             self._outage.unreachable = True
             log.log(

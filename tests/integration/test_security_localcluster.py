@@ -3,6 +3,7 @@ client certificates; the tools work through PYBK_CLIENT_CONF and fail without it
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,3 +70,16 @@ def test_tools_reaching_bookies_directly_use_tls_too(tls_cluster: LocalClusterRu
         check=False, capture_output=True, text=True, timeout=SHELL_TIMEOUT_S, env=env,
     )
     assert bench.returncode == 0, bench.stdout + bench.stderr  # gRPC over TLS with the client cert
+    # the add port, found in the bookie's registration, over TLS with the client cert
+    over_add_port = [*base, "bench", "bookie", "--bookie", f"127.0.0.1:{tls_cluster.base_port}",
+                     "--zk", tls_cluster.zk_hosts, "--entries", "2000", "--latency-entries", "50",
+                     "--warmup", "0", "--json"]
+    bench = subprocess.run(over_add_port, check=False, capture_output=True, text=True,
+                           timeout=SHELL_TIMEOUT_S, env=env)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    report = json.loads(bench.stdout.strip().splitlines()[-1])
+    assert (report["transport"], report["entries"], report["errors"]) == ("add-port", 2000, 0)
+    plain_env = {k: v for k, v in os.environ.items() if k != "PYBK_CLIENT_CONF"}
+    bench = subprocess.run(over_add_port, check=False, capture_output=True, text=True,
+                           timeout=SHELL_TIMEOUT_S, env=plain_env)
+    assert bench.returncode == 2 and "accepts only TLS" in bench.stderr, bench.stdout + bench.stderr

@@ -5,7 +5,7 @@ that records how each add completed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bkproto.add_port import FRAME_HEADER
@@ -75,3 +75,18 @@ class ScriptedAddPortCall(ScriptedAddCall):
         (length,) = FRAME_HEADER.unpack_from(framed)
         assert length == len(framed) - FRAME_HEADER.size, "a frame header that does not fit its message"
         await super().write(framed[FRAME_HEADER.size :])
+
+
+class AnsweringAddCall(ScriptedAddCall):
+    """A :class:`ScriptedAddCall` that answers each message as it is written, with what
+    ``answer_for(message)`` returns."""
+
+    def __init__(
+        self, answer_for: Callable[[bookie_pb2.AddEntriesRequest], bookie_pb2.AddEntriesResponse]
+    ) -> None:
+        super().__init__()
+        self._answer_for = answer_for
+
+    async def write(self, message: bytes) -> None:
+        await super().write(message)
+        self.answer(self._answer_for(self.sent[-1]))

@@ -1,16 +1,22 @@
-"""``pybk bench bookie``: adds straight to one bookie over the AddEntries stream (BookKeeper's BenchBookie).
+"""``pybk bench bookie``: adds straight to one bookie over one AddEntries stream (BookKeeper's
+BenchBookie): no ledger metadata, no client write handle, the messages the client sends.
 
 Three phases on fresh ledgers:
 
 1. warm-up: ``--warmup`` entries, pipelined, not reported;
 2. throughput: ``--entries`` entries pipelined over one stream, ``--batch`` entries per message and
    at most ``--window`` entries outstanding; each entry's latency is from its message being sent
-   to the message's response;
+   to the message's answer;
 3. latency: ``--latency-entries`` entries with a single add outstanding (one entry per message).
 
-Entries are BookKeeper v3 bodies (32-byte header, an 8-byte stand-in digest, ``--size`` bytes of
-payload): the bookie does not verify digests. The report is the throughput phase; the latency
-phase is added as ``single_add_latency_ms`` (same percentiles).
+``--wire`` chooses the messages (``bench.bookie_adds``): ``packed`` (default) as the client
+library sends them, ``per-add`` the bench's earlier form. ``--transport`` chooses the stream: the
+bookie's add port, as the client uses it when the bookie has one, or gRPC. ``auto`` (default) takes
+the add port when it is known: ``--add-port PORT`` (on the host of ``--bookie``), or the bookie's
+registration read from ZooKeeper with ``--zk``; gRPC otherwise. TLS and a token come from
+``PYBK_CLIENT_CONF`` / ``BK_<key>`` (``bkclient.tls``) on either transport. The report is the
+throughput phase; the latency phase is added as ``single_add_latency_ms`` (same percentiles),
+and ``wire``, ``transport`` and ``target`` say what ran.
 """
 
 from __future__ import annotations
@@ -20,41 +26,64 @@ import asyncio
 import os
 import random
 import sys
-import time
-from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import grpc
 import grpc.aio
 
-from bkclient.tls import security_from_environ
-from bkproto.entry_format import HEADER
-from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
-from pybk.arg_types import non_negative, positive
+from bkclient.add_port_call import AddPortCall
+from bkclient.tls import ClientSecurity, security_from_environ
+from bkmeta.metadata_client import MetadataClient
+from bkproto.errors import BKError
+from pybk.arg_types import non_negative, positive, tcp_port
+from pybk.bench.bookie_adds import (
+    PACKED,
+    WIRES,
+    AddCall,
+    AddMessages,
+    PipelinedAdds,
+    grpc_add_calls,
+    single_adds,
+)
 from pybk.bench.plot import add_plot_option, print_and_plot
-from pybk.bench.report import BenchResult, LatencyRecorder, summary_ms
+from pybk.bench.report import BenchResult, summary_ms
 from pybk.progress import Progress
 
 MiB = 1024 * 1024
-MASTER_KEY = b"pybk-bench-bookie-key"[:20]
-DIGEST = b"\0" * 8
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 16 * MiB),
     ("grpc.max_receive_message_length", 16 * MiB),
 ]
+ADD_PORT = "add-port"
+GRPC = "grpc"
+AUTO = "auto"
+EXIT_USAGE = 2  # a combination of options that cannot run, as argparse's own usage errors
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "bookie", help="add throughput and latency of one bookie (like BookKeeper's BenchBookie)"
     )
-    parser.add_argument("--bookie", required=True, help="HOST:PORT of the bookie")
+    parser.add_argument("--bookie", required=True,
+                        help="HOST:PORT of the bookie's gRPC port (with --zk: or its bookie id)")
     parser.add_argument("--entries", type=positive, default=100_000, help="entries in the throughput phase")
     parser.add_argument("--size", type=positive, default=1024, help="payload bytes per entry")
     parser.add_argument("--window", type=positive, default=10_000, help="max entries outstanding")
     parser.add_argument("--batch", type=positive, default=500, help="max entries per stream message")
     parser.add_argument("--latency-entries", type=non_negative, default=2000, help="single-outstanding adds")
     parser.add_argument("--warmup", type=non_negative, default=2000, help="warm-up entries (not reported)")
+    parser.add_argument("--wire", choices=WIRES, default=PACKED,
+                        help="packed (default): one PackedAdds group per message, successes answered "
+                        "as a count, as the client sends; per-add: one AddRequest per add, a result each")
+    parser.add_argument("--transport", choices=(AUTO, ADD_PORT, GRPC), default=AUTO,
+                        help="the stream: the bookie's add port, or gRPC's AddEntries; auto (default): "
+                        "the add port when known (--add-port or --zk), else gRPC")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--add-port", type=tcp_port, default=None,
+                       help="the bookie's add port, on the host of --bookie")
+    where.add_argument("--zk", default=None,
+                       help="ZooKeeper connect string: find the bookie's add port in its registration")
     add_plot_option(parser)
     parser.set_defaults(func=run)
 
@@ -63,138 +92,76 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_bench(args))
 
 
-class EntryMaker:
-    def __init__(self, size: int) -> None:
-        self._payload = os.urandom(size)
-        self._length = len(self._payload)
-
-    def add(self, request: bookie_pb2.AddEntriesRequest, ledger_id: int, entry_id: int) -> None:
-        body = HEADER.pack(ledger_id, entry_id, entry_id - 1, (entry_id + 1) * self._length)
-        request.adds.add(
-            ledger_id=ledger_id, entry_id=entry_id, master_key=MASTER_KEY, body=body + DIGEST + self._payload
-        )
+class SetupError(Exception):
+    """The options cannot run against this bookie; the message says why."""
 
 
-class PipelinedAdds:
-    """One AddEntries stream with at most ``window`` entries outstanding."""
+class Target(NamedTuple):
+    """Where the adds go: ``transport`` and its ``address`` (``host:port``)."""
 
-    def __init__(self, stub: bookie_pb2_grpc.BookieStub, maker: EntryMaker, window: int, batch: int) -> None:
-        self._stub = stub
-        self._maker = maker
-        self._window = window
-        self._batch = min(batch, window)
-        self.latencies = LatencyRecorder(time.perf_counter())
-        self.errors = 0
-        self.first_error = ""
-
-    async def run(self, ledger_id: int, count: int, progress: Progress | None = None) -> float:
-        """Add ``count`` entries; returns the elapsed seconds from first send to last response."""
-        call = self._stub.AddEntries()
-        sent: deque[tuple[float, int]] = deque()
-        room = asyncio.Event()
-        room.set()
-        outstanding = 0
-        done = 0
-
-        async def receive() -> None:
-            nonlocal outstanding, done
-            while done < count:
-                response = await call.read()
-                if not isinstance(response, bookie_pb2.AddEntriesResponse):  # grpc.aio.EOF
-                    raise RuntimeError("the bookie ended the add stream early")
-                now = time.perf_counter()
-                sent_at, n = sent.popleft()
-                self.latencies.record((now - sent_at) * 1000.0, now, n)
-                for result in response.results:
-                    if result.status != bookie_pb2.EOK:
-                        self.errors += 1
-                        self.first_error = self.first_error or (
-                            f"{bookie_pb2.StatusCode.Name(result.status)}: {result.message}"
-                        )
-                outstanding -= n
-                done += n
-                room.set()
-                if progress is not None:
-                    progress.update(done)
-
-        start = time.perf_counter()
-        self.latencies = LatencyRecorder(start)
-        receiver = asyncio.create_task(receive())
-        entry_id = 0
-        try:
-            while entry_id < count:
-                n = min(self._batch, count - entry_id)
-                while outstanding + n > self._window:
-                    room.clear()
-                    await room.wait()
-                request = bookie_pb2.AddEntriesRequest()
-                for eid in range(entry_id, entry_id + n):
-                    self._maker.add(request, ledger_id, eid)
-                outstanding += n
-                sent.append((time.perf_counter(), n))
-                await call.write(request)
-                entry_id += n
-            await call.done_writing()
-            await receiver
-        finally:
-            receiver.cancel()
-            call.cancel()
-        end = time.perf_counter()
-        self.latencies.finish(end)
-        return end - start
+    transport: str
+    address: str
 
 
-async def _single_adds(
-    stub: bookie_pb2_grpc.BookieStub, maker: EntryMaker, ledger_id: int, count: int
-) -> LatencyRecorder:
-    call = stub.AddEntries()
-    latencies = LatencyRecorder(time.perf_counter())
-    try:
-        for entry_id in range(count):
-            request = bookie_pb2.AddEntriesRequest()
-            maker.add(request, ledger_id, entry_id)
-            start = time.perf_counter()
-            await call.write(request)
-            response = await call.read()
-            now = time.perf_counter()
-            latencies.record((now - start) * 1000.0, now)
-            if (
-                not isinstance(response, bookie_pb2.AddEntriesResponse)
-                or response.results[0].status != bookie_pb2.EOK
-            ):
-                raise RuntimeError(f"single add {entry_id} failed: {response}")
-        await call.done_writing()
-    finally:
-        call.cancel()
-    latencies.finish(time.perf_counter())
-    return latencies
+async def _registered_add_port(args: argparse.Namespace, tls: bool) -> tuple[str, str | None]:
+    """The gRPC address and the add port's ``host:port`` (None: none) that the bookie named by
+    ``--bookie`` (its id or gRPC address) registered in ``--zk``; ``tls``: whether we speak it."""
+    async with await MetadataClient.connect(args.zk, require_cluster=False) as meta:
+        bookies = meta.bookie_watcher.all_bookies()
+    for bookie_id, info in sorted(bookies.items()):
+        if args.bookie in (bookie_id, info.grpc_target):
+            if info.tls and not tls:
+                raise SetupError(f"bookie {bookie_id} accepts only TLS: name the client configuration"
+                                 " in PYBK_CLIENT_CONF (or set BK_clientTrustStore)")
+            return info.grpc_target, info.add_target
+    names = ", ".join(sorted(bookies)) or "none"
+    raise SetupError(f"{args.bookie} is not registered in ZooKeeper {args.zk} (registered: {names})")
 
 
-async def _bench(args: argparse.Namespace) -> int:
-    maker = EntryMaker(args.size)
+async def choose_target(args: argparse.Namespace, tls: bool = False) -> Target:
+    """The transport and address that ``--transport``, ``--add-port`` and ``--zk`` ask for
+    (``tls``: whether the bench speaks TLS); :class:`SetupError` for what cannot run."""
+    if args.transport == GRPC and args.add_port is not None:
+        raise SetupError("--add-port names the add port, but --transport grpc does not use it")
+    grpc_address, add_address = args.bookie, None
+    if args.add_port is not None:
+        host, _, _ = args.bookie.rpartition(":")
+        add_address = f"{host or args.bookie}:{args.add_port}"
+    elif args.zk is not None:
+        grpc_address, add_address = await _registered_add_port(args, tls)
+        if add_address is None and args.transport == ADD_PORT:
+            raise SetupError(f"{args.bookie} registered no add port in ZooKeeper {args.zk}")
+    if args.transport == ADD_PORT and add_address is None:
+        raise SetupError("--transport add-port needs the add port: --add-port PORT, or --zk to find it "
+                         "in the bookie's registration")
+    if args.transport != GRPC and add_address is not None:
+        return Target(ADD_PORT, add_address)
+    return Target(GRPC, grpc_address)
+
+
+def _grpc_channel(address: str, security: ClientSecurity | None) -> grpc.aio.Channel:
+    if security is not None and security.tls:
+        return grpc.aio.secure_channel(address, security.grpc_credentials(), options=CHANNEL_OPTIONS)
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+async def _run_phases(args: argparse.Namespace, open_call: Callable[[], AddCall]) -> BenchResult:
+    payload = os.urandom(args.size)
     base = random.randrange(1 << 40, 1 << 50)
-    security = security_from_environ()  # a TLS bookie: PYBK_CLIENT_CONF / BK_<key> (bkclient.tls)
-    channel = (
-        grpc.aio.secure_channel(args.bookie, security.grpc_credentials(), options=CHANNEL_OPTIONS)
-        if security is not None and security.tls
-        else grpc.aio.insecure_channel(args.bookie, options=CHANNEL_OPTIONS)
+    if args.warmup:
+        await PipelinedAdds(open_call, args.window, args.batch).run(
+            AddMessages(args.wire, base, payload), args.warmup
+        )
+    adds = PipelinedAdds(open_call, args.window, args.batch)
+    with Progress(args.entries, quiet=args.json) as progress:
+        elapsed = await adds.run(AddMessages(args.wire, base + 1, payload), args.entries, progress)
+    single, single_answers = await single_adds(
+        open_call, AddMessages(args.wire, base + 2, payload), args.latency_entries
     )
-    async with channel:
-        stub = bookie_pb2_grpc.BookieStub(channel)  # type: ignore[no-untyped-call]
-        try:
-            await asyncio.wait_for(channel.channel_ready(), 10)
-        except TimeoutError:
-            print(f"pybk bench bookie: cannot connect to {args.bookie}", file=sys.stderr)
-            return 1
-        if args.warmup:
-            await PipelinedAdds(stub, maker, args.window, args.batch).run(base, args.warmup)
-        adds = PipelinedAdds(stub, maker, args.window, args.batch)
-        with Progress(args.entries, quiet=args.json) as progress:
-            elapsed = await adds.run(base + 1, args.entries, progress)
-        single = await _single_adds(stub, maker, base + 2, args.latency_entries)
+    answers = adds.answers
     result = BenchResult(
-        entries=args.entries - adds.errors,
-        errors=adds.errors,
+        entries=answers.acked,
+        errors=answers.errors,
         elapsed_s=elapsed,
         entry_size=args.size,
         latencies=adds.latencies,
@@ -202,9 +169,50 @@ async def _bench(args: argparse.Namespace) -> int:
             "window": args.window,
             "batch": min(args.batch, args.window),
             "single_add_latency_ms": summary_ms(single.histogram),
+            "single_add_errors": single_answers.errors,
+            # the ledgers written, to read back or delete: warm-up, throughput, latency phase
+            "ledger_ids": [base, base + 1, base + 2],
         },
     )
-    if adds.first_error:
-        result.extra["first_error"] = adds.first_error
-    print_and_plot(result, args, f"bench bookie {args.bookie}")
-    return 0 if adds.errors == 0 else 1
+    first_error = answers.first_error or single_answers.first_error
+    if first_error:
+        result.extra["first_error"] = first_error
+    return result
+
+
+async def _bench(args: argparse.Namespace) -> int:
+    security = security_from_environ()  # a TLS bookie: PYBK_CLIENT_CONF / BK_<key> (bkclient.tls)
+    try:
+        target = await choose_target(args, security is not None and security.tls)
+    except SetupError as exc:
+        print(f"pybk bench bookie: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BKError as exc:  # ZooKeeper out of reach (--zk)
+        print(f"pybk bench bookie: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if target.transport == ADD_PORT:
+            # No gRPC call to fall back on: an add port out of reach fails the bench, which
+            # must not report gRPC's figures as the add port's.
+            result = await _run_phases(
+                args, lambda: AddPortCall(args.bookie, target.address, None, security=security)
+            )
+        else:
+            async with _grpc_channel(target.address, security) as channel:
+                try:
+                    await asyncio.wait_for(channel.channel_ready(), 10)
+                except TimeoutError:
+                    print(f"pybk bench bookie: cannot connect to {target.address}", file=sys.stderr)
+                    return 1
+                result = await _run_phases(args, grpc_add_calls(channel))
+    except (BKError, grpc.aio.AioRpcError, RuntimeError, OSError) as exc:
+        print(f"pybk bench bookie: {target.transport} {target.address}: {exc}", file=sys.stderr)
+        return 1
+    except EOFError as exc:  # asyncio.IncompleteReadError: a frame cut short
+        print(f"pybk bench bookie: {target.transport} {target.address} closed the connection inside an"
+              f" answer ({exc}): is it the bookie's add port?", file=sys.stderr)
+        return 1
+    result.extra.update({"wire": args.wire, "transport": target.transport, "target": target.address})
+    print_and_plot(result, args, f"bench bookie {target.address} ({args.wire} over {target.transport})")
+    failed = result.errors + result.extra["single_add_errors"]
+    return 0 if failed == 0 else 1
