@@ -15,6 +15,7 @@ that is down makes every add open a new stream, so the warning is given once per
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,7 @@ from .tls import ClientSecurity
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 3.0
+_CLOSE_WAIT_S = 1.0  # for a broken connection's close to be reported (it already was, or comes next)
 
 
 class AddPortOutage:
@@ -118,7 +120,11 @@ class AddPortCall:
             return
         assert self._writer is not None
         self._writer.write(framed)
-        await self._writer.drain()
+        try:
+            await self._writer.drain()
+        except OSError:
+            await self._take_close_error()
+            raise
 
     def ready_to_write(self) -> bool:
         """Whether :meth:`write` would not wait: connected over the add port, the socket open and
@@ -146,10 +152,24 @@ class AddPortCall:
         if self.fallback is not None:
             return await self.fallback.read()
         assert self._reader is not None
-        message = await read_frame(self._reader)
+        try:
+            message = await read_frame(self._reader)
+        except OSError:
+            await self._take_close_error()
+            raise
         if message is None:
             return grpc.aio.EOF  # type: ignore[attr-defined]
         return bookie_pb2.AddEntriesResponse.FromString(message)
+
+    async def _take_close_error(self) -> None:
+        """After the connection broke (a reset bookie): asyncio's stream leaves the same error on
+        its close future too, and if nothing awaits that, the garbage collector may report it as
+        "Future exception was never retrieved", a traceback in the client's log for an error the
+        stream already handled. So it is taken here (the caller raises it anyway)."""
+        assert self._writer is not None
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_WAIT_S)
 
     async def _connected(self) -> None:
         if not self._ready.done():

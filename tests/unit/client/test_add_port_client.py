@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from tests.support.add_requests import fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
 
+from bkclient.add_port_call import AddPortCall
 from bkclient.bookie_client import BookieClient, BookieClientOptions
 from bkmeta.zookeeper_server import free_port
 from bkproto.errors import BKError, BookieUnavailableError, UnauthorizedAccessError
@@ -157,3 +160,30 @@ async def test_a_lone_add_leaves_in_the_callers_step_and_acks_stay_in_order(
         assert sorted(core.ledgers[8].entries) == list(range(6))
     finally:
         await client.close()
+
+
+async def test_a_reset_connection_leaves_no_error_for_asyncio_to_report() -> None:
+    """A bookie that resets the add port's connection fails the read with that error; the copy
+    asyncio's stream keeps on its close future is taken too, so the garbage collector has
+    nothing to log as "Future exception was never retrieved" (seen in a fault run's client log)."""
+
+    async def reset_after_the_preface(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+        writer.transport.abort()
+
+    server = await asyncio.start_server(reset_after_the_preface, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    call = AddPortCall("bookie-1", f"127.0.0.1:{port}", None)
+    try:
+        with pytest.raises(ConnectionResetError):
+            await call.read()
+        protocol = call._writer._protocol  # type: ignore[union-attr]  # asyncio's, no public handle
+        closed = protocol._closed
+        assert closed.done()
+        assert not closed._log_traceback  # taken: nothing left for the collector to report
+        assert isinstance(closed.exception(), ConnectionResetError)
+    finally:
+        call.cancel()
+        server.close()
