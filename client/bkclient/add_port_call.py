@@ -103,13 +103,7 @@ class AddPortCall:
 
     async def write(self, message: bytes) -> None:
         """Send one serialized AddEntriesRequest; waits while the socket's buffer is full."""
-        await self._connected()
-        if self.fallback is not None:
-            await self.fallback.write(message)
-            return
-        assert self._writer is not None
-        self._writer.write(frame(message))
-        await self._writer.drain()
+        await self.write_framed(frame(message))
 
     async def write_framed(self, framed: bytes) -> None:
         """:meth:`write` of a message that already has its length header (the add stream builds

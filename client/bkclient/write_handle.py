@@ -60,6 +60,7 @@ from .ops.add import (
     checked_payloads,
     send_adds,
 )
+from .ops.write_lac import write_lac_to_ensemble
 from .ops.write_metadata import close_at, replace_failed_bookies
 from .read_handle import ReadHandle
 from .transport import BookieConnection
@@ -518,15 +519,10 @@ class WriteHandle(ReadHandle):
         """WriteLac to every bookie of the current ensemble (failures are only logged)."""
         lac = self.last_add_confirmed if lac is None else lac
         body = self.digest.encode_lac(lac)
-        results = await asyncio.gather(
-            *(c.write_lac(self.ledger_id, lac, self.master_key, body) for c in self._clients),
-            return_exceptions=True,
-        )
-        if any(r is None for r in results):
+        if await write_lac_to_ensemble(
+            self.ledger_id, self.ensemble, self._clients, self.master_key, lac, body
+        ):
             self._explicit_lac = max(self._explicit_lac, lac)
-        for bookie_id, result in zip(self.ensemble, results, strict=True):
-            if isinstance(result, BaseException):
-                log.info("ledger %d: explicit LAC to %s failed: %s", self.ledger_id, bookie_id, result)
 
     # -- force and close -----------------------------------------------------------------------
 

@@ -187,3 +187,32 @@ async def test_a_reset_connection_leaves_no_error_for_asyncio_to_report() -> Non
     finally:
         call.cancel()
         server.close()
+
+
+async def test_a_reset_connection_fails_an_unframed_write_and_leaves_no_error_for_asyncio() -> None:
+    """``write`` (what ``pybk bench bookie`` sends with) handles a reset as ``write_framed`` does."""
+    reset = asyncio.Event()
+
+    async def reset_after_the_preface(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        reset.set()
+
+    server = await asyncio.start_server(reset_after_the_preface, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    call = AddPortCall("bookie-1", f"127.0.0.1:{port}", None)
+    try:
+        await call.write(b"first")
+        await reset.wait()
+        with pytest.raises(OSError):
+            for _ in range(1000):  # the kernel reports the reset on a later send
+                await call.write(b"x" * 65536)
+                await asyncio.sleep(0.001)
+        closed = call._writer._protocol._closed  # type: ignore[union-attr]
+        assert closed.done()
+        assert not closed._log_traceback
+    finally:
+        call.cancel()
+        server.close()
