@@ -76,8 +76,6 @@ class SecondRow:
                 "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "max_ms": self.max_ms}
 
 
-# Latencies staged before they are folded into the second's histogram (bounds the list).
-_MAX_STAGED = 65536
 # The histogram's sub-bucket count is 2 ** _SUB_BUCKET_BITS at SIGNIFICANT_DIGITS = 3 (2 x 10^3,
 # rounded up to a power of two): a value of b > 11 bits shares its counter with every value that
 # has the same top 11 bits.
@@ -91,14 +89,26 @@ def bucket_floor(us: int) -> int:
     return us >> shift << shift if shift > 0 else us
 
 
+def bucket_counts(latencies_us: list[int]) -> Counter[int]:
+    """How many of ``latencies_us`` fall on each counter of a :func:`new_histogram`, keyed by the
+    counter's lowest value (:func:`bucket_floor`), each clamped to the histogram's range first."""
+    if latencies_us and (min(latencies_us) < LOWEST_US or max(latencies_us) > HIGHEST_US):
+        latencies_us = [min(HIGHEST_US, max(LOWEST_US, us)) for us in latencies_us]
+    return Counter(map(bucket_floor, latencies_us))
+
+
 class LatencyRecorder:
     """The run's latency histogram and its per-second series. Times (``now``, ``started``) are on
     whatever monotonic clock the benchmark uses, the same for every call.
 
-    Single latencies are staged in a list and folded into the histogram per second (or every
-    ``_MAX_STAGED``): each value goes to the counter it would have reached alone, the values
-    sharing one counter in one ``record_value`` call. The histogram is the same; recording cost
-    the benchmark's client a Python call chain per operation, a measurable share of its CPU."""
+    Single latencies are staged in a list and folded into the histogram once per second (the
+    list holds at most one second of operations), each value into the counter it would have
+    reached alone, the values sharing one counter in one ``record_value`` call
+    (:func:`bucket_counts`). The histogram is the same; recording one at a time cost the
+    benchmark's client a Python call chain per operation, CPU taken from the client it measures
+    on the same cores. A hot completion callback stages its latency itself: when
+    ``now >= next_second_at`` it calls :meth:`advance` first, then ``stage_us(latency_us)``
+    (an int; the histogram's range is applied when the second is folded)."""
 
     def __init__(self, started: float) -> None:
         self.started = started
@@ -107,52 +117,53 @@ class LatencyRecorder:
         self._second = 0
         self._second_histogram = new_histogram()
         self._second_ops = 0
-        self._staged: list[int] = []
+        self._staged: list[int] = []  # latencies in µs, this second's; cleared in place
+        self.stage_us = self._staged.append  # one operation's latency (µs), completed in this second
+        self.next_second_at = started + 1.0
         self._finished = False
 
     def record(self, latency_ms: float, now: float, count: int = 1) -> None:
         """``count`` operations that completed at ``now`` after ``latency_ms`` each."""
-        if now - self.started >= self._second + 1:  # the hot path skips the call
-            self._advance(now)
-        us = int(latency_ms * 1000.0 + 0.5)
-        if count == 1 and LOWEST_US <= us <= HIGHEST_US:
-            staged = self._staged
-            staged.append(us)
-            if len(staged) >= _MAX_STAGED:
-                self._fold()
+        if now >= self.next_second_at:  # the hot path skips the call
+            self.advance(now)
+        if count == 1:
+            self._staged.append(int(latency_ms * 1000.0 + 0.5))
         else:
-            clamped = us if LOWEST_US <= us <= HIGHEST_US else to_us(latency_ms)
-            self._second_histogram.record_value(clamped, count)
-        self._second_ops += count
+            self._second_histogram.record_value(to_us(latency_ms), count)
+            self._second_ops += count
 
     def _fold(self) -> None:
         """Record the staged latencies into the second's histogram."""
-        if not self._staged:
+        staged = self._staged
+        if not staged:
             return
         record = self._second_histogram.record_value
-        for us, count in Counter(map(bucket_floor, self._staged)).items():
+        for us, count in bucket_counts(staged).items():
             record(us, count)
-        self._staged = []
+        self._second_ops += len(staged)
+        staged.clear()
 
     def count(self, now: float, count: int = 1) -> None:
         """``count`` operations that completed at ``now``, latency not measured (a catch-up read)."""
-        self._advance(now)
+        self.advance(now)
         self._second_ops += count
 
     def finish(self, now: float) -> None:
         """Close the last, partial second; call once, at the end of the measured phase."""
         if self._finished:
             return
-        self._advance(now)
+        self.advance(now)
         partial = now - (self.started + self._second)
-        if self._second_ops or partial > 0.05:
+        if self._second_ops or self._staged or partial > 0.05:
             self._close_second(min(1.0, max(partial, 1e-3)))
         self._finished = True
 
-    def _advance(self, now: float) -> None:
+    def advance(self, now: float) -> None:
+        """Close every whole second before ``now`` (the staged latencies belong to the first)."""
         second = max(self._second, int(now - self.started))
         while self._second < second:
             self._close_second(1.0)
+        self.next_second_at = self.started + self._second + 1.0
 
     def _close_second(self, duration_s: float) -> None:
         self._fold()

@@ -57,6 +57,22 @@ def test_the_series_has_a_row_per_second_with_that_seconds_percentiles() -> None
     assert recorder.histogram.get_total_count() == 104
 
 
+def test_latencies_staged_by_a_callback_land_in_the_second_they_completed_in() -> None:
+    """The hot path (``stage_us``, ``advance`` once ``next_second_at`` passed) gives the series
+    ``record`` gives."""
+    recorder = LatencyRecorder(started=10.0)
+    for i in range(300):
+        now = 10.0 + i / 100  # three seconds, 100 ops each, second n's ops taking n + 1 ms
+        if now >= recorder.next_second_at:
+            recorder.advance(now)
+        recorder.stage_us((int(i / 100) + 1) * 1000)
+    recorder.finish(13.0)
+    rows = recorder.series
+    assert [r.ops for r in rows] == [100, 100, 100]
+    assert [r.p99_ms for r in rows] == pytest.approx([1.0, 2.0, 3.0], rel=1e-3)
+    assert recorder.histogram.get_total_count() == 300
+
+
 def test_memory_does_not_grow_with_the_number_of_operations() -> None:
     recorder = LatencyRecorder(started=0.0)
     size = len(recorder.histogram.counts)

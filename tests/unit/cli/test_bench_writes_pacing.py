@@ -87,3 +87,18 @@ async def test_a_producer_behind_schedule_lets_other_tasks_run_between_bursts() 
     # The bursts grow while the producer falls further behind; the observer got the loop between
     # them, not only once the last entry had left.
     assert len(set(seen)) >= 2
+
+
+async def test_a_fast_rate_is_sent_in_bursts_of_a_tick() -> None:
+    """At 20,000 entries/s the producer wakes once per millisecond and sends the twenty entries
+    due by then, rather than a loop turn per entry or two."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    pacer = _Pacer(loop, started, 20_000.0)
+    sent = await pacer.allowance(0, 1000)  # the first entries due at once: fewer than a tick's worth
+    assert sent >= 20
+    burst = await pacer.allowance(sent, 1000)
+    assert burst >= 20
+    assert loop.time() - started >= (sent + 19) / 20_000.0  # it waited for a tick's worth
+    assert await pacer.allowance(sent + burst, 5) >= 1  # the end of a run: what is left, no more
+    assert await pacer.allowance(sent + burst, 5) <= 5
