@@ -18,7 +18,9 @@ import json
 import math
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import Any, TextIO
 
 from hdrh.histogram import HdrHistogram
@@ -30,7 +32,7 @@ SUMMARY_PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 50.0), ("p95", 95.
                                                       ("p999", 99.9))
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
+def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted list (0.0 for an empty one)."""
     if not sorted_values:
         return 0.0
@@ -89,64 +91,77 @@ def bucket_floor(us: int) -> int:
     return us >> shift << shift if shift > 0 else us
 
 
-def bucket_counts(latencies_us: list[int]) -> Counter[int]:
-    """How many of ``latencies_us`` fall on each counter of a :func:`new_histogram`, keyed by the
-    counter's lowest value (:func:`bucket_floor`), each clamped to the histogram's range first."""
-    if latencies_us and (min(latencies_us) < LOWEST_US or max(latencies_us) > HIGHEST_US):
-        latencies_us = [min(HIGHEST_US, max(LOWEST_US, us)) for us in latencies_us]
-    return Counter(map(bucket_floor, latencies_us))
+# How often staged latencies are folded (counted into the run's buckets, sorted for the second's
+# percentiles): the largest single step of recording is then a tenth of a second's operations.
+FOLD_INTERVAL_S = 0.1
 
 
 class LatencyRecorder:
     """The run's latency histogram and its per-second series. Times (``now``, ``started``) are on
     whatever monotonic clock the benchmark uses, the same for every call.
 
-    Single latencies are staged in a list and folded into the histogram once per second (the
-    list holds at most one second of operations), each value into the counter it would have
-    reached alone, the values sharing one counter in one ``record_value`` call
-    (:func:`bucket_counts`). The histogram is the same; recording one at a time cost the
-    benchmark's client a Python call chain per operation, CPU taken from the client it measures
-    on the same cores. A hot completion callback stages its latency itself: when
-    ``now >= next_second_at`` it calls :meth:`advance` first, then ``stage_us(latency_us)``
-    (an int; the histogram's range is applied when the second is folded)."""
+    Latencies (µs) are staged in a list and folded every ``FOLD_INTERVAL_S``: counted into the
+    run's buckets (a ``Counter`` keyed by each HdrHistogram counter's lowest value,
+    :func:`bucket_floor`) and sorted. Each second's row (operations, p50, p99, max) comes from its
+    sorted chunks, merged once; the run's HdrHistogram is built from the bucket counts when it is
+    read, the same histogram recording each latency alone gives. Why no HdrHistogram per second:
+    ``hdrh`` is pure Python, and folding a second's latencies into one, then reading its
+    percentiles, held the benchmark's event loop 20-50 ms once a second, shared with the client
+    under test, which made that stall the p99 of every run. A hot completion callback stages its
+    latency itself: when ``now >= next_fold_at`` it calls :meth:`advance` first, then
+    ``stage_us(latency_us)`` (an int; the histogram's range is applied when folded)."""
 
     def __init__(self, started: float) -> None:
         self.started = started
-        self.histogram = new_histogram()
         self.series: list[SecondRow] = []
         self._second = 0
-        self._second_histogram = new_histogram()
-        self._second_ops = 0
-        self._staged: list[int] = []  # latencies in µs, this second's; cleared in place
-        self.stage_us = self._staged.append  # one operation's latency (µs), completed in this second
-        self.next_second_at = started + 1.0
+        self._counted_ops = 0  # operations of this second without a latency (:meth:`count`)
+        self._staged: list[int] = []  # since the last fold; cleared in place
+        self.stage_us = self._staged.append  # one operation's latency (µs), completed now
+        self._chunks: list[list[int]] = []  # this second's folded latencies, each chunk sorted
+        self._buckets: Counter[int] = Counter()  # the run's: counter's lowest value -> operations
+        self._folded = 0  # latencies in _buckets
+        self._histogram: HdrHistogram | None = None  # built from _buckets when read
+        self.next_fold_at = started + FOLD_INTERVAL_S
         self._finished = False
 
     def record(self, latency_ms: float, now: float, count: int = 1) -> None:
         """``count`` operations that completed at ``now`` after ``latency_ms`` each."""
-        if now >= self.next_second_at:  # the hot path skips the call
+        if now >= self.next_fold_at:  # the hot path skips the call
             self.advance(now)
+        us = int(latency_ms * 1000.0 + 0.5)
         if count == 1:
-            self._staged.append(int(latency_ms * 1000.0 + 0.5))
+            self._staged.append(us)
         else:
-            self._second_histogram.record_value(to_us(latency_ms), count)
-            self._second_ops += count
-
-    def _fold(self) -> None:
-        """Record the staged latencies into the second's histogram."""
-        staged = self._staged
-        if not staged:
-            return
-        record = self._second_histogram.record_value
-        for us, count in bucket_counts(staged).items():
-            record(us, count)
-        self._second_ops += len(staged)
-        staged.clear()
+            self._staged.extend(repeat(us, count))
 
     def count(self, now: float, count: int = 1) -> None:
         """``count`` operations that completed at ``now``, latency not measured (a catch-up read)."""
-        self.advance(now)
-        self._second_ops += count
+        if now >= self.next_fold_at:
+            self.advance(now)
+        self._counted_ops += count
+
+    def advance(self, now: float) -> None:
+        """Fold what is staged (it completed before ``now``), then close every whole second
+        before ``now``."""
+        self._fold()
+        second = max(self._second, int(now - self.started))
+        while self._second < second:
+            self._close_second(1.0)
+        self.next_fold_at = min(self.started + self._second + 1.0, now + FOLD_INTERVAL_S)
+
+    def _fold(self) -> None:
+        staged = self._staged
+        if not staged:
+            return
+        chunk = sorted(staged)
+        staged.clear()
+        if chunk[0] < LOWEST_US or chunk[-1] > HIGHEST_US:
+            chunk = [min(HIGHEST_US, max(LOWEST_US, us)) for us in chunk]
+        self._buckets.update(map(bucket_floor, chunk))
+        self._folded += len(chunk)
+        self._chunks.append(chunk)
+        self._histogram = None
 
     def finish(self, now: float) -> None:
         """Close the last, partial second; call once, at the end of the measured phase."""
@@ -154,36 +169,41 @@ class LatencyRecorder:
             return
         self.advance(now)
         partial = now - (self.started + self._second)
-        if self._second_ops or self._staged or partial > 0.05:
+        if self._counted_ops or self._chunks or partial > 0.05:
             self._close_second(min(1.0, max(partial, 1e-3)))
         self._finished = True
 
-    def advance(self, now: float) -> None:
-        """Close every whole second before ``now`` (the staged latencies belong to the first)."""
-        second = max(self._second, int(now - self.started))
-        while self._second < second:
-            self._close_second(1.0)
-        self.next_second_at = self.started + self._second + 1.0
-
     def _close_second(self, duration_s: float) -> None:
         self._fold()
-        h = self._second_histogram
-        if h.get_total_count():
-            self.histogram.add(h)
-            p50, p99 = h.get_value_at_percentile(50.0) / 1000.0, h.get_value_at_percentile(99.0) / 1000.0
-            row = SecondRow(self._second, duration_s, self._second_ops, round(p50, 3), round(p99, 3),
-                            round(h.get_max_value() / 1000.0, 3))
-            self._second_histogram = new_histogram()  # cheaper than reset(), which clears in Python
+        chunks = self._chunks
+        if chunks:
+            # sorted chunks: one merge of runs
+            values = chunks[0] if len(chunks) == 1 else sorted(chain.from_iterable(chunks))
+            p50, p99 = percentile(values, 50.0) / 1000.0, percentile(values, 99.0) / 1000.0
+            row = SecondRow(self._second, duration_s, len(values) + self._counted_ops, round(p50, 3),
+                            round(p99, 3), round(values[-1] / 1000.0, 3))
+            self._chunks = []
         else:
-            row = SecondRow(self._second, duration_s, self._second_ops, None, None, None)
+            row = SecondRow(self._second, duration_s, self._counted_ops, None, None, None)
         self.series.append(row)
         self._second += 1
-        self._second_ops = 0
+        self._counted_ops = 0
+
+    @property
+    def histogram(self) -> HdrHistogram:
+        """The run's latencies folded so far (all of them once :meth:`finish` ran)."""
+        if self._histogram is None:
+            histogram = new_histogram()
+            record = histogram.record_value
+            for us, count in self._buckets.items():
+                record(us, count)
+            self._histogram = histogram
+        return self._histogram
 
     @property
     def total_count(self) -> int:
-        return int(self.histogram.get_total_count() + self._second_histogram.get_total_count()
-                   + len(self._staged))
+        """Latencies recorded so far."""
+        return self._folded + len(self._staged)
 
 
 @dataclass

@@ -147,7 +147,7 @@ class _Tally:
                 self._idle.set()
             if error is None:
                 now = time()
-                if now >= latencies.next_second_at:
+                if now >= latencies.next_fold_at:
                     latencies.advance(now)
                     if service is not None:
                         service.advance(now)

@@ -58,12 +58,12 @@ def test_the_series_has_a_row_per_second_with_that_seconds_percentiles() -> None
 
 
 def test_latencies_staged_by_a_callback_land_in_the_second_they_completed_in() -> None:
-    """The hot path (``stage_us``, ``advance`` once ``next_second_at`` passed) gives the series
+    """The hot path (``stage_us``, ``advance`` once ``next_fold_at`` passed) gives the series
     ``record`` gives."""
     recorder = LatencyRecorder(started=10.0)
     for i in range(300):
         now = 10.0 + i / 100  # three seconds, 100 ops each, second n's ops taking n + 1 ms
-        if now >= recorder.next_second_at:
+        if now >= recorder.next_fold_at:
             recorder.advance(now)
         recorder.stage_us((int(i / 100) + 1) * 1000)
     recorder.finish(13.0)
