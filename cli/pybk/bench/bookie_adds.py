@@ -16,9 +16,10 @@ bookie does not verify digests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import grpc.aio
@@ -109,6 +110,23 @@ class AnswerTally:
         self.first_error = self.first_error or why
 
 
+# How long a failed gRPC write waits for the stream's own status before it raises its own error.
+_STATUS_WAIT_S = 5.0
+
+
+async def _write(call: AddCall, message: bytes, status: Callable[[], Awaitable[Any]]) -> None:
+    """``call.write(message)``. A gRPC stream the bookie already ended (a refused token, say)
+    fails the write with an internal error that says nothing of why ("Failed execute_batch"),
+    racing the read that gets the stream's status; so the status, which ``status()`` awaits
+    (the stream's next read fails with it), is raised instead."""
+    try:
+        await call.write(message)
+    except grpc.aio.AioRpcError as exc:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(status(), _STATUS_WAIT_S)
+        raise exc from None
+
+
 async def _end(call: AddCall) -> None:
     """Half-close a gRPC stream whose answers all came (the add port's ends with the connection)."""
     done_writing: Callable[[], Any] | None = getattr(call, "done_writing", None)
@@ -169,7 +187,7 @@ class PipelinedAdds:
                 message = messages.message(entry_id, n)
                 outstanding += n
                 sent.append((time.perf_counter(), n))
-                await call.write(message)
+                await _write(call, message, lambda: asyncio.shield(receiver))
                 entry_id += n
             await receiver
             await _end(call)
@@ -193,7 +211,7 @@ async def single_adds(
         for entry_id in range(count):
             message = messages.message(entry_id, 1)
             start = time.perf_counter()
-            await call.write(message)
+            await _write(call, message, call.read)
             response = await call.read()
             now = time.perf_counter()
             latencies.record((now - start) * 1000.0, now)
