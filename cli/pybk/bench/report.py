@@ -44,10 +44,6 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
 
 
-def to_us(latency_ms: float) -> int:
-    return min(HIGHEST_US, max(LOWEST_US, round(latency_ms * 1000.0)))
-
-
 def summary_ms(histogram: HdrHistogram) -> dict[str, float]:
     """p50, p95, p99, p999 and max in ms (0.0 each for an empty histogram)."""
     if histogram.get_total_count() == 0:
@@ -106,8 +102,8 @@ class LatencyRecorder:
     sorted chunks, merged once; the run's HdrHistogram is built from the bucket counts when it is
     read, the same histogram recording each latency alone gives. Why no HdrHistogram per second:
     ``hdrh`` is pure Python, and folding a second's latencies into one, then reading its
-    percentiles, held the benchmark's event loop 20-50 ms once a second, shared with the client
-    under test, which made that stall the p99 of every run. A hot completion callback stages its
+    percentiles, held the benchmark's event loop 20-50 ms once a second: a stall in the process
+    of the client under test, shared with its adds. A hot completion callback stages its
     latency itself: when ``now >= next_fold_at`` it calls :meth:`advance` first, then
     ``stage_us(latency_us)`` (an int; the histogram's range is applied when folded)."""
 
