@@ -34,7 +34,6 @@ breaks, every add in flight or queued fails; the owner then opens a new stream f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import sys
@@ -65,9 +64,6 @@ if TYPE_CHECKING:
     from .bookie_client import BookieClientOptions
 
 log = logging.getLogger(__name__)
-
-# How long a failed gRPC write waits for the receiver to read the stream's own status.
-_STATUS_WAIT_S = 1.0
 
 EOK = bookie_pb2.EOK
 
@@ -364,21 +360,8 @@ class AddStream:
                 # In flight before the write: a response can only follow the write.
                 self._inflight.append(batch)
                 self._last_sent = loop.time()
-                try:
-                    await self._write(request)
-                except grpc.aio.AioRpcError:
-                    await self._status_first()
-                    raise
+                await self._write(request)
                 self.messages_sent += 1
-
-    async def _status_first(self) -> None:
-        """After a gRPC write failed: a stream the bookie already ended (a refused token, say)
-        fails the write with an internal error that says nothing of why, racing the read that
-        gets the stream's status. The receiver is given a moment to fail the stream with that
-        status first (a refusal is then fatal to the writer, not a bookie to replace); it cancels
-        this sender when it does."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self._receiver), _STATUS_WAIT_S)
 
     def _take_batch(self) -> tuple[bytes, _Batch]:
         """The next message (a serialized AddEntriesRequest, ``count_ok`` set) and the adds it

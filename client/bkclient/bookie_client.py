@@ -18,6 +18,7 @@ from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 from .add_port_call import AddPortCall, AddPortOutage
 from .add_stream import AddRequestEncoder, AddStream, CallbackListener
+from .grpc_add_call import GrpcAddCall
 from .read_stream import ReadStream
 from .refused_bookie import RefusedBookie
 from .rpc_errors import translate_rpc_error
@@ -103,7 +104,7 @@ class BookieClient:
         )
         self._stub: Any = bookie_pb2_grpc.BookieStub(self._channel)  # type: ignore[no-untyped-call]
         # AddEntries with pre-serialized requests (see AddRequestEncoder): bytes go out as they are.
-        self._add_entries: Any = self._channel.stream_stream(
+        self._add_entries_call: Any = self._channel.stream_stream(
             "/bkproto.v1.Bookie/AddEntries",
             request_serializer=None,
             response_deserializer=bookie_pb2.AddEntriesResponse.FromString,
@@ -183,6 +184,9 @@ class BookieClient:
 
         self.add_with_callback(ledger_id, entry_id, master_key, body, done, recovery)
         return future
+
+    def _add_entries(self) -> GrpcAddCall:
+        return GrpcAddCall(self._add_entries_call())
 
     def _open_stream(self) -> AddStream:
         call: Any

@@ -66,6 +66,10 @@ class _PeerContext:
     def peer(self) -> str:
         return self._peer
 
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        """The add stream's "taken" (``bkproto.grpc_add_stream``): the simulated call, like the
+        add port's, lets the client write at once, so there is no one to tell."""
+
 
 class _ServerStream:
     """The bookie end of one bidi stream: requests in through ``push``, responses out."""

@@ -16,15 +16,15 @@ bookie does not verify digests.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc.aio
 
 from bkclient.add_stream import AddRequestEncoder
+from bkclient.grpc_add_call import GrpcAddCall
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import COUNT_OK
@@ -110,23 +110,6 @@ class AnswerTally:
         self.first_error = self.first_error or why
 
 
-# How long a failed gRPC write waits for the stream's own status before it raises its own error.
-_STATUS_WAIT_S = 5.0
-
-
-async def _write(call: AddCall, message: bytes, status: Callable[[], Awaitable[Any]]) -> None:
-    """``call.write(message)``. A gRPC stream the bookie already ended (a refused token, say)
-    fails the write with an internal error that says nothing of why ("Failed execute_batch"),
-    racing the read that gets the stream's status; so the status, which ``status()`` awaits
-    (the stream's next read fails with it), is raised instead."""
-    try:
-        await call.write(message)
-    except grpc.aio.AioRpcError as exc:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(status(), _STATUS_WAIT_S)
-        raise exc from None
-
-
 async def _end(call: AddCall) -> None:
     """Half-close a gRPC stream whose answers all came (the add port's ends with the connection)."""
     done_writing: Callable[[], Any] | None = getattr(call, "done_writing", None)
@@ -187,7 +170,7 @@ class PipelinedAdds:
                 message = messages.message(entry_id, n)
                 outstanding += n
                 sent.append((time.perf_counter(), n))
-                await _write(call, message, lambda: asyncio.shield(receiver))
+                await call.write(message)
                 entry_id += n
             await receiver
             await _end(call)
@@ -211,7 +194,7 @@ async def single_adds(
         for entry_id in range(count):
             message = messages.message(entry_id, 1)
             start = time.perf_counter()
-            await _write(call, message, call.read)
+            await call.write(message)
             response = await call.read()
             now = time.perf_counter()
             latencies.record((now - start) * 1000.0, now)
@@ -224,9 +207,11 @@ async def single_adds(
 
 
 def grpc_add_calls(channel: grpc.aio.Channel) -> Callable[[], AddCall]:
-    """Opens AddEntries calls on ``channel`` that take serialized requests, as the client's do."""
-    return channel.stream_stream(  # type: ignore[return-value]
+    """Opens AddEntries calls on ``channel`` that take serialized requests, as the client's do
+    (and, as the client's, write only once the bookie took the call)."""
+    method = channel.stream_stream(
         "/bkproto.v1.Bookie/AddEntries",
         request_serializer=None,
         response_deserializer=bookie_pb2.AddEntriesResponse.FromString,
     )
+    return lambda: GrpcAddCall(method())  # type: ignore[call-arg]  # grpc.aio writes to the call itself

@@ -36,6 +36,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from bkmeta.serde import decode_varint
+from bkproto.grpc_add_stream import ACCEPTED
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import COUNT_OK
 from bookie.handlers.add_batch import AddBatchProcessor
@@ -236,6 +237,8 @@ class AddEntriesHandler:
         request_iterator: AsyncIterator[SizedAddEntriesRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[bookie_pb2.AddEntriesResponse]:
+        # The call is taken (the guard, if any, let it through): the client writes only after this.
+        await context.send_initial_metadata((ACCEPTED,))
         async for response in self.serve(request_iterator, peer_host(context.peer())):
             yield response
 

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
-import grpc
-import grpc.aio
 import pytest
 from tests.support.scripted_add_call import CompletionLog, ScriptedAddCall, ScriptedAddPortCall
 
@@ -65,31 +62,3 @@ async def answer_until(call: ScriptedAddCall, adds: int) -> None:
         for ids in sent_ids(call)[answered:]:
             call.answer(bookie_pb2.AddEntriesResponse(ok_count=len(ids)))
         answered = len(call.sent)
-
-
-class _RefusedGrpcStream(ScriptedAddCall):
-    """A gRPC stream the bookie ended with PERMISSION_DENIED while a write was under way: the
-    write fails with grpc's internal error, the read with the stream's status (a little later)."""
-
-    async def write(self, message: bytes) -> None:
-        raise grpc.aio.AioRpcError(
-            grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), 'Failed "execute_batch"'
-        )
-
-    async def read(self) -> Any:
-        await asyncio.sleep(0.05)
-        raise grpc.aio.AioRpcError(
-            grpc.StatusCode.PERMISSION_DENIED, grpc.aio.Metadata(), grpc.aio.Metadata(),
-            "EUA: reader lacks the write right",
-        )
-
-
-async def test_a_refused_grpc_stream_fails_its_adds_with_the_refusal() -> None:
-    """The refusal is fatal to a writer (UnauthorizedAccessError); grpc's internal error on the
-    write would read as a bookie to replace."""
-    add_stream = AddStream("bookie-1", BookieClientOptions(), _RefusedGrpcStream(), lambda _: None)
-    log = CompletionLog()
-    add_stream.enqueue_bodies(ENCODER, [b"a" * 100] * 2, log, [0, 1])
-    await log.wait(2)
-    assert log.calls == [(0, "UnauthorizedAccessError"), (1, "UnauthorizedAccessError")]
-    await add_stream.wait_closed()

@@ -23,6 +23,7 @@ from bkproto.errors import (
     NoSuchEntryError,
     TimeoutError,
 )
+from bkproto.grpc_add_stream import ACCEPTED
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 FENCED_LEDGER = 13
@@ -49,6 +50,7 @@ class MemoryBookie(bookie_pb2_grpc.BookieServicer):
     async def AddEntries(
         self, request_iterator: AsyncIterator[bookie_pb2.AddEntriesRequest], context: Any
     ) -> AsyncIterator[bookie_pb2.AddEntriesResponse]:
+        await context.send_initial_metadata((ACCEPTED,))  # the call is taken, as a bookie says
         # Like a real bookie, keep reading requests while earlier ones are still being answered.
         received: asyncio.Queue[bookie_pb2.AddEntriesRequest | None] = asyncio.Queue()
 
