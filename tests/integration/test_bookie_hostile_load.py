@@ -17,10 +17,19 @@ from pathlib import Path
 import grpc
 import pytest
 from tests.support.bookies import BookieProcess, entry_body, is_serving
-from tests.support.hostile import AddPortClient, Attack, MiB, limit_rejections, long_poll_from, rss_bytes
+from tests.support.hostile import (
+    AddPortClient,
+    Attack,
+    MiB,
+    keyless_adds_message,
+    limit_rejections,
+    long_poll_from,
+    rss_bytes,
+)
 
 from bkproto.add_port import FRAME_HEADER, PREFACE, frame
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from bookie.handlers.add_entries import AddEntriesHandler, parse_add_entries
 
 pytestmark = pytest.mark.integration
 
@@ -139,9 +148,17 @@ def test_a_peer_that_never_reads_its_answers_is_bounded_then_closed(
     bookie: BookieProcess, client: WellBehaved, idle_rss: int
 ) -> None:
     target = f"127.0.0.1:{bookie.add_port}"
-    with Attack("never-read", target, "--connections", "2", "--adds", "90000", "--settle-s", "3") as attack:
-        # its share of the unanswered budget (32 MiB per IP) and the frames being read (8 MiB)
-        assert rss_bytes(bookie.pid) < idle_rss + 40 * MiB + MARGIN
+    adds = 90_000
+    # What the bookie counts for one of the attack's messages (its bytes, decoded, and its answer).
+    message_cost = AddEntriesHandler.message_cost(parse_add_entries(keyless_adds_message(adds, big_ids=True)))
+    connections = 2
+    args = ("--connections", str(connections), "--adds", str(adds), "--settle-s", "3")
+    with Attack("never-read", target, *args) as attack:
+        # its share of the unanswered budget (32 MiB per IP); and per connection, the message it
+        # holds decoded until that budget has room, and the answer it wrote past the socket's
+        # high-water mark (together under one message's cost: 12 of its 15.6 MiB, measured)
+        held = 32 * MiB + connections * message_cost
+        assert rss_bytes(bookie.pid) < idle_rss + held + MARGIN
         client.add()
         assert attack.wait_closed(2, timeout_s=60) == 2
     assert rejections(bookie, "add_port", "write_timeout") >= 1
