@@ -23,6 +23,15 @@ full. The client's bad latency windows fell inside flushes, during which a booki
 syncs were several times slower; spread thinner, a flush disturbs less. The measurements behind
 each of these choices are in docs/performance.md.
 
+The fill time is the past; the active half is the present. After a quiet spell the half took
+long to fill (the schedule is then up to three quarters of ``flushInterval``), and a burst that
+follows fills the other half in a fraction of that. So the schedule only holds while the flush is
+ahead of the active half: a flush that has done less of its work than the active half has filled
+of ``HURRY_AT_ACTIVE_SHARE`` goes at the GIL floor until it is ahead again. Without it, the first
+flush after an idle spell kept its long schedule until the active half was 85 % full, and on a
+loaded box could not finish at the floor before the active half was full: adds then waited for
+room (docs/performance.md, "The flush behind the active half").
+
 If the active half fills faster than that (past ``HURRY_AT_ACTIVE_SHARE`` full while the flush
 runs), or an add is waiting for room, ``hurry`` drops the schedule back to the GIL floor, and
 cuts short a pause it finds under way: after a quiet spell a half can take minutes to fill, and
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 FLUSH_SLICE_ENTRIES = 256  # short enough that the loop gets the GIL back often
 BUDGET_SHARE_OF_FILL_TIME = 0.75
@@ -47,9 +57,13 @@ class FlushPacer:
     Progress is counted in work: each byte appended counts 1, each byte indexed
     ``INDEX_WORK_PER_BYTE``, so the whole flush is ``total_work``."""
 
-    def __init__(self, total_bytes: int, budget_s: float) -> None:
+    def __init__(
+        self, total_bytes: int, budget_s: float, active_share: Callable[[], float] = lambda: 0.0
+    ) -> None:
+        """``active_share``: how full the active half is (0..1), read from the flush's thread."""
         self._total = max(1, total_bytes) * (1.0 + INDEX_WORK_PER_BYTE)
         self._budget_s = max(0.0, budget_s)
+        self._active_share = active_share
         self._began = time.perf_counter()
         self._hurried = budget_s <= 0
         self._woken = threading.Event()
@@ -68,8 +82,9 @@ class FlushPacer:
         of the flush done: sleep as long as the slice took, or longer if ahead of schedule."""
         now = time.perf_counter()
         floor = now - slice_began
-        if not self._hurried:
-            due = self._began + self._budget_s * min(1.0, done_work / self._total)
+        done = min(1.0, done_work / self._total)
+        if not self._hurried and done * HURRY_AT_ACTIVE_SHARE >= self._active_share():
+            due = self._began + self._budget_s * done
             if due - now > floor:
                 self._woken.wait(due - now - floor)  # the schedule's part: hurry() ends it
         time.sleep(floor)

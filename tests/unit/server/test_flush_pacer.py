@@ -36,6 +36,14 @@ def test_unpaced_or_hurried_flush_does_not_wait_for_the_schedule() -> None:
     assert _flush(FlushPacer(1000, 30.0), 10, after_slice=1) < 5.0  # one slice on schedule
 
 
+def test_a_flush_behind_the_active_half_keeps_to_the_gil_floor() -> None:
+    """After a quiet spell the schedule is long (the half took long to fill) while a burst fills
+    the active half fast: the flush keeps to the schedule only while it has done more of its
+    work than the active half has filled of its hurry mark."""
+    assert _flush(FlushPacer(1000, 0.5, lambda: 0.9), 10) < 0.2  # never ahead: floor throughout
+    assert _flush(FlushPacer(1000, 0.5, lambda: 0.2), 10) >= 0.4  # ahead from its third slice on
+
+
 def test_hurry_cuts_short_a_pause_under_way() -> None:
     """A small half that filled slowly gets a long schedule; a burst must not wait it out."""
     pacer = FlushPacer(1000, 120.0)
