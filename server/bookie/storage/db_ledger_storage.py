@@ -339,8 +339,7 @@ class DbLedgerStorage:
         fill_time = min(now - self._filling_since, self.config.flush_interval_ms / 1000.0)
         budget = fill_time * BUDGET_SHARE_OF_FILL_TIME if paced else 0.0
         self._filling_since = now
-        cache = self.write_cache
-        self._pacer = FlushPacer(half.size, budget, lambda: cache.active.size / cache.half_capacity)
+        self._pacer = FlushPacer(half.size, budget, self.write_cache.active_share)
         self._flush_task = asyncio.create_task(self._flush(half, marks), name="bookie-flush")
         self._flush_task.add_done_callback(_failure_seen)
 

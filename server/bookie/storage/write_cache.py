@@ -198,3 +198,7 @@ class WriteCache:
 
     def flush_done(self) -> None:
         self.flushing = None
+
+    def active_share(self) -> float:
+        """How full the active half is, 0..1 (read by the flush's pacer, on its thread)."""
+        return self.active.size / self.half_capacity
