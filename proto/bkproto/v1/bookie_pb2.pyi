@@ -185,23 +185,25 @@ class ReadStreamResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadResponse, _Mapping]] = ..., stride_poll: _Optional[_Union[StridePollResponse, _Mapping]] = ...) -> None: ...
 
 class StridePollRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "stride", "max_count", "max_bytes", "timeout_ms")
+    __slots__ = ("ledger_id", "first_entry_id", "stride", "max_count", "max_bytes", "timeout_ms", "standing")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     STRIDE_FIELD_NUMBER: _ClassVar[int]
     MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    STANDING_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     stride: int
     max_count: int
     max_bytes: int
     timeout_ms: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., stride: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    standing: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., stride: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., standing: _Optional[bool] = ...) -> None: ...
 
 class StridePollResponse(_message.Message):
-    __slots__ = ("status", "ledger_id", "first_entry_id", "stride", "bodies", "max_lac", "message")
+    __slots__ = ("status", "ledger_id", "first_entry_id", "stride", "bodies", "max_lac", "message", "more")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +211,7 @@ class StridePollResponse(_message.Message):
     BODIES_FIELD_NUMBER: _ClassVar[int]
     MAX_LAC_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     ledger_id: int
     first_entry_id: int
@@ -216,7 +219,8 @@ class StridePollResponse(_message.Message):
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     max_lac: int
     message: str
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., stride: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., max_lac: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    more: bool
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., stride: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., max_lac: _Optional[int] = ..., message: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class ReadEntriesRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry_id", "max_count", "max_bytes", "stride")

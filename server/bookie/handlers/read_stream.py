@@ -7,9 +7,17 @@ two messages. Every request is served exactly as its handler serves it elsewhere
 translation, latency stats), in its own task so that a parked poll does not hold up the others,
 and its answer goes out tagged with the request's id.
 
+A *standing* stride poll (``StridePollRequest.standing``) is answered more than once under its id:
+after an answer that brought entries it parks again from the entry after them, until it has
+answered ``max_count`` entries in all (every answer but the last says ``more``). A tailing reader
+at a steady rate is answered about once per entry, and a stream message costs each side far more
+CPU than an entry does, so this halves the messages of a tail: one request per window of entries
+instead of one per answer.
+
 Bounds: at most ``max_in_flight`` requests of one stream are being served or have an answer not
-yet written. Past that the stream's reader stops reading and HTTP/2 flow control pushes back on
-the client, so a client that stops reading answers also stops the bookie reading its requests.
+yet written (a standing poll takes a slot again for each answer after its first). Past that the
+stream's reader stops reading and HTTP/2 flow control pushes back on the client, so a client that
+stops reading answers also stops the bookie reading its requests (and a standing poll waits).
 Parked polls are also bounded bookie-wide by the long-poll waiters. A ``cancel`` message, or the
 end of the stream, cancels the requests still running; no answer follows a cancelled request.
 """
@@ -40,11 +48,19 @@ class _Stream:
         self.answers: asyncio.Queue[bookie_pb2.ReadStreamResponse | None] = asyncio.Queue()
         self.running: dict[int, asyncio.Task[None]] = {}
         self.slots = asyncio.Semaphore(max_in_flight)
+        # requests holding a slot for an answer not yet posted (a standing poll takes one per answer)
+        self.holding: set[int] = set()
         self.requests_ended = False
+
+    def post(self, request_id: int, answer: bookie_pb2.ReadStreamResponse) -> None:
+        """Queue ``answer`` for writing; the slot its request holds goes with it."""
+        self.holding.discard(request_id)
+        self.answers.put_nowait(answer)
 
     def finished(self, request_id: int, task: asyncio.Task[None]) -> None:
         self.running.pop(request_id, None)
-        if task.cancelled() or task.exception() is not None:
+        if request_id in self.holding:
+            self.holding.discard(request_id)
             self.slots.release()  # no answer will be written for it
         if self.requests_ended and not self.running:
             self.answers.put_nowait(None)  # the writer may be waiting for this last answer
@@ -107,6 +123,7 @@ class ReadStreamHandler:
                     )
                     continue
                 task = asyncio.create_task(self._serve(message, stream, context))
+                stream.holding.add(request_id)
                 stream.running[request_id] = task
                 task.add_done_callback(functools.partial(stream.finished, request_id))
         except asyncio.CancelledError:
@@ -119,12 +136,37 @@ class ReadStreamHandler:
     async def _serve(self, message: bookie_pb2.ReadStreamRequest, stream: _Stream, context: Context) -> None:
         request_id = message.request_id
         if message.HasField("stride_poll"):
+            if message.stride_poll.standing:
+                await self._stand(request_id, message.stride_poll, stream, context)
+                return
             polled = await self._stride_poll(message.stride_poll, context)
             answer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
         else:
             read = await self._read_entry(message.read, context)
             answer = bookie_pb2.ReadStreamResponse(request_id=request_id, read=read)
-        stream.answers.put_nowait(answer)
+        stream.post(request_id, answer)
+
+    async def _stand(
+        self, request_id: int, request: bookie_pb2.StridePollRequest, stream: _Stream, context: Context
+    ) -> None:
+        """A standing stride poll: answer, park again after the entries answered, answer again,
+        until ``max_count`` entries in all (or an answer without entries). Each answer after the
+        first waits for a slot of the stream first, as a new request would."""
+        poll = bookie_pb2.StridePollRequest()
+        poll.CopyFrom(request)
+        remaining = request.max_count
+        while True:
+            polled = await self._stride_poll(poll, context)
+            count = len(polled.bodies)
+            remaining -= count
+            polled.more = polled.status == bookie_pb2.EOK and count > 0 and remaining > 0
+            stream.post(request_id, bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled))
+            if not polled.more:
+                return
+            await stream.slots.acquire()
+            stream.holding.add(request_id)
+            poll.first_entry_id += count * poll.stride
+            poll.max_count = remaining
 
 
 def _refusal(message: bookie_pb2.ReadStreamRequest, why: str) -> bookie_pb2.ReadStreamResponse:
