@@ -19,7 +19,7 @@ from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 from .add_port_call import AddPortCall, AddPortOutage
 from .add_stream import AddRequestEncoder, AddStream, CallbackListener
 from .grpc_add_call import GrpcAddCall
-from .read_stream import ReadStream
+from .read_stream import ReadStream, StandingPoll
 from .refused_bookie import RefusedBookie
 from .rpc_errors import translate_rpc_error
 from .tls import ClientSecurity
@@ -31,6 +31,7 @@ from .transport import (
     BookieConnector,
     DiskInfo,
     ReadResult,
+    StandingStridePoll,
     StrideResult,
 )
 
@@ -293,11 +294,29 @@ class BookieClient:
         )
         timeout_s = long_poll_timeout_ms / 1000.0 + self.options.default_timeout_s
         response = (await self._reads().request(timeout_s, stride_poll=request)).stride_poll
-        if response.status == ENOENTRY:
-            return StrideResult([], response.max_lac)
-        if response.status != EOK:
-            raise error_for_status(response.status, f"bookie {self.bookie_id}: {response.message}")
-        return StrideResult(list(response.bodies), response.max_lac)
+        return _stride_result(self.bookie_id, response)
+
+    def standing_stride_poll(
+        self,
+        ledger_id: int,
+        first: int,
+        stride: int,
+        max_count: int,
+        max_bytes: int,
+        long_poll_timeout_ms: int,
+    ) -> StandingStridePoll:
+        """A stride poll that keeps answering (see StridePollRequest.standing): each answer
+        with ``more`` is followed by another from where it ended, up to ``max_count`` entries."""
+        request = bookie_pb2.StridePollRequest(
+            ledger_id=ledger_id,
+            first_entry_id=first,
+            stride=stride,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            timeout_ms=long_poll_timeout_ms,
+        )
+        timeout_s = long_poll_timeout_ms / 1000.0 + self.options.default_timeout_s
+        return _StandingStridePoll(self.bookie_id, self._reads().stand(request), timeout_s)
 
     async def read_entries(
         self,
@@ -378,6 +397,29 @@ def _channel(
     if security is None or not security.tls:
         return grpc.aio.insecure_channel(address, options=options)
     return grpc.aio.secure_channel(address, security.grpc_credentials(), options=options)
+
+
+def _stride_result(bookie_id: str, response: bookie_pb2.StridePollResponse) -> StrideResult:
+    if response.status == ENOENTRY:
+        return StrideResult([], response.max_lac)
+    if response.status != EOK:
+        raise error_for_status(response.status, f"bookie {bookie_id}: {response.message}")
+    return StrideResult(list(response.bodies), response.max_lac, response.more)
+
+
+class _StandingStridePoll:
+    """:class:`bkclient.transport.StandingStridePoll` over a bookie's ReadStream."""
+
+    def __init__(self, bookie_id: str, poll: StandingPoll, timeout_s: float) -> None:
+        self._bookie_id = bookie_id
+        self._poll = poll
+        self._timeout_s = timeout_s
+
+    async def next(self) -> StrideResult:
+        return _stride_result(self._bookie_id, await self._poll.next(self._timeout_s))
+
+    def cancel(self) -> None:
+        self._poll.cancel()
 
 
 def grpc_connector(options: BookieClientOptions | None = None) -> BookieConnector:

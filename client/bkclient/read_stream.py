@@ -35,6 +35,7 @@ class ReadStream:
         self._call = call
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[bookie_pb2.ReadStreamResponse]] = {}
+        self._standing: dict[int, StandingPoll] = {}
         self._outbox: deque[bookie_pb2.ReadStreamRequest] = deque()
         self._wakeup = asyncio.Event()
         self.failed = False
@@ -68,6 +69,23 @@ class ReadStream:
                 # Unanswered (timed out or cancelled): release the bookie's parked poll now.
                 self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, cancel=True))
 
+    def stand(self, stride_poll: bookie_pb2.StridePollRequest) -> StandingPoll:
+        """Send ``stride_poll`` as a standing poll (``standing`` set): its answers, in order,
+        come from the returned :class:`StandingPoll`."""
+        if self.failed:
+            raise BookieUnavailableError(f"bookie {self.bookie_id}: read stream is closed")
+        request_id = next(self._ids)
+        poll = StandingPoll(self, request_id)
+        self._standing[request_id] = poll
+        stride_poll.standing = True
+        self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, stride_poll=stride_poll))
+        return poll
+
+    def _withdraw(self, request_id: int) -> None:
+        """A standing poll given up before its last answer: the bookie releases it now."""
+        if self._standing.pop(request_id, None) is not None and not self.failed:
+            self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, cancel=True))
+
     def _post(self, message: bookie_pb2.ReadStreamRequest) -> None:
         self._outbox.append(message)
         self._wakeup.set()
@@ -85,6 +103,12 @@ class ReadStream:
             if answer is grpc.aio.EOF:  # type: ignore[attr-defined]
                 self.fail(BookieUnavailableError(f"bookie {self.bookie_id}: read stream closed by bookie"))
                 return
+            standing = self._standing.get(answer.request_id)
+            if standing is not None:
+                if not answer.stride_poll.more:
+                    del self._standing[answer.request_id]
+                standing.deliver(answer)
+                continue
             future = self._pending.pop(answer.request_id, None)
             if future is not None and not future.done():
                 future.set_result(answer)
@@ -101,6 +125,10 @@ class ReadStream:
         self._call.cancel()
         pending = list(self._pending.values())
         self._pending.clear()
+        standing = list(self._standing.values())
+        self._standing.clear()
+        for poll in standing:
+            poll.fail(error)
         self._outbox.clear()
         for future in pending:
             if not future.done():
@@ -109,3 +137,53 @@ class ReadStream:
     async def wait_closed(self) -> None:
         await asyncio.gather(self._sender, self._receiver, return_exceptions=True)
 
+
+class StandingPoll:
+    """The answers of one standing stride poll, in the order the bookie sent them. They wait here
+    until taken; the bookie sends at most its ``max_count`` entries' worth, so they are bounded."""
+
+    def __init__(self, stream: ReadStream, request_id: int) -> None:
+        self._stream = stream
+        self._request_id = request_id
+        self._answers: deque[bookie_pb2.ReadStreamResponse] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BKError | None = None
+        self.ended = False  # the last answer came (or the stream failed)
+
+    def deliver(self, answer: bookie_pb2.ReadStreamResponse) -> None:
+        self._answers.append(answer)
+        self._wake()
+
+    def fail(self, error: BKError) -> None:
+        self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next(self, timeout_s: float) -> bookie_pb2.StridePollResponse:
+        """The next answer; TimeoutError after ``timeout_s`` without one."""
+        if not self._answers and self._error is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._waiter, timeout_s)
+            except builtins.TimeoutError as exc:
+                self.cancel()
+                raise TimeoutError(f"bookie {self._stream.bookie_id}: request timed out") from exc
+            finally:
+                self._waiter = None
+        if not self._answers:
+            assert self._error is not None
+            self.ended = True
+            raise type(self._error)(self._error.message)
+        answer = self._answers.popleft().stride_poll
+        if not answer.more:
+            self.ended = True
+        return answer
+
+    def cancel(self) -> None:
+        """Stop it: the bookie releases the parked poll. Nothing if it already ended."""
+        if not self.ended:
+            self.ended = True
+            self._stream._withdraw(self._request_id)

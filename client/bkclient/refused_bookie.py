@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from bkproto.errors import BKError
 
-from .transport import AddListener, DiskInfo, ReadResult, StrideResult
+from .transport import AddListener, DiskInfo, ReadResult, StandingStridePoll, StrideResult
 
 if TYPE_CHECKING:
     from .add_stream import AddRequestEncoder
@@ -63,9 +63,9 @@ class RefusedBookie:
                            **_: object) -> list[bytes]:
         raise self.error
 
-    async def stride_poll(self, ledger_id: int, first: int, stride: int, max_count: int, max_bytes: int,
-                          long_poll_timeout_ms: int) -> StrideResult:
-        raise self.error
+    def standing_stride_poll(self, ledger_id: int, first: int, stride: int, max_count: int, max_bytes: int,
+                             long_poll_timeout_ms: int) -> StandingStridePoll:
+        return _Refused(self.error)
 
     async def write_lac(self, ledger_id: int, lac: int, master_key: bytes, body: bytes, **_: object) -> None:
         raise self.error
@@ -81,3 +81,16 @@ class RefusedBookie:
 
     async def close(self) -> None:
         return None
+
+
+class _Refused:
+    """A standing stride poll whose first answer is the error."""
+
+    def __init__(self, error: BKError) -> None:
+        self._error = error
+
+    async def next(self) -> StrideResult:
+        raise self._error
+
+    def cancel(self) -> None:
+        pass

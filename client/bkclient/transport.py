@@ -52,6 +52,19 @@ class StrideResult(NamedTuple):
 
     bodies: list[bytes]
     max_lac: int
+    more: bool = False  # a standing poll answers again
+
+
+class StandingStridePoll(Protocol):
+    """The answers of one standing stride poll (``BookieConnection.standing_stride_poll``)."""
+
+    async def next(self) -> StrideResult:
+        """The next answer; ``more`` says whether another follows."""
+        ...
+
+    def cancel(self) -> None:
+        """Release the bookie's parked poll; nothing once the last answer came."""
+        ...
 
 
 class DiskInfo(NamedTuple):
@@ -156,7 +169,7 @@ class BookieConnection(Protocol):
         NoSuchEntryError), up to the first not held, ``max_count`` entries or ``max_bytes``."""
         ...
 
-    async def stride_poll(
+    def standing_stride_poll(
         self,
         ledger_id: int,
         first: int,
@@ -164,10 +177,13 @@ class BookieConnection(Protocol):
         max_count: int,
         max_bytes: int,
         long_poll_timeout_ms: int,
-    ) -> StrideResult:
-        """Park until the bookie's LAC reaches ``first``, then the confirmed entries ``first``,
-        ``first + stride``, ... it holds. A timeout, or a LAC past ``first`` on a bookie without
-        it, is an empty answer with the bookie's LAC."""
+    ) -> StandingStridePoll:
+        """A standing stride poll: parked until the bookie's LAC reaches ``first``, answered with
+        the confirmed entries ``first``, ``first + stride``, ... it holds, then parked again from
+        the entry after them, until ``max_count`` entries in all; every answer but the last has
+        ``more`` set. A timeout, or a LAC past the next entry on a bookie without it, is a last
+        answer without entries and with the bookie's LAC. A bookie that predates standing polls
+        answers once."""
         ...
 
     async def write_lac(

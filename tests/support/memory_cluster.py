@@ -55,7 +55,10 @@ class MemoryBookie:
         self.reads: list[tuple[int, int]] = []
         self.batch_reads: list[tuple[int, int, int]] = []  # (ledger, first, max_count)
         self.batch_strides: list[int] = []  # the stride of each of batch_reads
-        self.stride_polls: list[tuple[int, int, int]] = []  # (ledger, first, stride)
+        self.stride_polls: list[tuple[int, int, int]] = []  # requests: (ledger, first, stride)
+        self.stride_answers = 0
+        self.standing_polls = True  # False: answers a standing poll once, as an older bookie
+        self.standing: list[MemoryStandingPoll] = []  # every standing poll asked of it
         self.recovery_adds: list[tuple[int, int]] = []
         self.lacs: list[tuple[int, bytes]] = []  # explicit LACs written: (lac, body)
         self.forced: list[int] = []  # ledgers of force_ledger calls
@@ -171,7 +174,21 @@ class MemoryBookie:
             entry_id += stride
         return out
 
-    async def stride_poll(
+    def standing_stride_poll(
+        self,
+        ledger_id: int,
+        first: int,
+        stride: int,
+        max_count: int,
+        max_bytes: int,
+        long_poll_timeout_ms: int,
+    ) -> MemoryStandingPoll:
+        self.stride_polls.append((ledger_id, first, stride))
+        poll = MemoryStandingPoll(self, ledger_id, first, stride, max_count, max_bytes, long_poll_timeout_ms)
+        self.standing.append(poll)
+        return poll
+
+    async def stride_answer(
         self,
         ledger_id: int,
         first: int,
@@ -180,8 +197,9 @@ class MemoryBookie:
         max_bytes: int,
         long_poll_timeout_ms: int,
     ) -> StrideResult:
+        """One answer of a stride poll, as the bookie serves it."""
         await self._enter()
-        self.stride_polls.append((ledger_id, first, stride))
+        self.stride_answers += 1
         try:
             async with asyncio.timeout(long_poll_timeout_ms / 1000.0):
                 while self._known_lac(ledger_id) < first:
@@ -315,6 +333,53 @@ class MemoryBookie:
     def notify_lac(self) -> None:
         self._lac_changed.set()
         self._lac_changed = asyncio.Event()
+
+
+class MemoryStandingPoll:
+    """A standing stride poll as a bookie serves it (``MemoryBookie.stride_answer`` again and
+    again), its answers queued for ``next``."""
+
+    def __init__(
+        self, bookie: MemoryBookie, ledger_id: int, first: int, stride: int, max_count: int,
+        max_bytes: int, timeout_ms: int,
+    ) -> None:
+        self._answers: asyncio.Queue[StrideResult | BaseException] = asyncio.Queue()
+        self._task = asyncio.ensure_future(
+            self._serve(bookie, ledger_id, first, stride, max_count, max_bytes, timeout_ms)
+        )
+
+    async def _serve(
+        self, bookie: MemoryBookie, ledger_id: int, first: int, stride: int, remaining: int,
+        max_bytes: int, timeout_ms: int,
+    ) -> None:
+        while True:
+            try:
+                answer = await bookie.stride_answer(
+                    ledger_id, first, stride, remaining, max_bytes, timeout_ms
+                )
+            except BKError as exc:
+                self._answers.put_nowait(exc)
+                return
+            remaining -= len(answer.bodies)
+            more = bookie.standing_polls and bool(answer.bodies) and remaining > 0
+            self._answers.put_nowait(answer._replace(more=more))
+            if not more:
+                return
+            first += len(answer.bodies) * stride
+
+    async def next(self) -> StrideResult:
+        answer = await self._answers.get()
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    @property
+    def parked(self) -> bool:
+        """Still serving: more answers may come."""
+        return not self._task.done()
+
+    def cancel(self) -> None:
+        self._task.cancel()
 
 
 # Checked by mypy (tests.support is type-checked): a memory bookie is a whole BookieConnection.

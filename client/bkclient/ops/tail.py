@@ -33,6 +33,7 @@ from bkclient.digest import DigestManager
 from bkclient.entry import LastConfirmedAndEntry, LedgerEntry, ledger_entries
 from bkclient.ops.read import ReadContext, discard_tasks, segment_end, write_set_bookies
 from bkclient.ops.read_lac import ReadLastConfirmedAndEntryOp
+from bkclient.transport import StandingStridePoll
 from bkmeta.model import LedgerMetadata
 from bkproto.entry_format import HEADER
 from bkproto.errors import BKError
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 _POLL_MAX_BYTES = 1024 * 1024  # bodies per stride-poll answer (the first entry always comes)
 
 # A stride poll in flight: (the bookie's LAC, the verified entries it returned).
-_Poll = asyncio.Task[tuple[int, list[LedgerEntry]]]
+_Poll = asyncio.Task[tuple[int, list[LedgerEntry], bool]]
 
 
 class _Stopped(Exception):
@@ -81,27 +82,46 @@ class StridePolls:
         self._max_bytes_ahead = max_bytes_ahead
         self._stride = len(metadata.ensemble_for(first))
         self._end = segment_end(metadata, first)  # None: the open-ended last segment
+        self._standing: dict[str, StandingStridePoll] = {}  # per bookie, while it answers again
         self._buffered: dict[int, LedgerEntry] = {}
         self._buffered_bytes = 0
         self.stopped_by_event = False
         self.last_add_confirmed = first - 1
 
-    async def _poll(self, bookie_id: str, first: int, max_count: int) -> tuple[int, list[LedgerEntry]]:
-        """One stride poll: (the bookie's LAC, the verified entries it returned)."""
+    async def _poll(self, bookie_id: str, first: int, max_count: int) -> tuple[int, list[LedgerEntry], bool]:
+        """The next answer of ``bookie_id``'s standing stride poll, opened from ``first`` for
+        ``max_count`` entries if it has none: (the bookie's LAC, the verified entries it
+        returned, whether it answers again)."""
         stride = self._stride
-        result = await self._ctx.bookie(bookie_id).stride_poll(
-            self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
-        )
+        standing = self._standing.get(bookie_id)
+        if standing is None:
+            standing = self._ctx.bookie(bookie_id).standing_stride_poll(
+                self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
+            )
+            self._standing[bookie_id] = standing
+        try:
+            result = await standing.next()
+        except BaseException:
+            self._end_standing(bookie_id)
+            raise
+        if not result.more:
+            self._standing.pop(bookie_id, None)
         bodies = result.bodies
         payloads, corrupt = self._digest.verify_entries(first, stride, bodies)
         if corrupt is not None:
+            self._end_standing(bookie_id)
             raise _Stopped(f"bookie {bookie_id} answered a body that does not verify: {corrupt}")
         if not bodies:
-            return result.max_lac, []
+            return result.max_lac, [], False
         # each verified body's header carries the LAC its writer had when it sent the entry
         piggybacked = max(HEADER.unpack_from(body)[2] for body in bodies)
         lac = max(result.max_lac, piggybacked, first + (len(bodies) - 1) * stride)
-        return lac, ledger_entries(self._ledger_id, first, stride, payloads)
+        return lac, ledger_entries(self._ledger_id, first, stride, payloads), result.more
+
+    def _end_standing(self, bookie_id: str) -> None:
+        standing = self._standing.pop(bookie_id, None)
+        if standing is not None:
+            standing.cancel()
 
     def _first_cursors(self) -> dict[str, int]:
         """Each bookie's first entry to poll for: the entries of the next stride it ends."""
@@ -123,14 +143,14 @@ class StridePolls:
                 count = (last - first) // self._stride + 1
                 polls[bookie_id] = asyncio.ensure_future(self._poll(bookie_id, first, count))
 
-    def _take(self, bookie_id: str, task: _Poll, cursors: dict[str, int]) -> None:
+    def _take(self, bookie_id: str, task: _Poll, cursors: dict[str, int], polls: dict[str, _Poll]) -> None:
         """Buffer a finished poll's entries and move its bookie's cursor; _Stopped if it gave none."""
         error = task.exception()
         if error is not None:
             if not isinstance(error, BKError | _Stopped):
                 raise error
             raise _Stopped(f"stride poll on {bookie_id} failed: {error}")
-        lac, entries = task.result()
+        lac, entries, more = task.result()
         self.last_add_confirmed = max(self.last_add_confirmed, lac)
         if not entries:  # timed out, or the LAC passed an entry this bookie does not hold
             raise _Stopped(f"stride poll on {bookie_id} from entry {cursors[bookie_id]} brought nothing")
@@ -139,6 +159,8 @@ class StridePolls:
                 self._buffered[entry.entry_id] = entry
                 self._buffered_bytes += len(entry.data)
         cursors[bookie_id] = entries[-1].entry_id + self._stride
+        if more:  # its next answer is already on its way: within the window it was asked for
+            polls[bookie_id] = asyncio.ensure_future(self._poll(bookie_id, cursors[bookie_id], 0))
 
     def _take_fan_out(self, fan_out: asyncio.Task[LastConfirmedAndEntry]) -> None:
         answer = None if fan_out.exception() else fan_out.result()
@@ -198,11 +220,13 @@ class StridePolls:
                 for bookie_id, task in list(polls.items()):
                     if task.done():
                         del polls[bookie_id]
-                        self._take(bookie_id, task, cursors)
+                        self._take(bookie_id, task, cursors, polls)
         except _Stopped as why:
             log.debug("ledger %d: tail pipeline stops at entry %d: %s", self._ledger_id, self._head, why)
         finally:
             discard_tasks([*polls.values(), *([fan_out] if fan_out is not None else []), stopped])
+            for bookie_id in list(self._standing):
+                self._end_standing(bookie_id)
 
     async def _fan_out(self, entry_id: int) -> LastConfirmedAndEntry:
         op = ReadLastConfirmedAndEntryOp(

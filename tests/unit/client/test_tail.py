@@ -61,6 +61,9 @@ async def test_tail_follows_writer_and_stops_at_close_noticed_through_metadata_w
     # Long polls park on the bookies: a handful of reads per batch, not a spin.
     total_reads = sum(len(b.reads) + len(b.batch_reads) for b in ctx.bookies.values())
     assert total_reads < 100
+    # The standing polls end with the tail: none stays parked on a bookie.
+    await asyncio.sleep(0)
+    assert [p for b in ctx.bookies.values() for p in b.standing if p.parked] == []
 
 
 async def test_tail_notices_close_without_a_watch_notification_when_the_poll_times_out() -> None:
@@ -185,8 +188,11 @@ async def test_cancelled_tail_cancels_its_lac_long_poll() -> None:
     assert outcome == ["cancelled"]
 
 
-async def test_steady_tail_costs_one_parked_poll_per_entry() -> None:
+@pytest.mark.parametrize("standing", [True, False], ids=["standing-polls", "bookies-answering-once"])
+async def test_steady_tail_costs_one_poll_request_per_bookie_not_one_per_entry(standing: bool) -> None:
     ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    for bookie in ctx.bookies.values():
+        bookie.standing_polls = standing
     writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
     rh = open_handle(ctx, writer)
     received: list[LedgerEntry] = []
@@ -209,8 +215,13 @@ async def test_steady_tail_costs_one_parked_poll_per_entry() -> None:
     reads = [r for b in ctx.bookies.values() for r in b.reads]
     batch_reads = [r for b in ctx.bookies.values() for r in b.batch_reads]
     polls = [p for b in ctx.bookies.values() for p in b.stride_polls]
+    answers = sum(b.stride_answers for b in ctx.bookies.values())
     assert (reads, batch_reads) == ([], [])  # no fan-out, no follow-up reads
-    assert len(polls) <= 39 + 3  # one per delivered entry plus one parked per bookie
+    assert answers <= 39 + 3  # one per delivered entry plus one parked per bookie
+    if standing:  # each bookie's poll stands for its share of the window: 39 entries, 3 requests
+        assert len(polls) == 3
+    else:  # a bookie that predates standing polls: a new request after every answer
+        assert len(polls) == answers
     await close_ledger(ctx, writer)
     await asyncio.wait_for(consumer, 5)
     assert [e.entry_id for e in received] == list(range(40))
@@ -288,7 +299,8 @@ async def test_a_run_of_entries_confirmed_at_once_comes_in_one_answer_per_bookie
     await asyncio.wait_for(all_in.wait(), 5)
     assert received == list(range(30))
     polls = [p for b in ctx.bookies.values() for p in b.stride_polls]
-    assert len(polls) == 6  # one parked per bookie, answered with its run, parked again
+    assert len(polls) == 3  # one standing per bookie, answered with its run, parked again
+    assert sum(b.stride_answers for b in ctx.bookies.values()) == 6
     assert all(stride == 3 for _, _, stride in polls)
     consumer.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -1,0 +1,90 @@
+"""``BookieClient.standing_stride_poll`` over a real loopback gRPC server with the bookie's service
+and an in-memory core: one request, an answer each time the LAC moves, a cancel that frees the
+bookie's parked poll, and an error (not a hang) when the stream breaks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+from tests.support.add_requests import MASTER_KEY, fake_entry
+from tests.support.fake_bookie_core import FakeBookieCore
+
+from bkclient.bookie_client import BookieClient, BookieClientOptions
+from bkclient.transport import StrideResult
+from bkproto.errors import BookieUnavailableError
+from bookie.handlers import HandlerLimits
+from bookie.service import BookieService
+from bookie.stats import RequestStats
+
+LEDGER = 31
+
+
+class Bookie:
+    def __init__(self, service: BookieService, client: BookieClient) -> None:
+        self.service = service
+        self.client = client
+
+    async def add(self, *entries: tuple[int, int]) -> None:
+        """Store ``(entry id, the LAC its body carries)`` pairs; the bookie learns each LAC."""
+        for entry_id, lac in entries:
+            await self.client.add(LEDGER, entry_id, MASTER_KEY, fake_entry(LEDGER, entry_id, lac))
+
+
+@pytest.fixture
+async def bookie() -> AsyncIterator[Bookie]:
+    # One long poll per peer: a standing poll that stayed parked on the bookie would refuse the next.
+    limits = HandlerLimits(max_long_poll_ms=60_000, max_long_polls_per_peer=1)
+    service = BookieService(FakeBookieCore(), RequestStats(CollectorRegistry()), "127.0.0.1", 0, limits)
+    await service.start()
+    address = f"127.0.0.1:{service.port}"
+    client = BookieClient(address, address, BookieClientOptions(use_add_port=False))
+    yield Bookie(service, client)
+    await client.close()
+    await service.stop(0)
+
+
+async def next_answer(poll: object) -> StrideResult:
+    return await asyncio.wait_for(poll.next(), 5)  # type: ignore[attr-defined, no-any-return]
+
+
+async def test_one_request_is_answered_as_the_lac_moves_until_its_count(bookie: Bookie) -> None:
+    poll = bookie.client.standing_stride_poll(LEDGER, 0, 1, 4, 1 << 20, 30_000)
+    await bookie.add((0, -1), (1, 0))
+    first = await next_answer(poll)
+    await bookie.add((2, 1))
+    second = await next_answer(poll)
+    await bookie.add((3, 2), (4, 3), (5, 4))  # LAC 4: past the poll's 4 entries
+    rest = [await next_answer(poll)]
+    while rest[-1].more:
+        rest.append(await next_answer(poll))
+    assert (first.bodies, first.max_lac, first.more) == ([fake_entry(LEDGER, 0)], 0, True)
+    assert (second.bodies, second.more) == ([fake_entry(LEDGER, 1, 0)], True)
+    bodies = [body for answer in rest for body in answer.bodies]
+    assert bodies == [fake_entry(LEDGER, 2, 1), fake_entry(LEDGER, 3, 2)]
+
+
+async def test_a_cancelled_standing_poll_is_released_on_the_bookie(bookie: Bookie) -> None:
+    parked = bookie.client.standing_stride_poll(LEDGER, 0, 1, 100, 1 << 20, 30_000)
+    waiting = asyncio.ensure_future(parked.next())
+    await asyncio.sleep(0.2)
+    assert not waiting.done()  # nothing confirmed yet
+    waiting.cancel()
+    parked.cancel()
+    await asyncio.sleep(0.2)
+    # The bookie takes one parked poll from this peer: the next is only accepted if the first went.
+    second = bookie.client.standing_stride_poll(LEDGER, 0, 1, 100, 1 << 20, 30_000)
+    await bookie.add((0, -1), (1, 0))
+    answer = await next_answer(second)
+    assert (answer.bodies, answer.more) == ([fake_entry(LEDGER, 0)], True)
+
+
+async def test_a_broken_stream_fails_a_waiting_standing_poll(bookie: Bookie) -> None:
+    poll = bookie.client.standing_stride_poll(LEDGER, 0, 1, 100, 1 << 20, 30_000)
+    waiting = asyncio.ensure_future(poll.next())
+    await asyncio.sleep(0.2)
+    await bookie.service.stop(0)
+    with pytest.raises(BookieUnavailableError):
+        await asyncio.wait_for(waiting, 5)
