@@ -7,8 +7,11 @@ bookie of the ensemble gets one parked *stride poll* for the entries whose write
 bookie ``(e + Qw - 1) % E`` for entry ``e``, which also stores ``e + 1`` and so learns first that
 ``e`` is confirmed. The bookie answers as soon as its LAC reaches the first of them, with every
 confirmed entry of its stride (``e``, ``e + E``, ``e + 2E``, ...): one message per bookie for a
-whole run. Answers are verified, buffered and handed out strictly in entry order; each bookie's
-next poll starts after the last entry it returned.
+whole run. The poll *stands* (docs/protocol.md): the bookie answers it again each time its LAC
+moves, up to the share of the window it was asked for, so a steady tail sends a request per
+window rather than per entry. One pump task per bookie verifies and buffers each answer as it
+comes and wakes the pipeline, which hands entries out strictly in entry order; a bookie's next
+poll starts after the last entry it returned.
 
 A bookie only learns a LAC from entries it stores. After a burst of concurrent adds (whose entries
 carry an older LAC) and a pause, the head's bookie may not know yet that the head is committed
@@ -27,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from bkclient.digest import DigestManager
 from bkclient.entry import LastConfirmedAndEntry, LedgerEntry, ledger_entries
@@ -41,9 +43,6 @@ from bkproto.errors import BKError
 log = logging.getLogger(__name__)
 
 _POLL_MAX_BYTES = 1024 * 1024  # bodies per stride-poll answer (the first entry always comes)
-
-# A stride poll in flight: (the bookie's LAC, the verified entries it returned).
-_Poll = asyncio.Task[tuple[int, list[LedgerEntry], bool]]
 
 
 class _Stopped(Exception):
@@ -82,46 +81,63 @@ class StridePolls:
         self._max_bytes_ahead = max_bytes_ahead
         self._stride = len(metadata.ensemble_for(first))
         self._end = segment_end(metadata, first)  # None: the open-ended last segment
-        self._standing: dict[str, StandingStridePoll] = {}  # per bookie, while it answers again
+        self._cursors: dict[str, int] = {}  # per bookie, the next entry of its stride to poll for
+        self._pumps: dict[str, asyncio.Task[None]] = {}  # per bookie, its standing poll's pump
+        self._standing: dict[str, StandingStridePoll] = {}  # ... and the poll itself
+        self._wake: asyncio.Future[None] | None = None  # set while entries() waits
+        self._stopped_why: str | None = None  # a pump's reason to stop the pipeline
         self._buffered: dict[int, LedgerEntry] = {}
         self._buffered_bytes = 0
         self.stopped_by_event = False
         self.last_add_confirmed = first - 1
 
-    async def _poll(self, bookie_id: str, first: int, max_count: int) -> tuple[int, list[LedgerEntry], bool]:
-        """The next answer of ``bookie_id``'s standing stride poll, opened from ``first`` for
-        ``max_count`` entries if it has none: (the bookie's LAC, the verified entries it
-        returned, whether it answers again)."""
+    async def _pump(self, bookie_id: str, first: int, max_count: int) -> None:
+        """One standing stride poll of ``bookie_id`` from ``first`` for ``max_count`` entries:
+        each answer's entries are verified and buffered as it comes, the bookie's cursor moved
+        and the pipeline woken, until the last answer. A failure, or an answer without entries
+        (a timeout, or a LAC past an entry this bookie does not hold), stops the pipeline."""
         stride = self._stride
-        standing = self._standing.get(bookie_id)
-        if standing is None:
-            standing = self._ctx.bookie(bookie_id).standing_stride_poll(
-                self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
-            )
-            self._standing[bookie_id] = standing
+        poll = self._ctx.bookie(bookie_id).standing_stride_poll(
+            self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
+        )
+        self._standing[bookie_id] = poll
         try:
-            result = await standing.next()
-        except BaseException:
-            self._end_standing(bookie_id)
-            raise
-        if not result.more:
-            self._standing.pop(bookie_id, None)
-        bodies = result.bodies
-        payloads, corrupt = self._digest.verify_entries(first, stride, bodies)
-        if corrupt is not None:
-            self._end_standing(bookie_id)
-            raise _Stopped(f"bookie {bookie_id} answered a body that does not verify: {corrupt}")
-        if not bodies:
-            return result.max_lac, [], False
-        # each verified body's header carries the LAC its writer had when it sent the entry
-        piggybacked = max(HEADER.unpack_from(body)[2] for body in bodies)
-        lac = max(result.max_lac, piggybacked, first + (len(bodies) - 1) * stride)
-        return lac, ledger_entries(self._ledger_id, first, stride, payloads), result.more
+            while True:
+                result = await poll.next()
+                bodies = result.bodies
+                payloads, corrupt = self._digest.verify_entries(first, stride, bodies)
+                if corrupt is not None:
+                    raise _Stopped(f"bookie {bookie_id} answered a body that does not verify: {corrupt}")
+                if not bodies:
+                    self.last_add_confirmed = max(self.last_add_confirmed, result.max_lac)
+                    raise _Stopped(f"stride poll on {bookie_id} from entry {first} brought nothing")
+                # each verified body's header carries the LAC its writer had when it sent the entry
+                piggybacked = max(HEADER.unpack_from(body)[2] for body in bodies)
+                lac = max(result.max_lac, piggybacked, first + (len(bodies) - 1) * stride)
+                self.last_add_confirmed = max(self.last_add_confirmed, lac)
+                for entry in ledger_entries(self._ledger_id, first, stride, payloads):
+                    if entry.entry_id >= self._head and entry.entry_id not in self._buffered:
+                        self._buffered[entry.entry_id] = entry
+                        self._buffered_bytes += len(entry.data)
+                first += len(bodies) * stride
+                self._cursors[bookie_id] = first
+                self._wake_up()
+                if not result.more:
+                    return
+        except (BKError, _Stopped) as exc:
+            self._stopped_why = self._stopped_why or (
+                str(exc) if isinstance(exc, _Stopped) else f"stride poll on {bookie_id} failed: {exc}"
+            )
+            self._wake_up()
+        finally:
+            if self._standing.get(bookie_id) is poll:
+                del self._standing[bookie_id]
+            poll.cancel()
 
-    def _end_standing(self, bookie_id: str) -> None:
-        standing = self._standing.pop(bookie_id, None)
-        if standing is not None:
-            standing.cancel()
+    def _wake_up(self, _done: object = None) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def _first_cursors(self) -> dict[str, int]:
         """Each bookie's first entry to poll for: the entries of the next stride it ends."""
@@ -134,33 +150,27 @@ class StridePolls:
         last = self._head + self._window - 1
         return last if self._end is None else min(last, self._end)
 
-    def _start_polls(self, polls: dict[str, _Poll], cursors: dict[str, int]) -> None:
+    def _start_pumps(self) -> None:
+        """A standing poll for each bookie without one whose next entry is within the window
+        (and the buffer below its byte bound): for the entries of the window it holds."""
         if self._buffered_bytes >= self._max_bytes_ahead:
             return
         last = self._last_wanted()
-        for bookie_id, first in cursors.items():
-            if bookie_id not in polls and first <= last:
+        for bookie_id, first in self._cursors.items():
+            if bookie_id not in self._pumps and first <= last:
                 count = (last - first) // self._stride + 1
-                polls[bookie_id] = asyncio.ensure_future(self._poll(bookie_id, first, count))
+                pump = asyncio.ensure_future(self._pump(bookie_id, first, count))
+                self._pumps[bookie_id] = pump
 
-    def _take(self, bookie_id: str, task: _Poll, cursors: dict[str, int], polls: dict[str, _Poll]) -> None:
-        """Buffer a finished poll's entries and move its bookie's cursor; _Stopped if it gave none."""
-        error = task.exception()
-        if error is not None:
-            if not isinstance(error, BKError | _Stopped):
-                raise error
-            raise _Stopped(f"stride poll on {bookie_id} failed: {error}")
-        lac, entries, more = task.result()
-        self.last_add_confirmed = max(self.last_add_confirmed, lac)
-        if not entries:  # timed out, or the LAC passed an entry this bookie does not hold
-            raise _Stopped(f"stride poll on {bookie_id} from entry {cursors[bookie_id]} brought nothing")
-        for entry in entries:
-            if entry.entry_id >= self._head and entry.entry_id not in self._buffered:
-                self._buffered[entry.entry_id] = entry
-                self._buffered_bytes += len(entry.data)
-        cursors[bookie_id] = entries[-1].entry_id + self._stride
-        if more:  # its next answer is already on its way: within the window it was asked for
-            polls[bookie_id] = asyncio.ensure_future(self._poll(bookie_id, cursors[bookie_id], 0))
+    def _reap_pumps(self) -> None:
+        """Forget the pumps that ended; one that failed otherwise than by a bookie's error is a
+        bug, raised here."""
+        for bookie_id, pump in list(self._pumps.items()):
+            if pump.done():
+                del self._pumps[bookie_id]
+                error = None if pump.cancelled() else pump.exception()
+                if error is not None:
+                    raise error
 
     def _take_fan_out(self, fan_out: asyncio.Task[LastConfirmedAndEntry]) -> None:
         answer = None if fan_out.exception() else fan_out.result()
@@ -176,9 +186,9 @@ class StridePolls:
 
     async def entries(self) -> AsyncGenerator[LedgerEntry, None]:
         loop = asyncio.get_running_loop()
-        polls: dict[str, _Poll] = {}
-        cursors = self._first_cursors()
+        self._cursors = self._first_cursors()
         stopped = asyncio.ensure_future(self._stop.wait())
+        stopped.add_done_callback(self._wake_up)
         fan_out: asyncio.Task[LastConfirmedAndEntry] | None = None
         head_since = loop.time()
         try:
@@ -198,35 +208,41 @@ class StridePolls:
                         self.stopped_by_event = True
                         return
                     continue
-                self._start_polls(polls, cursors)
-                waiting: set[asyncio.Future[Any]] = {stopped, *polls.values()}
-                if fan_out is not None:
-                    waiting.add(fan_out)
-                timeout = None
-                if fan_out is None:
-                    timeout = max(0.0, head_since + self._fan_out_delay_s - loop.time())
-                done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                if stopped.done():
-                    self.stopped_by_event = True
-                    return
-                if not done:
-                    # Only bookies that stored an entry carrying the new LAC know it. After a burst
-                    # and a pause that may not include the head's bookie: ask the whole ensemble.
-                    fan_out = asyncio.ensure_future(self._fan_out(self._head))
-                    continue
                 if fan_out is not None and fan_out.done():
                     self._take_fan_out(fan_out)
                     fan_out = None
-                for bookie_id, task in list(polls.items()):
-                    if task.done():
-                        del polls[bookie_id]
-                        self._take(bookie_id, task, cursors, polls)
+                    continue
+                self._reap_pumps()
+                if self._stopped_why is not None:
+                    raise _Stopped(self._stopped_why)
+                fan_out_at = head_since + self._fan_out_delay_s
+                if fan_out is None and loop.time() >= fan_out_at:
+                    # Only bookies that stored an entry carrying the new LAC know it. After a burst
+                    # and a pause that may not include the head's bookie: ask the whole ensemble.
+                    fan_out = asyncio.ensure_future(self._fan_out(self._head))
+                    fan_out.add_done_callback(self._wake_up)
+                self._start_pumps()
+                # Until a pump buffers entries or fails, the fan-out answers, the fan-out is due or
+                # the metadata changes.
+                self._wake = loop.create_future()
+                timer = loop.call_at(fan_out_at, self._wake_up) if fan_out is None else None
+                try:
+                    await self._wake
+                finally:
+                    self._wake = None
+                    if timer is not None:
+                        timer.cancel()
+                if stopped.done():
+                    self.stopped_by_event = True
+                    return
         except _Stopped as why:
             log.debug("ledger %d: tail pipeline stops at entry %d: %s", self._ledger_id, self._head, why)
         finally:
-            discard_tasks([*polls.values(), *([fan_out] if fan_out is not None else []), stopped])
-            for bookie_id in list(self._standing):
-                self._end_standing(bookie_id)
+            discard_tasks([*self._pumps.values(), *([fan_out] if fan_out is not None else []), stopped])
+            self._pumps.clear()
+            for poll in list(self._standing.values()):
+                poll.cancel()
+            self._standing.clear()
 
     async def _fan_out(self, entry_id: int) -> LastConfirmedAndEntry:
         op = ReadLastConfirmedAndEntryOp(
