@@ -120,9 +120,10 @@ class StridePolls:
                         self._buffered[entry.entry_id] = entry
                         self._buffered_bytes += len(entry.data)
                 first += len(bodies) * stride
+                max_count -= len(bodies)
                 self._cursors[bookie_id] = first
                 self._wake_up()
-                if not result.more:
+                if not result.more or max_count <= 0:  # past its count, more answers are not ours
                     return
         except (BKError, _Stopped) as exc:
             self._stopped_why = self._stopped_why or (
