@@ -58,6 +58,7 @@ class MemoryBookie:
         self.stride_polls: list[tuple[int, int, int]] = []  # requests: (ledger, first, stride)
         self.stride_answers = 0
         self.standing_polls = True  # False: answers a standing poll once, as an older bookie
+        self.past_count = False  # True: a standing poll goes on answering past its count (a bug)
         self.standing: list[MemoryStandingPoll] = []  # every standing poll asked of it
         self.recovery_adds: list[tuple[int, int]] = []
         self.lacs: list[tuple[int, bytes]] = []  # explicit LACs written: (lac, body)
@@ -344,6 +345,8 @@ class MemoryStandingPoll:
         max_bytes: int, timeout_ms: int,
     ) -> None:
         self._answers: asyncio.Queue[StrideResult | BaseException] = asyncio.Queue()
+        self.max_count = max_count
+        self.taken = 0  # entries its answers brought to the reader
         self._task = asyncio.ensure_future(
             self._serve(bookie, ledger_id, first, stride, max_count, max_bytes, timeout_ms)
         )
@@ -361,7 +364,8 @@ class MemoryStandingPoll:
                 self._answers.put_nowait(exc)
                 return
             remaining -= len(answer.bodies)
-            more = bookie.standing_polls and bool(answer.bodies) and remaining > 0
+            more = bookie.standing_polls and bool(answer.bodies) and (remaining > 0 or bookie.past_count)
+            remaining = max(remaining, 1)  # a bookie answering past the count asks for one at a time
             self._answers.put_nowait(answer._replace(more=more))
             if not more:
                 return
@@ -371,6 +375,7 @@ class MemoryStandingPoll:
         answer = await self._answers.get()
         if isinstance(answer, BaseException):
             raise answer
+        self.taken += len(answer.bodies)
         return answer
 
     @property

@@ -305,3 +305,26 @@ async def test_a_run_of_entries_confirmed_at_once_comes_in_one_answer_per_bookie
     consumer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await consumer
+
+
+async def test_a_standing_poll_answered_past_its_count_is_given_up_there() -> None:
+    # The window bounds what a tail buffers only if each standing poll brings at most what it
+    # asked for: a bookie that goes on answering must not be listened to past that.
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    for bookie in ctx.bookies.values():
+        bookie.past_count = True
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    digest = DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type)
+    pipeline = StridePolls(ctx, digest, writer.metadata, LEDGER, 0, 6, 30.0, asyncio.Event())
+    entries = pipeline.entries()
+    received: list[int] = []
+    writer.write(1)
+    for _ in range(30):
+        writer.write(1)
+        await writer.notify()
+        received.append((await asyncio.wait_for(anext(entries), 5)).entry_id)
+    await entries.aclose()
+    assert received == list(range(30))
+    polls = [p for b in ctx.bookies.values() for p in b.standing]
+    assert len(polls) > 3  # each poll ended at its count; new ones followed
+    assert all(p.taken <= p.max_count for p in polls)
