@@ -94,14 +94,17 @@ class StridePolls:
     async def _pump(self, bookie_id: str, first: int, max_count: int) -> None:
         """One standing stride poll of ``bookie_id`` from ``first`` for ``max_count`` entries:
         each answer's entries are verified and buffered as it comes, the bookie's cursor moved
-        and the pipeline woken, until the last answer. A failure, or an answer without entries
-        (a timeout, or a LAC past an entry this bookie does not hold), stops the pipeline."""
+        and the pipeline woken, until the last answer, or until the buffer holds
+        ``max_bytes_ahead`` (the poll is then withdrawn, and polled again once the consumer has
+        taken entries). A failure, or an answer without entries (a timeout, or a LAC past an
+        entry this bookie does not hold), stops the pipeline."""
         stride = self._stride
-        poll = self._ctx.bookie(bookie_id).standing_stride_poll(
-            self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
-        )
-        self._standing[bookie_id] = poll
+        poll: StandingStridePoll | None = None
         try:
+            poll = self._ctx.bookie(bookie_id).standing_stride_poll(
+                self._ledger_id, first, stride, max_count, _POLL_MAX_BYTES, self._timeout_ms
+            )
+            self._standing[bookie_id] = poll
             while True:
                 result = await poll.next()
                 bodies = result.bodies
@@ -120,20 +123,21 @@ class StridePolls:
                         self._buffered[entry.entry_id] = entry
                         self._buffered_bytes += len(entry.data)
                 first += len(bodies) * stride
-                max_count -= len(bodies)
+                max_count -= len(bodies)  # past its count, more answers are not ours
                 self._cursors[bookie_id] = first
-                self._wake_up()
-                if not result.more or max_count <= 0:  # past its count, more answers are not ours
+                if not result.more or max_count <= 0 or self._buffered_bytes >= self._max_bytes_ahead:
                     return
+                self._wake_up()
         except (BKError, _Stopped) as exc:
             self._stopped_why = self._stopped_why or (
                 str(exc) if isinstance(exc, _Stopped) else f"stride poll on {bookie_id} failed: {exc}"
             )
-            self._wake_up()
         finally:
-            if self._standing.get(bookie_id) is poll:
-                del self._standing[bookie_id]
-            poll.cancel()
+            if poll is not None:
+                if self._standing.get(bookie_id) is poll:
+                    del self._standing[bookie_id]
+                poll.cancel()
+            self._wake_up()  # whatever ended it, the pipeline looks at once
 
     def _wake_up(self, _done: object = None) -> None:
         wake = self._wake

@@ -15,9 +15,10 @@ CPU than an entry does, so this halves the messages of a tail: one request per w
 instead of one per answer.
 
 Bounds: at most ``max_in_flight`` requests of one stream are being served or have an answer not
-yet written (a standing poll takes a slot again for each answer after its first). Past that the
-stream's reader stops reading and HTTP/2 flow control pushes back on the client, so a client that
-stops reading answers also stops the bookie reading its requests (and a standing poll waits).
+yet written (a standing poll holds its slot until its last answer, and parks again only once its
+previous answer is written). Past that the stream's reader stops reading and HTTP/2 flow control
+pushes back on the client, so a client that stops reading answers also stops the bookie reading
+its requests, and its standing polls.
 Parked polls are also bounded bookie-wide by the long-poll waiters. A ``cancel`` message, or the
 end of the stream, cancels the requests still running; no answer follows a cancelled request.
 """
@@ -45,23 +46,37 @@ class _Stream:
     """One stream's requests in progress and answers waiting to be written."""
 
     def __init__(self, max_in_flight: int) -> None:
-        self.answers: asyncio.Queue[bookie_pb2.ReadStreamResponse | None] = asyncio.Queue()
+        # each answer with the future a standing poll waits on until it is written (else None)
+        self.answers: asyncio.Queue[tuple[bookie_pb2.ReadStreamResponse, asyncio.Future[None] | None] | None]
+        self.answers = asyncio.Queue()
         self.running: dict[int, asyncio.Task[None]] = {}
         self.slots = asyncio.Semaphore(max_in_flight)
-        # requests holding a slot for an answer not yet posted (a standing poll takes one per answer)
-        self.holding: set[int] = set()
+        self.holding: set[int] = set()  # requests holding a slot (a standing poll: until its last answer)
         self.requests_ended = False
 
     def post(self, request_id: int, answer: bookie_pb2.ReadStreamResponse) -> None:
-        """Queue ``answer`` for writing; the slot its request holds goes with it."""
+        """Queue the last answer of ``request_id``; its slot goes with it."""
         self.holding.discard(request_id)
-        self.answers.put_nowait(answer)
+        self.answers.put_nowait((answer, None))
+
+    def refuse(self, answer: bookie_pb2.ReadStreamResponse) -> None:
+        """Queue the refusal of a request that was not started; the slot it took goes with it."""
+        self.answers.put_nowait((answer, None))
+
+    def post_more(self, answer: bookie_pb2.ReadStreamResponse) -> asyncio.Future[None]:
+        """Queue an answer of a standing poll that goes on; it keeps its slot. The future is
+        done once the answer is written: one answer of a poll waits at a time."""
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.answers.put_nowait((answer, written))
+        return written
 
     def finished(self, request_id: int, task: asyncio.Task[None]) -> None:
         self.running.pop(request_id, None)
         if request_id in self.holding:
             self.holding.discard(request_id)
-            self.slots.release()  # no answer will be written for it
+            self.slots.release()  # no last answer will be written for it
+        if not task.cancelled() and task.exception() is not None:
+            log.error("read stream request %d failed", request_id, exc_info=task.exception())
         if self.requests_ended and not self.running:
             self.answers.put_nowait(None)  # the writer may be waiting for this last answer
 
@@ -91,10 +106,14 @@ class ReadStreamHandler:
         reader = asyncio.create_task(self._read(request_iterator, stream, context))
         try:
             while True:
-                answer = await stream.answers.get()
-                if answer is not None:
+                queued = await stream.answers.get()
+                if queued is not None:
+                    answer, written = queued
                     yield answer
-                    stream.slots.release()  # the slot its request took
+                    if written is None:
+                        stream.slots.release()  # the slot its request took
+                    elif not written.done():  # (a poll cancelled meanwhile no longer waits)
+                        written.set_result(None)
                 elif stream.done:
                     return
         finally:
@@ -115,12 +134,10 @@ class ReadStreamHandler:
                     continue
                 await stream.slots.acquire()
                 if request_id in stream.running:  # a client bug: refuse it rather than lose either
-                    stream.answers.put_nowait(_refusal(message, "is already in flight on this stream"))
+                    stream.refuse(_refusal(message, "is already in flight on this stream"))
                     continue
                 if message.WhichOneof("kind") is None:
-                    stream.answers.put_nowait(
-                        _refusal(message, "asks for nothing (neither read nor stride_poll)")
-                    )
+                    stream.refuse(_refusal(message, "asks for nothing (neither read nor stride_poll)"))
                     continue
                 task = asyncio.create_task(self._serve(message, stream, context))
                 stream.holding.add(request_id)
@@ -150,8 +167,8 @@ class ReadStreamHandler:
         self, request_id: int, request: bookie_pb2.StridePollRequest, stream: _Stream, context: Context
     ) -> None:
         """A standing stride poll: answer, park again after the entries answered, answer again,
-        until ``max_count`` entries in all (or an answer without entries). Each answer after the
-        first waits for a slot of the stream first, as a new request would."""
+        until ``max_count`` entries in all (or an answer without entries). It holds its one slot
+        throughout, and parks again only once its answer is written."""
         poll = bookie_pb2.StridePollRequest()
         poll.CopyFrom(request)
         remaining = request.max_count
@@ -160,11 +177,11 @@ class ReadStreamHandler:
             count = len(polled.bodies)
             remaining -= count
             polled.more = polled.status == bookie_pb2.EOK and count > 0 and remaining > 0
-            stream.post(request_id, bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled))
+            answer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
             if not polled.more:
+                stream.post(request_id, answer)
                 return
-            await stream.slots.acquire()
-            stream.holding.add(request_id)
+            await stream.post_more(answer)
             poll.first_entry_id += count * poll.stride
             poll.max_count = remaining
 

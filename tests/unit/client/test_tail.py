@@ -328,3 +328,30 @@ async def test_a_standing_poll_answered_past_its_count_is_given_up_there() -> No
     polls = [p for b in ctx.bookies.values() for p in b.standing]
     assert len(polls) > 3  # each poll ended at its count; new ones followed
     assert all(p.taken <= p.max_count for p in polls)
+
+
+async def test_a_slow_consumer_holds_at_most_the_bytes_ahead_bound() -> None:
+    # A standing poll asks for the bookie's share of a 256-entry window; a consumer that stops
+    # taking entries must not make the pipeline buffer all of it past max_bytes_ahead.
+    ctx = make_cluster(3, long_poll_timeout_s=30.0)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), 2, 2))
+    digest = DigestManager(LEDGER, PASSWORD, writer.metadata.digest_type)
+    size = len(payload(0))
+    bound = 4 * size
+    pipeline = StridePolls(
+        ctx, digest, writer.metadata, LEDGER, 0, 256, 30.0, asyncio.Event(), max_bytes_ahead=bound
+    )
+    entries = pipeline.entries()
+    writer.write(2)  # entry 1 carries LAC 0
+    await writer.notify()
+    assert (await asyncio.wait_for(anext(entries), 5)).entry_id == 0
+    for _ in range(150):  # the consumer takes nothing meanwhile
+        writer.write(1)
+        await writer.notify()
+        for _ in range(5):
+            await asyncio.sleep(0)
+    taken = sum(p.taken for b in ctx.bookies.values() for p in b.standing)
+    assert (taken - 1) * size <= bound + 3 * size  # the bound, plus one answer per bookie
+    received = [(await asyncio.wait_for(anext(entries), 5)).entry_id for _ in range(150)]
+    assert received == list(range(1, 151))
+    await entries.aclose()

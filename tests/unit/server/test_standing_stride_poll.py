@@ -12,10 +12,13 @@ import grpc.aio
 import pytest
 from prometheus_client import CollectorRegistry
 from tests.support.add_requests import add_request, fake_entry
-from tests.support.fake_bookie_core import FakeBookieCore
+from tests.support.fake_bookie_core import FakeBookieCore, FakeLedger
 
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 from bookie.handlers import HandlerLimits
+from bookie.handlers.read_entry import ReadEntryHandler
+from bookie.handlers.read_stream import ReadStreamHandler
+from bookie.handlers.stride_poll import StridePollHandler
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
@@ -122,3 +125,36 @@ async def test_a_cancelled_standing_poll_gives_back_its_slot() -> None:
     finally:
         await bookie.channel.close()
         await bookie.service.stop(0)
+
+
+async def test_standing_polls_keep_a_streams_requests_within_its_slots() -> None:
+    # Each standing poll holds one slot until its last answer, so a client that sends many of them
+    # (and reads every answer) has at most max_in_flight requests running at once on the bookie.
+    core, stats, limits = FakeBookieCore(), RequestStats(CollectorRegistry()), HandlerLimits()
+    ledger = core.ledgers[LEDGER] = FakeLedger(b"k" * 20)
+    ledger.entries = {e: fake_entry(LEDGER, e) for e in range(100)}
+    ledger.lac = 99
+    pulled: list[int] = []
+
+    async def requests() -> AsyncIterator[S.ReadStreamRequest]:
+        for i in range(1, 21):
+            pulled.append(i)
+            poll = S.StridePollRequest(
+                ledger_id=LEDGER, first_entry_id=0, stride=1, max_count=100, max_bytes=1,  # one a time
+                timeout_ms=1000, standing=True,
+            )
+            yield S.ReadStreamRequest(request_id=i, stride_poll=poll)
+
+    handler = ReadStreamHandler(
+        ReadEntryHandler(core, stats, limits), StridePollHandler(core, stats, limits), max_in_flight=2
+    )
+    answers = handler(requests(), None)  # type: ignore[arg-type]
+    seen: dict[int, int] = {}
+    async for answer in answers:
+        seen[answer.request_id] = seen.get(answer.request_id, 0) + 1
+        ended = sum(1 for count in seen.values() if count == 100)
+        assert len(pulled) <= ended + 3  # two running, one read and waiting for a slot
+        if ended == 20:
+            break
+    await answers.aclose()
+    assert seen == dict.fromkeys(range(1, 21), 100)  # each answered its 100 entries, one by one
