@@ -272,30 +272,6 @@ class BookieClient:
             raise error_for_status(response.status, f"bookie {self.bookie_id}: {response.message}")
         return response
 
-    async def stride_poll(
-        self,
-        ledger_id: int,
-        first: int,
-        stride: int,
-        max_count: int,
-        max_bytes: int,
-        long_poll_timeout_ms: int,
-    ) -> StrideResult:
-        """Park until the bookie's LAC reaches ``first``, then the confirmed entries ``first``,
-        ``first + stride``, ... it holds (see StridePollRequest). A timeout, or a LAC past
-        ``first`` on a bookie without it, is an empty answer with the bookie's LAC."""
-        request = bookie_pb2.StridePollRequest(
-            ledger_id=ledger_id,
-            first_entry_id=first,
-            stride=stride,
-            max_count=max_count,
-            max_bytes=max_bytes,
-            timeout_ms=long_poll_timeout_ms,
-        )
-        timeout_s = long_poll_timeout_ms / 1000.0 + self.options.default_timeout_s
-        response = (await self._reads().request(timeout_s, stride_poll=request)).stride_poll
-        return _stride_result(self.bookie_id, response)
-
     def standing_stride_poll(
         self,
         ledger_id: int,
@@ -305,8 +281,11 @@ class BookieClient:
         max_bytes: int,
         long_poll_timeout_ms: int,
     ) -> StandingStridePoll:
-        """A stride poll that keeps answering (see StridePollRequest.standing): each answer
-        with ``more`` is followed by another from where it ended, up to ``max_count`` entries."""
+        """A stride poll that keeps answering (see StridePollRequest): parked until the bookie's
+        LAC reaches ``first``, answered with the confirmed entries ``first``, ``first + stride``,
+        ... it holds, then again from where that answer ended, up to ``max_count`` entries; each
+        answer but the last has ``more``. A timeout, or a LAC past the next entry on a bookie
+        without it, is a last answer without entries and with the bookie's LAC."""
         request = bookie_pb2.StridePollRequest(
             ledger_id=ledger_id,
             first_entry_id=first,

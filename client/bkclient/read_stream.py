@@ -50,16 +50,16 @@ class ReadStream:
         self,
         timeout_s: float,
         *,
-        read: bookie_pb2.ReadRequest | None = None,
-        stride_poll: bookie_pb2.StridePollRequest | None = None,
+        read: bookie_pb2.ReadRequest,
     ) -> bookie_pb2.ReadStreamResponse:
-        """The bookie's answer to ``read`` or ``stride_poll``; TimeoutError after ``timeout_s``."""
+        """The bookie's answer to ``read``; TimeoutError after ``timeout_s``. (Stride polls go
+        as standing ones: :meth:`stand`.)"""
         if self.failed:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: read stream is closed")
         request_id = next(self._ids)
         future: asyncio.Future[bookie_pb2.ReadStreamResponse] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, read=read, stride_poll=stride_poll))
+        self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, read=read))
         try:
             return await asyncio.wait_for(future, timeout_s)
         except builtins.TimeoutError as exc:  # asyncio's; bkproto's TimeoutError shadows the name

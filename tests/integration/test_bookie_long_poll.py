@@ -12,6 +12,7 @@ import pytest
 from tests.support.bookies import BookieProcess, entry_body
 
 from bkclient.bookie_client import BookieClient
+from bkclient.transport import StrideResult
 from bkproto.entry_format import LAC_HEADER
 from bkproto.errors import BadRequestError
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
@@ -132,22 +133,31 @@ async def test_stride_poll_parks_then_answers_with_every_confirmed_entry_of_its_
     for entry_id, lac in stored:
         add(stub, 6, entry_id, lac)
     client = BookieClient(bookie.address, bookie.address)
+
+    async def first_answer(*args: int) -> StrideResult:
+        poll = client.standing_stride_poll(6, *args)
+        try:
+            return await poll.next()
+        finally:
+            poll.cancel()
+
     try:
-        run = await client.stride_poll(6, 0, 3, 100, 1 << 20, 5000)
-        assert (run.bodies, run.max_lac) == ([entry_body(6, e, lac) for e, lac in stored[:4]], 9)
-        capped = await client.stride_poll(6, 3, 3, 2, 1 << 20, 5000)  # max_count bounds the answer
-        assert capped.bodies == [entry_body(6, 3, 2), entry_body(6, 6, 5)]
-        elsewhere = await client.stride_poll(6, 1, 3, 100, 1 << 20, 5000)  # confirmed, not held here
-        assert (elsewhere.bodies, elsewhere.max_lac) == ([], 9)
-        timed_out = await client.stride_poll(6, 100, 3, 100, 1 << 20, 50)
+        run = await first_answer(0, 3, 100, 1 << 20, 5000)
+        held = [entry_body(6, e, lac) for e, lac in stored[:4]]
+        assert (run.bodies, run.max_lac, run.more) == (held, 9, True)
+        capped = await first_answer(3, 3, 2, 1 << 20, 5000)  # max_count bounds the answer
+        assert (capped.bodies, capped.more) == ([entry_body(6, 3, 2), entry_body(6, 6, 5)], False)
+        elsewhere = await first_answer(1, 3, 100, 1 << 20, 5000)  # confirmed, not held here
+        assert (elsewhere.bodies, elsewhere.max_lac, elsewhere.more) == ([], 9, False)
+        timed_out = await first_answer(100, 3, 100, 1 << 20, 50)
         assert (timed_out.bodies, timed_out.max_lac) == ([], 9)
-        parked = asyncio.ensure_future(client.stride_poll(6, 12, 3, 100, 1 << 20, 30_000))
+        parked = asyncio.ensure_future(first_answer(12, 3, 100, 1 << 20, 30_000))
         await asyncio.sleep(0.2)
         assert not parked.done()  # entry 12 exists but is not confirmed yet
         await asyncio.to_thread(add, stub, 6, 15, 12)
         woken = await asyncio.wait_for(parked, 10)
         assert (woken.bodies, woken.max_lac) == ([entry_body(6, 12, 9)], 12)
         with pytest.raises(BadRequestError, match="stride 0 is outside"):
-            await client.stride_poll(6, 0, 0, 100, 1 << 20, 5000)
+            await first_answer(0, 0, 100, 1 << 20, 5000)
     finally:
         await client.close()

@@ -93,6 +93,21 @@ async def test_a_standing_poll_answers_each_move_of_the_lac_until_its_count(book
     call.cancel()
 
 
+async def test_a_plain_stride_poll_is_answered_once(bookie: Bookie) -> None:
+    await bookie.add(add_request(LEDGER, 0), add_request(LEDGER, 1, lac=0))
+    call = bookie.stub.ReadStream()
+    plain = standing(4, first=0, max_count=100)
+    plain.stride_poll.standing = False
+    await call.write(plain)
+    answer = await next_answer(call)
+    found = (answer.request_id, list(answer.stride_poll.bodies), answer.stride_poll.more)
+    assert found == (4, [fake_entry(LEDGER, 0)], False)
+    await bookie.add(add_request(LEDGER, 2, lac=1))  # would wake a standing poll from entry 1
+    await call.write(S.ReadStreamRequest(request_id=5, read=S.ReadRequest(ledger_id=LEDGER, entry_id=1)))
+    assert (await next_answer(call)).request_id == 5
+    call.cancel()
+
+
 async def test_a_standing_poll_ends_when_a_wait_times_out(bookie: Bookie) -> None:
     await bookie.add(add_request(LEDGER, 0), add_request(LEDGER, 1, lac=0))
     call = bookie.stub.ReadStream()
