@@ -176,7 +176,8 @@ class BookiePresence:
                 self._info, http_host=self._info.grpc_host, http_port=http_port
             )
         if add_port is not None:
-            self._info = dataclasses.replace(self._info, add_port=add_port)
+            # every add port of this bookie's code serves the ReadStream too
+            self._info = dataclasses.replace(self._info, add_port=add_port, add_port_reads=True)
         registration = meta.bookie_registration(self._info)
         await registration.register(read_only=self._read_only)
         self._registration = registration

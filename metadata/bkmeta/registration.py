@@ -20,6 +20,7 @@ from bkmeta.layout import READONLY_ZNODE, ZkLayout
 from bkmeta.store import EventType, MetadataStore, SessionEvent, WatchEvent, ZkNodeExistsError, ZkNoNodeError
 from bkproto.add_port import ENDPOINT_ID as ADD_ENDPOINT_ID
 from bkproto.add_port import ENDPOINT_PROTOCOL as ADD_PROTOCOL
+from bkproto.add_port import READ_ENDPOINT_ID, READ_ENDPOINT_PROTOCOL
 from bkproto.errors import MetadataStoreError
 from bkproto.v1 import metadata_pb2
 
@@ -41,6 +42,7 @@ class BookieServiceInfo:
     rack: str = DEFAULT_RACK
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     add_port: int | None = None  # the add port (``bkproto.add_port``), on the gRPC host
+    add_port_reads: bool = False  # the add port serves the ReadStream too
     # Its listeners speak only TLS: written as BookKeeper does, ``auth: "tls"`` on the endpoints,
     # so that a client without TLS can say so instead of failing to connect.
     tls: bool = False
@@ -68,6 +70,11 @@ class BookieServiceInfo:
             msg.endpoints.add(
                 id=ADD_ENDPOINT_ID, port=self.add_port, host=self.grpc_host, protocol=ADD_PROTOCOL, auth=auth
             )
+            if self.add_port_reads:  # a second endpoint: clients that predate it look for the first
+                msg.endpoints.add(
+                    id=READ_ENDPOINT_ID, port=self.add_port, host=self.grpc_host,
+                    protocol=READ_ENDPOINT_PROTOCOL, auth=auth,
+                )  # fmt: skip
         if self.http_host is not None and self.http_port is not None:
             msg.endpoints.add(
                 id=HTTP_ENDPOINT_ID, port=self.http_port, host=self.http_host, protocol="http", auth=auth
@@ -94,6 +101,10 @@ class BookieServiceInfo:
         add_ep = next(
             (e for e in msg.endpoints if e.id == ADD_ENDPOINT_ID and e.protocol == ADD_PROTOCOL), None
         )
+        read_ep = next(
+            (e for e in msg.endpoints if e.id == READ_ENDPOINT_ID and e.protocol == READ_ENDPOINT_PROTOCOL),
+            None,
+        )
         props = dict(msg.properties)
         return cls(
             bookie_id,
@@ -104,6 +115,7 @@ class BookieServiceInfo:
             props.get("rack", DEFAULT_RACK),
             props,
             add_ep.port if add_ep else None,
+            add_port_reads=add_ep is not None and read_ep is not None and read_ep.port == add_ep.port,
             tls=grpc_ep is not None and "tls" in grpc_ep.auth,
         )
 

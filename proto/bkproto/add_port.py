@@ -13,6 +13,16 @@ frames are serialized ``bkproto.v1.AddEntriesRequest`` messages; the bookie answ
 the stream by closing the connection (on shutdown, after answering every message it started).
 A frame over :data:`MAX_FRAME_BYTES`, a wrong preface or bytes that do not parse end that
 connection only, with the reason in the bookie's log.
+
+The same port carries the ReadStream of a tailing reader, for the same reason: a read-stream
+answer over gRPC cost a bookie about as much CPU as an add message (docs/performance.md). A client
+opens such a connection with :data:`READ_PREFACE` (or ``bkproto.security.READ_AUTH_PREFACE`` and
+its token frame); then its frames are ``ReadStreamRequest`` messages, each of at most
+:data:`MAX_READ_REQUEST_BYTES`, and the bookie's are ``ReadStreamResponse`` messages, exactly as on
+the gRPC ReadStream. A fencing read is not served there (it is answered EBADREQ): fencing keeps to
+gRPC's ReadEntry, the one door whose rights checks know it. A bookie that serves reads on its port
+says so in its registration (the :data:`READ_ENDPOINT_ID` endpoint), so a client never sends the
+read preface to a bookie that predates it.
 """
 
 from __future__ import annotations
@@ -22,14 +32,19 @@ import socket
 import struct
 
 PREFACE = b"PYBKADD\x01"  # magic + version 1
+READ_PREFACE = b"PYBKRDS\x01"  # a ReadStream connection; as long as PREFACE
 FRAME_HEADER = struct.Struct(">I")
 # As gRPC's message limit on both sides: a full client batch (4 MiB of bodies) or a 5 MiB entry.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
+# A read request is a few dozen bytes: a larger frame on a read connection is a broken peer.
+MAX_READ_REQUEST_BYTES = 64 * 1024
 # A message up to this size is read whole (asyncio's default StreamReader buffer limit); a larger one
 # is gathered piece by piece (read_body).
 _READ_WHOLE_BYTES = 64 * 1024
 ENDPOINT_ID = "add"  # the add port's endpoint in a bookie's registration (BookieServiceInfo)
 ENDPOINT_PROTOCOL = "pybk-add-v1"
+READ_ENDPOINT_ID = "read"  # the same port, advertised as serving the ReadStream too
+READ_ENDPOINT_PROTOCOL = "pybk-read-v1"
 
 
 class FrameError(Exception):

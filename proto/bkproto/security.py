@@ -23,6 +23,7 @@ BEARER = "Bearer "
 # The add port's preface for a client that authenticates with a token: the token follows in one
 # frame (``bkproto.add_port.frame``), then the AddEntriesRequest frames as usual.
 AUTH_PREFACE = b"PYBKADD\x02"
+READ_AUTH_PREFACE = b"PYBKRDS\x02"  # the same for a ReadStream connection (``bkproto.add_port``)
 MAX_TOKEN_BYTES = 4096
 
 

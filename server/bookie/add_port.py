@@ -1,4 +1,5 @@
-"""The bookie's add port: the AddEntries stream over plain TCP (format and why: ``bkproto.add_port``).
+"""The bookie's add port: the AddEntries stream over plain TCP (format and why: ``bkproto.add_port``),
+and the ReadStream of tailing readers (``bookie.read_port``).
 
 Each connection is one add stream of the same :class:`AddEntriesHandler` as the gRPC method, so
 the batch processing, the stream window, the byte budgets and shutdown draining are shared, not
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from bkproto.add_port import MAX_FRAME_BYTES
 from bookie.add_port_connection import LISTENER, AddPortConnection, PortContext, log
 from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest, parse_add_entries
+from bookie.handlers.read_stream import ReadStreamHandler
 from bookie.limits import ConnectionCounter, ListenerLimits, PeerByteBudget, QuietLog
 from bookie.security import BookieSecurity
 from bookie.stats import RequestStats
@@ -55,7 +57,10 @@ class AddPortServer:
         limits: ListenerLimits | None = None,
         decode: Decoder = parse_add_entries,
         security: BookieSecurity | None = None,
+        reads: ReadStreamHandler | None = None,
     ) -> None:
+        """``reads`` serves the connections that open with the read preface (None: they are
+        refused as a wrong preface)."""
         self._security = security
         self._bind_address = bind_address
         self._requested_port = port
@@ -74,6 +79,7 @@ class AddPortServer:
             write_timeout_s=limits.write_timeout_s,
             quiet=QuietLog(log),
             connections=self._connections,
+            reads=reads,
         )
         self._server: asyncio.Server | None = None
         self.port = 0

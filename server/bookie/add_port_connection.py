@@ -14,6 +14,11 @@ stream's window or byte budgets have no room for the message it holds (the pipel
 they do), while a frame's bytes do not fit in the receive budget (the budget says when they may),
 and while its peer leaves answers unread (the transport's ``pause_writing``; the answers wait in
 the pipeline). The limits are those of ``bookie.add_port``'s docstring.
+
+A connection that opens with the read preface carries a ReadStream instead
+(``bookie.read_port``): the same frames, limits and authentication, its requests offered to a
+:class:`~bookie.read_port.ReadPortPipeline`, at most ``MAX_READ_REQUEST_BYTES`` each, and the
+READ right needed where the add stream needs WRITE.
 """
 
 from __future__ import annotations
@@ -22,15 +27,17 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from bkproto import security as wire
-from bkproto.add_port import FRAME_HEADER, PREFACE, frame, keep_alive
+from bkproto.add_port import FRAME_HEADER, MAX_READ_REQUEST_BYTES, PREFACE, READ_PREFACE, frame, keep_alive
 from bkproto.v1 import bookie_pb2
 from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest, TooManyAdds
-from bookie.handlers.add_pipeline import AddPipeline
+from bookie.handlers.read_stream import ReadStreamHandler, refusal
 from bookie.limits import ConnectionCounter, LimitStats, PeerByteBudget, QuietLog, peer_host
+from bookie.read_port import ReadPortPipeline, fencing_refusal
 from bookie.security import BookieSecurity, Right, refused_add_response
 
 log = logging.getLogger("bookie.add_port")  # one logger for the add port, whatever the module
@@ -44,6 +51,22 @@ _MIN_READ_BYTES = 4096  # the least room offered to a read
 _HEADER = FRAME_HEADER.size
 _PREFACE_BYTES = len(PREFACE)
 _PREFACE, _TOKEN, _FRAMES = range(3)  # what the connection expects next
+_ADD_PREFACES = (PREFACE, wire.AUTH_PREFACE)
+_READ_PREFACES = (READ_PREFACE, wire.READ_AUTH_PREFACE)
+_AUTH_PREFACES = (wire.AUTH_PREFACE, wire.READ_AUTH_PREFACE)
+
+
+class _Pipeline(Protocol):
+    """What the connection drives: an add stream's ``AddPipeline`` or a ``ReadPortPipeline``."""
+
+    @property
+    def idle(self) -> bool: ...
+
+    def offer(self, request: Any) -> bool: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +84,7 @@ class PortContext:
     write_timeout_s: float
     quiet: QuietLog
     connections: set[AddPortConnection]
+    reads: ReadStreamHandler | None = None  # serves read connections (None: refuses them)
 
 
 class AddPortConnection(asyncio.BufferedProtocol):
@@ -79,9 +103,11 @@ class AddPortConnection(asyncio.BufferedProtocol):
         self._body: bytearray | None = None  # a large frame's message, received in place
         self._body_got = 0
         self._reserved = 0  # receive-budget bytes held for the current frame or ``_held``
-        self._held: SizedAddEntriesRequest | None = None  # decoded, not yet taken by the stream
-        self._refusal: str | None = None  # why every add is answered EUA (authentication)
-        self._pipeline: AddPipeline | None = None
+        self._held: SizedAddEntriesRequest | bookie_pb2.ReadStreamRequest | None = None  # not yet taken
+        self._refusal: str | None = None  # why every request is answered EUA (authentication)
+        self._pipeline: _Pipeline | None = None
+        self._reads = False  # a ReadStream connection (the read preface)
+        self._max_frame_bytes = context.max_frame_bytes
         self._ended = False  # no more frames are read (EOF, a fault, shutdown)
         self._write_paused = False
         self._reading_paused = False
@@ -162,7 +188,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
             self._write_timer = None
         if self._pipeline is not None:
             self._pipeline.flush()
-        elif self._refusal is not None:
+        if self._refusal is not None or self._reads:
             self._resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -186,7 +212,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
 
     # ---- the stream's carrier (AddStreamCarrier) -------------------------------------------
 
-    def write_answer(self, response: bookie_pb2.AddEntriesResponse) -> bool:
+    def write_answer(self, response: Message) -> bool:
         assert self._transport is not None
         self._transport.write(frame(response.SerializeToString()))
         return not self._write_paused  # write() calls pause_writing past the high-water mark
@@ -216,8 +242,8 @@ class AddPortConnection(asyncio.BufferedProtocol):
     def _read_frames(self) -> None:
         """Take every complete frame in the buffer, until one is held back or the data runs out."""
         while not self._ended and self._held is None:
-            if self._refusal is not None and self._write_paused:
-                self._pause_reading()  # refusing: no more frames until the peer takes the answers
+            if self._write_paused and (self._refusal is not None or self._reads):
+                self._pause_reading()  # answered in the step: no more frames until the peer reads
                 return
             if self._stage == _FRAMES:
                 message = self._next_message()
@@ -236,11 +262,14 @@ class AddPortConnection(asyncio.BufferedProtocol):
             if available < _PREFACE_BYTES:
                 return False
             got = bytes(self._buf[start : start + _PREFACE_BYTES])
-            if got not in (PREFACE, wire.AUTH_PREFACE):
+            if got in _READ_PREFACES and self._c.reads is not None:
+                self._reads = True
+                self._max_frame_bytes = min(self._max_frame_bytes, MAX_READ_REQUEST_BYTES)
+            elif got not in _ADD_PREFACES:
                 self._fail(f"expected the add-port preface {PREFACE!r}, got {got!r}")
                 return False
             self._start += _PREFACE_BYTES
-            if got == wire.AUTH_PREFACE:
+            if got in _AUTH_PREFACES:
                 self._stage = _TOKEN
                 return True
             self._begin_stream(None)
@@ -259,7 +288,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
         return True
 
     def _begin_stream(self, token: str | None) -> None:
-        """The preface is in: authenticate, then serve adds (or refuse each with EUA)."""
+        """The preface is in: authenticate, then serve adds or reads (or refuse each with EUA)."""
         if self._timer is not None:
             self._timer.cancel()
         self._timer = None
@@ -269,9 +298,16 @@ class AddPortConnection(asyncio.BufferedProtocol):
             assert self._transport is not None
             guard = security.guard
             identity = guard.identify(wire.common_name(self._transport.get_extra_info("peercert")), token)
-            self._refusal = guard.refusal("add", identity, Right.WRITE)
+            if self._reads:
+                self._refusal = guard.refusal("read", identity, Right.READ)
+            else:
+                self._refusal = guard.refusal("add", identity, Right.WRITE)
+        what = "reads" if self._reads else "adds"
         if self._refusal is not None:
-            log.info("add port: refusing the adds of %s: %s", self._peer, self._refusal)
+            log.info("add port: refusing the %s of %s: %s", what, self._peer, self._refusal)
+        elif self._reads:
+            assert self._c.reads is not None
+            self._pipeline = ReadPortPipeline(self._c.reads, self, self._host)
         else:
             self._pipeline = self._c.handler.open_pipeline(self, self._host)
         # One timer per connection for the frame timeout, re-armed only when it fires (a timer
@@ -291,9 +327,9 @@ class AddPortConnection(asyncio.BufferedProtocol):
                 return None
             (length,) = FRAME_HEADER.unpack_from(self._buf, self._start)
             c = self._c
-            if length > c.max_frame_bytes:
+            if length > self._max_frame_bytes:
                 c.limit_stats.hit(LISTENER, "frame_bytes")
-                self._end_stream(f"frame of {length} bytes exceeds the {c.max_frame_bytes}-byte limit")
+                self._end_stream(f"frame of {length} bytes exceeds the {self._max_frame_bytes}-byte limit")
                 return None
             if not c.receiving.try_acquire(self._host, length):
                 self._pause_reading()
@@ -326,6 +362,9 @@ class AddPortConnection(asyncio.BufferedProtocol):
 
     def _take(self, message: bytes | bytearray) -> None:
         """Decode a message and hand it to the stream (or refuse its adds)."""
+        if self._reads:
+            self._take_read(message)
+            return
         c = self._c
         try:
             request = c.decode(message)
@@ -340,6 +379,26 @@ class AddPortConnection(asyncio.BufferedProtocol):
             assert self._transport is not None
             refused = refused_add_response(request.request, self._refusal)
             self._transport.write(frame(refused.SerializeToString()))
+            self._release_reservation()
+            return
+        self._held = request
+        self._offer()
+
+    def _take_read(self, message: bytes | bytearray) -> None:
+        """Decode a read request and hand it to the read stream (or refuse it)."""
+        try:
+            request = bookie_pb2.ReadStreamRequest.FromString(bytes(message))  # small: a copy is nothing
+        except DecodeError as exc:
+            self._end_stream(str(exc) or type(exc).__name__)
+            return
+        refused: bookie_pb2.ReadStreamResponse | None = None
+        if self._refusal is not None:
+            refused = refusal(request, f"refused: EUA: {self._refusal}", bookie_pb2.EUA)
+        else:
+            why = fencing_refusal(request)
+            refused = refusal(request, why) if why is not None else None
+        if refused is not None:
+            self.write_answer(refused)
             self._release_reservation()
             return
         self._held = request

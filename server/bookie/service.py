@@ -226,7 +226,7 @@ class BookieService:
         self._add_server = (
             AddPortServer(
                 self.servicer.add_entries, stats, bind_address, add_port, listener_limits,
-                AddEntriesDecoder(limits.max_adds_per_message), security,
+                AddEntriesDecoder(limits.max_adds_per_message), security, self.servicer.read_stream,
             )
             if add_port >= 0
             else None

@@ -1,5 +1,6 @@
 """A raw add-port peer for the tests of the bookie's add port: frames written and read by hand, so
-a test decides how they are cut into TCP writes and when (or whether) answers are read."""
+a test decides how they are cut into TCP writes and when (or whether) answers are read. The same
+peer speaks the ReadStream when connected with ``READ_PREFACE``."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ class Connection:
     async def receive(self) -> bookie_pb2.AddEntriesResponse | None:
         message = await asyncio.wait_for(read_frame(self.reader), 5)
         return None if message is None else bookie_pb2.AddEntriesResponse.FromString(message)
+
+    async def send_read(self, *requests: bookie_pb2.ReadStreamRequest) -> None:
+        """ReadStream requests (a connection opened with the read preface)."""
+        self.writer.write(b"".join(frame(request.SerializeToString()) for request in requests))
+        await self.writer.drain()
+
+    async def receive_read(self) -> bookie_pb2.ReadStreamResponse | None:
+        message = await asyncio.wait_for(read_frame(self.reader), 5)
+        return None if message is None else bookie_pb2.ReadStreamResponse.FromString(message)
 
 
 async def connect(service: BookieService, preface: bytes = PREFACE) -> Connection:

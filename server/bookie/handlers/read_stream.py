@@ -34,6 +34,7 @@ from typing import Any
 import grpc.aio
 
 from bkproto.v1 import bookie_pb2
+from bookie.handlers.common import status_code
 from bookie.handlers.read_entry import ReadEntryHandler
 from bookie.handlers.stride_poll import StridePollHandler
 
@@ -134,10 +135,10 @@ class ReadStreamHandler:
                     continue
                 await stream.slots.acquire()
                 if request_id in stream.running:  # a client bug: refuse it rather than lose either
-                    stream.refuse(_refusal(message, "is already in flight on this stream"))
+                    stream.refuse(refusal(message, "is already in flight on this stream"))
                     continue
                 if message.WhichOneof("kind") is None:
-                    stream.refuse(_refusal(message, "asks for nothing (neither read nor stride_poll)"))
+                    stream.refuse(refusal(message, "asks for nothing (neither read nor stride_poll)"))
                     continue
                 task = asyncio.create_task(self._serve(message, stream, context))
                 stream.holding.add(request_id)
@@ -186,20 +187,23 @@ class ReadStreamHandler:
             poll.max_count = remaining
 
 
-def _refusal(message: bookie_pb2.ReadStreamRequest, why: str) -> bookie_pb2.ReadStreamResponse:
-    """EBADREQ for a request that cannot be served, in the shape of what it asked for."""
+def refusal(
+    message: bookie_pb2.ReadStreamRequest, why: str, status: int = bookie_pb2.EBADREQ
+) -> bookie_pb2.ReadStreamResponse:
+    """``status`` (EBADREQ: a request that cannot be served) for a request, in the shape of what it
+    asked for; the message says which request and ``why``."""
     text = f"request id {message.request_id} {why}"
     if message.HasField("stride_poll"):
         poll = message.stride_poll
         refused = bookie_pb2.StridePollResponse(
-            status=bookie_pb2.EBADREQ,
+            status=status_code(status),
             ledger_id=poll.ledger_id,
             first_entry_id=poll.first_entry_id,
             message=text,
         )
         return bookie_pb2.ReadStreamResponse(request_id=message.request_id, stride_poll=refused)
     read = bookie_pb2.ReadResponse(
-        status=bookie_pb2.EBADREQ,
+        status=status_code(status),
         ledger_id=message.read.ledger_id,
         entry_id=message.read.entry_id,
         message=text,

@@ -64,6 +64,17 @@ def test_service_info_advertises_the_add_port_on_the_grpc_host() -> None:
     assert back.add_port == 3182 and back.add_target == "10.0.0.5:3182"
     msg.endpoints[[e.id for e in msg.endpoints].index("add")].protocol = "pybk-add-v9"
     assert BookieServiceInfo.from_bytes(info.bookie_id, msg.SerializeToString()).add_port is None
+    assert "read" not in endpoints and not back.add_port_reads  # a bookie that serves no reads there
+
+
+def test_service_info_says_whether_the_add_port_serves_the_read_stream() -> None:
+    info = BookieServiceInfo.for_address("10.0.0.5", 3181, add_port=3182, add_port_reads=True)
+    msg = metadata_pb2.BookieServiceInfoFormat.FromString(info.to_bytes())
+    endpoints = {e.id: (e.host, e.port, e.protocol) for e in msg.endpoints}
+    assert endpoints["read"] == ("10.0.0.5", 3182, "pybk-read-v1")
+    assert BookieServiceInfo.from_bytes(info.bookie_id, info.to_bytes()).add_port_reads
+    msg.endpoints[[e.id for e in msg.endpoints].index("read")].protocol = "pybk-read-v9"
+    assert not BookieServiceInfo.from_bytes(info.bookie_id, msg.SerializeToString()).add_port_reads
 
 
 @pytest.mark.parametrize("data", [b"", b"\xff\xff\xff"])
