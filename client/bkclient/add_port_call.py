@@ -1,6 +1,7 @@
 """AddEntries over a bookie's add port (format and why: ``bkproto.add_port``), shaped like the
 grpc.aio stream call the add stream otherwise uses: ``write``, ``read`` (``grpc.aio.EOF`` once the
-bookie ended the stream) and ``cancel``.
+bookie ended the stream) and ``cancel``. The same call carries a ReadStream (:data:`READ_STREAM`)
+to a bookie that serves one there (its registration says so).
 
 The connection opens in the background; the stream's first write and read wait for it. If the add
 port cannot be reached (refused, filtered, timed out), this stream goes over gRPC instead, with a
@@ -18,12 +19,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc.aio
 
 from bkproto import security as wire
-from bkproto.add_port import FRAME_HEADER, PREFACE, frame, keep_alive, read_frame
+from bkproto.add_port import FRAME_HEADER, PREFACE, READ_PREFACE, frame, keep_alive, read_frame
 from bkproto.errors import BookieUnavailableError
 from bkproto.v1 import bookie_pb2
 
@@ -33,6 +34,21 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 3.0
 _CLOSE_WAIT_S = 1.0  # for a broken connection's close to be reported (it already was, or comes next)
+
+
+class PortStream(NamedTuple):
+    """Which stream a connection to the add port carries."""
+
+    name: str
+    preface: bytes
+    auth_preface: bytes  # followed by the token's frame
+    parse: Callable[[bytes], Any]  # a bookie's frame into its answer
+
+
+ADD_STREAM = PortStream("add", PREFACE, wire.AUTH_PREFACE, bookie_pb2.AddEntriesResponse.FromString)
+READ_STREAM = PortStream(
+    "read", READ_PREFACE, wire.READ_AUTH_PREFACE, bookie_pb2.ReadStreamResponse.FromString
+)
 
 
 class AddPortOutage:
@@ -53,10 +69,13 @@ class AddPortCall:
         grpc_call: Callable[[], Any] | None,
         outage: AddPortOutage | None = None,
         security: ClientSecurity | None = None,
+        stream: PortStream = ADD_STREAM,
     ) -> None:
-        """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC AddEntries
-        call to use if it cannot be reached (None: the stream then fails, BookieUnavailableError);
-        ``outage`` is shared by the bookie's streams; ``security`` TLS and the token, as on gRPC."""
+        """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC call of the
+        same stream (whose ``write`` takes serialized requests) to use if it cannot be reached
+        (None: the stream then fails, BookieUnavailableError); ``outage`` is shared by the
+        bookie's streams; ``security`` TLS and the token, as on gRPC."""
+        self._stream = stream
         self._bookie_id = bookie_id
         self._security = security
         self._target = target
@@ -85,8 +104,8 @@ class AddPortCall:
             level = logging.DEBUG if self._outage.unreachable else logging.WARNING
             self._outage.unreachable = True
             log.log(
-                level, "bookie %s: add port %s unreachable (%s); this add stream goes over gRPC",
-                self._bookie_id, self._target, exc or type(exc).__name__,
+                level, "bookie %s: add port %s unreachable (%s); this %s stream goes over gRPC",
+                self._bookie_id, self._target, exc or type(exc).__name__, self._stream.name,
             )
             self.fallback = self._grpc_call()
             return
@@ -96,13 +115,13 @@ class AddPortCall:
         keep_alive(writer.get_extra_info("socket"))
         token = self._security.token if self._security is not None else None
         if token is None:
-            writer.write(PREFACE)
+            writer.write(self._stream.preface)
         else:
-            writer.write(wire.AUTH_PREFACE + frame(token.encode()))
+            writer.write(self._stream.auth_preface + frame(token.encode()))
         self._reader, self._writer = reader, writer
 
     async def write(self, message: bytes) -> None:
-        """Send one serialized AddEntriesRequest; waits while the socket's buffer is full."""
+        """Send one serialized request; waits while the socket's buffer is full."""
         await self.write_framed(frame(message))
 
     async def write_framed(self, framed: bytes) -> None:
@@ -141,7 +160,7 @@ class AddPortCall:
         self._writer.write(framed)
 
     async def read(self) -> Any:
-        """The next AddEntriesResponse, or ``grpc.aio.EOF`` once the bookie closed the stream."""
+        """The bookie's next answer, or ``grpc.aio.EOF`` once it closed the stream."""
         await self._connected()
         if self.fallback is not None:
             return await self.fallback.read()
@@ -153,7 +172,7 @@ class AddPortCall:
             raise
         if message is None:
             return grpc.aio.EOF  # type: ignore[attr-defined]
-        return bookie_pb2.AddEntriesResponse.FromString(message)
+        return self._stream.parse(message)
 
     async def _take_close_error(self) -> None:
         """After the connection broke (a reset bookie): asyncio's stream leaves the same error on

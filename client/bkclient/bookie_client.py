@@ -16,7 +16,7 @@ import grpc.aio
 from bkproto.errors import BKError, ClientClosedError, UnauthorizedAccessError, error_for_status
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
-from .add_port_call import AddPortCall, AddPortOutage
+from .add_port_call import READ_STREAM, AddPortCall, AddPortOutage
 from .add_stream import AddRequestEncoder, AddStream, CallbackListener
 from .grpc_add_call import GrpcAddCall
 from .read_stream import ReadStream, StandingPoll
@@ -64,7 +64,7 @@ class BookieClientOptions:
     behind_min_adds: int = 16  # "behind": this many adds queued during the last round trip
     max_batch_bytes: int = 4 * MiB  # bodies per add-stream message, kept under MAX_MESSAGE_BYTES
     default_timeout_s: float = 10.0  # unary calls without an explicit timeout
-    use_add_port: bool = True  # adds over the bookie's add port when it has one (else gRPC)
+    use_add_port: bool = True  # adds (and tails) over the bookie's add port when it has one (else gRPC)
     security: ClientSecurity | None = None  # TLS and credentials for every connection (None: plaintext)
 
 
@@ -79,11 +79,14 @@ class BookieClient:
         address: str,
         options: BookieClientOptions | None = None,
         add_address: str | None = None,
+        add_port_reads: bool = False,
     ) -> None:
-        """``address`` is the gRPC target; ``add_address`` the add port's, if the bookie has one."""
+        """``address`` is the gRPC target; ``add_address`` the add port's, if the bookie has one,
+        and ``add_port_reads`` whether that port serves the ReadStream too."""
         self.bookie_id = bookie_id
         self.address = address
         self.add_address = add_address
+        self.add_port_reads = add_port_reads
         self.options = options or BookieClientOptions()
         security = self.options.security
         self._channel = _channel(
@@ -112,7 +115,7 @@ class BookieClient:
         )
         self._read_stream_call: Any = self._channel.stream_stream(
             "/bkproto.v1.Bookie/ReadStream",
-            request_serializer=bookie_pb2.ReadStreamRequest.SerializeToString,
+            request_serializer=None,  # ReadStream serializes (the add port's call takes bytes too)
             response_deserializer=bookie_pb2.ReadStreamResponse.FromString,
         )
         self._stream: AddStream | None = None
@@ -258,7 +261,15 @@ class BookieClient:
             raise ClientClosedError(f"bookie client {self.bookie_id} is closed")
         stream = self._read_stream
         if stream is None or stream.failed:
-            stream = self._read_stream = ReadStream(self.bookie_id, self._read_stream_call())
+            call: Any
+            if self.add_address is not None and self.add_port_reads and self.options.use_add_port:
+                call = AddPortCall(
+                    self.bookie_id, self.add_address, self._read_stream_call, self._add_port_outage,
+                    self.options.security, READ_STREAM,
+                )
+            else:
+                call = self._read_stream_call()
+            stream = self._read_stream = ReadStream(self.bookie_id, call)
         return stream
 
     async def _long_poll(self, request: bookie_pb2.ReadRequest, timeout_s: float) -> bookie_pb2.ReadResponse:
@@ -414,7 +425,7 @@ def grpc_connector(options: BookieClientOptions | None = None) -> BookieConnecto
                 " no TLS configured: set clientTrustStore (and a client certificate or token), e.g."
                 " through PYBK_CLIENT_CONF"
             ))  # fmt: skip
-        return BookieClient(bookie_id, address.grpc, options, address.add)
+        return BookieClient(bookie_id, address.grpc, options, address.add, address.add_reads)
 
     return connect
 

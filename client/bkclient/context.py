@@ -32,7 +32,9 @@ def pool_for(
         if watcher is None:
             return None
         info = watcher.all_bookies().get(bookie_id)
-        return BookieAddress(info.grpc_target, info.add_target, info.tls) if info is not None else None
+        if info is None:
+            return None
+        return BookieAddress(info.grpc_target, info.add_target, info.add_port_reads, info.tls)
 
     if connector is None:
         connector = grpc_connector(

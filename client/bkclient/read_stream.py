@@ -95,7 +95,7 @@ class ReadStream:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._outbox:
-                await self._call.write(self._outbox.popleft())
+                await self._call.write(self._outbox.popleft().SerializeToString())
 
     async def _recv_loop(self) -> None:
         while True:

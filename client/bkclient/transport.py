@@ -236,6 +236,7 @@ def decode_add(encoded: bytes) -> DecodedAdd:
 class BookieAddress(NamedTuple):
     grpc: str  # host:port of the gRPC service
     add: str | None = None  # host:port of the add port, if the bookie has one
+    add_reads: bool = False  # that port serves the ReadStream too
     tls: bool = False  # its registration says it speaks only TLS
 
 

@@ -31,10 +31,13 @@ def material(tmp_path: Path) -> SecurityMaterial:
     return SecurityMaterial.create(tmp_path / "pki")
 
 
-def client(bookie: BookieProcess, security: ClientSecurity | None, add_port: bool = True) -> BookieClient:
+def client(
+    bookie: BookieProcess, security: ClientSecurity | None, add_port: bool = True, reads: bool = False
+) -> BookieClient:
+    """``reads``: the client's ReadStream goes over the add port too."""
     options = BookieClientOptions(security=security, use_add_port=add_port)
     add = f"127.0.0.1:{bookie.add_port}" if add_port else None
-    return BookieClient(bookie.address, bookie.address, options, add)
+    return BookieClient(bookie.address, bookie.address, options, add, add_port_reads=reads)
 
 
 def http(bookie: BookieProcess, material: SecurityMaterial, method: str, path: str,
@@ -123,6 +126,35 @@ async def test_token_bookie_refuses_the_unauthenticated_and_the_unauthorized_on_
     assert counts[("grpc", "unauthorized")] >= 1
     assert counts[("http", "unauthenticated")] == 1
     assert counts[("http", "unauthorized")] == 1
+
+
+async def test_the_read_stream_over_the_add_port_serves_only_a_caller_with_the_read_right(
+    bookie_factory: BookieFactory, material: SecurityMaterial
+) -> None:
+    bookie = await asyncio.to_thread(
+        bookie_factory, conf=material.bookie_conf(mtls=False), grpc_credentials=material.health_credentials()
+    )
+    writer = client(bookie, material.client_token("writer"))
+    reader = client(bookie, material.client_token("reader"), reads=True)
+    nobody = client(bookie, material.anonymous(), reads=True)
+    stranger = client(bookie, material.client_token("stranger"), reads=True)
+    before = await asyncio.to_thread(refused, bookie, material, "read", "unauthenticated")
+    try:
+        await asyncio.gather(*(writer.add(8, e, KEY, entry_body(8, e, e - 1)) for e in range(3)))
+        # a reader tails over the add port: entries 0 and 1 are confirmed (entry 2 carries LAC 1)
+        poll = reader.standing_stride_poll(8, 0, 1, 2, 1 << 20, 10_000)
+        answer = await asyncio.wait_for(poll.next(), 10)
+        assert answer.bodies == [entry_body(8, 0, -1), entry_body(8, 1, 0)]
+        assert not answer.more
+        for outsider in (nobody, stranger):  # no token, and a token the bookie does not know
+            refused_poll = outsider.standing_stride_poll(8, 0, 1, 2, 1 << 20, 10_000)
+            with pytest.raises(UnauthorizedAccessError, match="EUA: authentication required"):
+                await asyncio.wait_for(refused_poll.next(), 10)
+    finally:
+        for c in (writer, reader, nobody, stranger):
+            await c.close()
+    # counted under the add port's read streams: they went nowhere near gRPC
+    assert await asyncio.to_thread(refused, bookie, material, "read", "unauthenticated") == before + 2
 
 
 async def test_mtls_bookie_takes_identity_from_the_client_certificate(

@@ -202,6 +202,7 @@ class SimBookieClient(BookieClient):
         self.bookie_id = bookie_id
         self.address = bookie_id
         self.add_address = None
+        self.add_port_reads = False
         self.options = options
         self._channel = channel  # type: ignore[assignment]
         self._stub = _SimStub(channel)

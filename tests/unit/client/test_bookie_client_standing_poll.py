@@ -1,6 +1,7 @@
-"""``BookieClient.standing_stride_poll`` over a real loopback gRPC server with the bookie's service
-and an in-memory core: one request, an answer each time the LAC moves, a cancel that frees the
-bookie's parked poll, and an error (not a hang) when the stream breaks."""
+"""``BookieClient.standing_stride_poll`` over a real loopback bookie service with an in-memory
+core, its ReadStream over gRPC and over the add port: one request, an answer each time the LAC
+moves, a cancel that frees the bookie's parked poll, and an error (not a hang) when the stream
+breaks."""
 
 from __future__ import annotations
 
@@ -23,9 +24,13 @@ LEDGER = 31
 
 
 class Bookie:
-    def __init__(self, service: BookieService, client: BookieClient) -> None:
+    def __init__(self, service: BookieService, client: BookieClient, stats: RequestStats) -> None:
         self.service = service
         self.client = client
+        self.stats = stats
+
+    def port_connections(self) -> int:
+        return int(self.stats.add_port_connections()) if self.service.add_port is not None else 0
 
     async def add(self, *entries: tuple[int, int]) -> None:
         """Store ``(entry id, the LAC its body carries)`` pairs; the bookie learns each LAC."""
@@ -33,15 +38,21 @@ class Bookie:
             await self.client.add(LEDGER, entry_id, MASTER_KEY, fake_entry(LEDGER, entry_id, lac))
 
 
-@pytest.fixture
-async def bookie() -> AsyncIterator[Bookie]:
+@pytest.fixture(params=["grpc", "add port"])
+async def bookie(request: pytest.FixtureRequest) -> AsyncIterator[Bookie]:
     # One long poll per peer: a standing poll that stayed parked on the bookie would refuse the next.
     limits = HandlerLimits(max_long_poll_ms=60_000, max_long_polls_per_peer=1)
-    service = BookieService(FakeBookieCore(), RequestStats(CollectorRegistry()), "127.0.0.1", 0, limits)
+    over_port = request.param == "add port"
+    stats = RequestStats(CollectorRegistry())
+    service = BookieService(FakeBookieCore(), stats, "127.0.0.1", 0, limits, add_port=0 if over_port else -1)
     await service.start()
     address = f"127.0.0.1:{service.port}"
-    client = BookieClient(address, address, BookieClientOptions(use_add_port=False))
-    yield Bookie(service, client)
+    if over_port:
+        options = BookieClientOptions(use_add_port=True, default_timeout_s=5.0)
+        client = BookieClient(address, address, options, f"127.0.0.1:{service.add_port}", add_port_reads=True)
+    else:
+        client = BookieClient(address, address, BookieClientOptions(use_add_port=False))
+    yield Bookie(service, client, stats)
     await client.close()
     await service.stop(0)
 
@@ -64,6 +75,8 @@ async def test_one_request_is_answered_as_the_lac_moves_until_its_count(bookie: 
     assert (second.bodies, second.more) == ([fake_entry(LEDGER, 1, 0)], True)
     bodies = [body for answer in rest for body in answer.bodies]
     assert bodies == [fake_entry(LEDGER, 2, 1), fake_entry(LEDGER, 3, 2)]
+    # over the add port, the adds and the poll each hold a connection (nothing went over gRPC)
+    assert bookie.port_connections() == (2 if bookie.client.add_port_reads else 0)
 
 
 async def test_a_cancelled_standing_poll_is_released_on_the_bookie(bookie: Bookie) -> None:
