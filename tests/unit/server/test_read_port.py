@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 from tests.support.add_port_peer import Connection, connect
-from tests.support.add_requests import MASTER_KEY, add_request, fake_entry
+from tests.support.add_requests import MASTER_KEY, fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkproto.add_port import FRAME_HEADER, MAX_READ_REQUEST_BYTES, READ_PREFACE
