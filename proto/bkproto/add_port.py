@@ -36,8 +36,9 @@ READ_PREFACE = b"PYBKRDS\x01"  # a ReadStream connection; as long as PREFACE
 FRAME_HEADER = struct.Struct(">I")
 # As gRPC's message limit on both sides: a full client batch (4 MiB of bodies) or a 5 MiB entry.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
-# A read request is a few dozen bytes: a larger frame on a read connection is a broken peer.
-MAX_READ_REQUEST_BYTES = 64 * 1024
+# A read request is a few dozen bytes: a larger frame on a read connection is a broken peer. Kept
+# small because a parked poll keeps its whole request (unknown fields too) until it is answered.
+MAX_READ_REQUEST_BYTES = 1024
 # A message up to this size is read whole (asyncio's default StreamReader buffer limit); a larger one
 # is gathered piece by piece (read_body).
 _READ_WHOLE_BYTES = 64 * 1024

@@ -424,8 +424,8 @@ class AddPortConnection(asyncio.BufferedProtocol):
             self._offer()
             if self._held is not None:
                 return  # still no room: the pipeline calls again
-        if self._refusal is not None and self._write_paused:
-            return
+        if self._write_paused and (self._refusal is not None or self._reads):
+            return  # answered in the step: reading waits for the peer to take the answers
         if self._ended:
             self._finish_if_done()
             return
@@ -434,6 +434,8 @@ class AddPortConnection(asyncio.BufferedProtocol):
             if self._frame_bytes < 0 and self._end - self._start >= _HEADER:
                 return  # a header still waiting for receive-budget room
             self._reading_paused = False
+            if self._frame_started is not None:  # the frame's clock ran while we did not read
+                self._frame_started = asyncio.get_running_loop().time()
             assert self._transport is not None
             self._transport.resume_reading()
 
@@ -496,9 +498,11 @@ class AddPortConnection(asyncio.BufferedProtocol):
         started, now, timeout_s = self._frame_started, loop.time(), self._c.frame_timeout_s
         if self._closed:
             return
-        if started is None or now < started + timeout_s:
-            # A frame that starts later expires no sooner than a timeout from now.
-            when = now + timeout_s if started is None else started + timeout_s
+        paused = self._reading_paused  # not reading: a frame that does not arrive is not late
+        if started is None or paused or now < started + timeout_s:
+            # A frame that starts later (or once reading goes on) expires no sooner than a timeout
+            # from now.
+            when = now + timeout_s if started is None or paused else started + timeout_s
             self._timer = loop.call_at(when, self._check_frame)
             return
         self._timer = None

@@ -165,3 +165,26 @@ async def test_a_reader_that_leaves_its_answers_unread_is_closed_and_others_are_
         hoarder.writer.close()
     finally:
         await bookie.service.stop(0)
+
+
+async def test_the_end_of_a_read_connection_cancels_its_parked_polls() -> None:
+    registry = CollectorRegistry()
+    limits = HandlerLimits(max_long_poll_ms=60_000, max_long_polls_per_peer=1)
+    service = BookieService(FakeBookieCore(), RequestStats(registry), "127.0.0.1", 0, limits, add_port=0)
+    await service.start()
+    bookie = Bookie(service, registry)
+    try:
+        leaving = await connect(service, READ_PREFACE)
+        await leaving.send_read(standing(1, 0, 5))
+        await asyncio.sleep(0.2)  # parked: the peer's one long poll
+        leaving.writer.write_eof()
+        assert await asyncio.wait_for(leaving.reader.read(), 5) == b""
+        # Its poll is gone: the next one from this peer parks and is answered, not refused.
+        staying = await connect(service, READ_PREFACE)
+        await staying.send_read(standing(1, 0, 1))
+        await asyncio.sleep(0.2)
+        await bookie.add((0, -1), (1, 0))
+        answer = await answer_of(staying)
+        assert (answer.stride_poll.status, answer.stride_poll.bodies) == (S.EOK, [fake_entry(LEDGER, 0)])
+    finally:
+        await service.stop(0)
