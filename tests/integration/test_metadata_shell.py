@@ -51,8 +51,9 @@ def test_initnewcluster_refuses_other_layout(
 def test_listbookies(capsys: pytest.CaptureFixture[str], zk_hosts: str, kazoo: KazooClient) -> None:
     assert main(["shell", "--zk", zk_hosts, "initnewcluster"]) == 0
     rw = BookieServiceInfo(
-        "127.0.0.1:3181", "127.0.0.1", 3181, "127.0.0.1", 8080, rack="/rack1", add_port=3190
-    )
+        "127.0.0.1:3181", "127.0.0.1", 3181, "127.0.0.1", 8080, rack="/rack1",
+        add_port=3190, add_port_reads=True,
+    )  # fmt: skip
     ro = BookieServiceInfo.for_address("127.0.0.1", 3182)
     kazoo.create("/ledgers/available/127.0.0.1:3181", rw.to_bytes(), ephemeral=True)
     kazoo.create("/ledgers/available/readonly/127.0.0.1:3182", ro.to_bytes(), ephemeral=True)
@@ -64,11 +65,13 @@ def test_listbookies(capsys: pytest.CaptureFixture[str], zk_hosts: str, kazoo: K
             "bookie_id": "127.0.0.1:3181",
             "grpc": "127.0.0.1:3181",
             "add": "127.0.0.1:3190",
+            "reads": "add",
             "http": "127.0.0.1:8080",
             "rack": "/rack1",
         }
     ]
     assert [b["bookie_id"] for b in everything["readonly"]] == ["127.0.0.1:3182"]  # type: ignore[union-attr]
+    assert [b["reads"] for b in everything["readonly"]] == ["grpc"]  # type: ignore[union-attr]  # no add port
     rc, only_rw = run_json(capsys, zk_hosts, "listbookies", "-rw")
     assert set(only_rw) == {"readwrite"}
     rc, only_ro = run_json(capsys, zk_hosts, "listbookies", "-ro")

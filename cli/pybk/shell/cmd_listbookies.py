@@ -27,6 +27,8 @@ def _describe(info: BookieServiceInfo) -> dict[str, Any]:
         "bookie_id": info.bookie_id,
         "grpc": info.grpc_target,
         "add": info.add_target,
+        # where a tailing reader's read stream goes: the add port when it serves one, else gRPC
+        "reads": "add" if info.add_target is not None and info.add_port_reads else "grpc",
         "http": http,
         "rack": info.rack,
     }
@@ -34,8 +36,8 @@ def _describe(info: BookieServiceInfo) -> dict[str, Any]:
 
 def _line(b: dict[str, Any]) -> str:
     return (
-        f"  {b['bookie_id']}  grpc={b['grpc']} add={b['add'] or '-'} http={b['http'] or '-'}"
-        f" rack={b['rack']}"
+        f"  {b['bookie_id']}  grpc={b['grpc']} add={b['add'] or '-'} reads={b['reads']}"
+        f" http={b['http'] or '-'} rack={b['rack']}"
     )
 
 
