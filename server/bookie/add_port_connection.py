@@ -307,7 +307,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
             log.info("add port: refusing the %s of %s: %s", what, self._peer, self._refusal)
         elif self._reads:
             assert self._c.reads is not None
-            self._pipeline = ReadPortPipeline(self._c.reads, self, self._host)
+            self._pipeline = ReadPortPipeline(self._c.reads, self, self._host, LISTENER)
         else:
             self._pipeline = self._c.handler.open_pipeline(self, self._host)
         # One timer per connection for the frame timeout, re-armed only when it fires (a timer

@@ -110,6 +110,12 @@ def current_peer() -> str:
     return peer_host(call.peer()) if call is not None else ""
 
 
+def current_listener() -> str:
+    """The ``listener`` label of the request being served: its call's own (a request that came
+    over the add port says so), else gRPC's."""
+    return str(getattr(CURRENT_CALL.get(), "listener", "grpc"))
+
+
 def peer_host(peer: object) -> str:
     """The IP address of a peer: asyncio's ``peername`` tuple or gRPC's ``ipv4:1.2.3.4:5678`` /
     ``ipv6:[::1]:5678``. Anything else is its own text."""
@@ -229,7 +235,7 @@ class PeerLongPolls:
         peer = current_peer()
         held = self._parked.get(peer, 0)
         if held >= self.max_per_peer:
-            self._stats.hit("grpc", "long_polls_per_ip")
+            self._stats.hit(current_listener(), "long_polls_per_ip")
             raise BookieError(
                 bookie_pb2.ETOOMANYREQUESTS,
                 f"{held} long-poll reads from {peer or 'this peer'} already parked (maxLongPollsPerIp)",

@@ -49,12 +49,14 @@ class ReadAnswerCarrier(Protocol):
 
 class PortCall:
     """Stands in for the gRPC context the request handlers learn their peer from
-    (``bookie.limits.CURRENT_CALL``): long polls are bounded per peer on every listener."""
+    (``bookie.limits.CURRENT_CALL``): long polls are bounded per peer on every listener, and
+    counted under the listener they came by."""
 
-    __slots__ = ("_peer",)
+    __slots__ = ("_peer", "listener")
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, listener: str) -> None:
         self._peer = peer
+        self.listener = listener
 
     def peer(self) -> str:
         return self._peer
@@ -68,14 +70,18 @@ def fencing_refusal(request: bookie_pb2.ReadStreamRequest) -> str | None:
 
 
 class ReadPortPipeline:
-    def __init__(self, handler: ReadStreamHandler, carrier: ReadAnswerCarrier, peer: str) -> None:
-        """``peer`` is the connection's IP address."""
+    def __init__(
+        self, handler: ReadStreamHandler, carrier: ReadAnswerCarrier, peer: str, listener: str
+    ) -> None:
+        """``peer`` is the connection's IP address, ``listener`` the limits' label of its port."""
         self._carrier = carrier
         self._queued: deque[bookie_pb2.ReadStreamRequest] = deque()
         self._refused = False  # an offer was refused: the carrier waits for ``room``
         self._arrived: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
-        self._task = asyncio.create_task(self._run(handler, PortCall(peer)), name=f"bk-read-port-{peer}")
+        self._task = asyncio.create_task(
+            self._run(handler, PortCall(peer, listener)), name=f"bk-read-port-{peer}"
+        )
 
     @property
     def idle(self) -> bool:

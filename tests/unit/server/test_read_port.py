@@ -188,3 +188,21 @@ async def test_the_end_of_a_read_connection_cancels_its_parked_polls() -> None:
         assert (answer.stride_poll.status, answer.stride_poll.bodies) == (S.EOK, [fake_entry(LEDGER, 0)])
     finally:
         await service.stop(0)
+
+
+async def test_long_polls_over_the_port_count_against_the_peer_and_under_the_port() -> None:
+    registry = CollectorRegistry()
+    limits = HandlerLimits(max_long_poll_ms=60_000, max_long_polls_per_peer=1)
+    service = BookieService(FakeBookieCore(), RequestStats(registry), "127.0.0.1", 0, limits, add_port=0)
+    await service.start()
+    bookie = Bookie(service, registry)
+    try:
+        reads = await connect(service, READ_PREFACE)
+        await reads.send_read(standing(1, 0, 5))
+        await asyncio.sleep(0.2)  # parked: the peer's one long poll
+        await reads.send_read(standing(2, 0, 5))
+        refused = await answer_of(reads)
+        assert (refused.request_id, refused.stride_poll.status) == (2, S.ETOOMANYREQUESTS)
+        assert bookie.rejections("long_polls_per_ip") == 1
+    finally:
+        await service.stop(0)
