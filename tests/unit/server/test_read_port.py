@@ -50,9 +50,11 @@ class Bookie:
         )
 
 
-async def start(listener_limits: ListenerLimits | None = None) -> Bookie:
+async def start(listener_limits: ListenerLimits | None = None, long_polls_per_peer: int = 2500) -> Bookie:
     registry = CollectorRegistry()
-    limits = HandlerLimits(max_long_poll_ms=60_000, read_stream_max_in_flight=4)
+    limits = HandlerLimits(
+        max_long_poll_ms=60_000, read_stream_max_in_flight=4, max_long_polls_per_peer=long_polls_per_peer
+    )
     service = BookieService(
         FakeBookieCore(), RequestStats(registry), "127.0.0.1", 0, limits, add_port=0,
         listener_limits=listener_limits,
@@ -94,7 +96,7 @@ async def test_a_standing_poll_is_answered_over_the_add_port_as_the_lac_moves(bo
     first = await answer_of(reads)
     await bookie.add((2, 1), (3, 2))
     second = await answer_of(reads)
-    assert (first.request_id, first.stride_poll.bodies, first.stride_poll.more) == (
+    assert (first.request_id, list(first.stride_poll.bodies), first.stride_poll.more) == (
         7, [fake_entry(LEDGER, 0)], True
     )
     assert (second.request_id, list(second.stride_poll.bodies), second.stride_poll.more) == (
@@ -168,11 +170,8 @@ async def test_a_reader_that_leaves_its_answers_unread_is_closed_and_others_are_
 
 
 async def test_the_end_of_a_read_connection_cancels_its_parked_polls() -> None:
-    registry = CollectorRegistry()
-    limits = HandlerLimits(max_long_poll_ms=60_000, max_long_polls_per_peer=1)
-    service = BookieService(FakeBookieCore(), RequestStats(registry), "127.0.0.1", 0, limits, add_port=0)
-    await service.start()
-    bookie = Bookie(service, registry)
+    bookie = await start(long_polls_per_peer=1)  # one parked poll per peer
+    service = bookie.service
     try:
         leaving = await connect(service, READ_PREFACE)
         await leaving.send_read(standing(1, 0, 5))
@@ -185,17 +184,15 @@ async def test_the_end_of_a_read_connection_cancels_its_parked_polls() -> None:
         await asyncio.sleep(0.2)
         await bookie.add((0, -1), (1, 0))
         answer = await answer_of(staying)
-        assert (answer.stride_poll.status, answer.stride_poll.bodies) == (S.EOK, [fake_entry(LEDGER, 0)])
+        polled = answer.stride_poll
+        assert (polled.status, list(polled.bodies)) == (S.EOK, [fake_entry(LEDGER, 0)])
     finally:
         await service.stop(0)
 
 
 async def test_long_polls_over_the_port_count_against_the_peer_and_under_the_port() -> None:
-    registry = CollectorRegistry()
-    limits = HandlerLimits(max_long_poll_ms=60_000, max_long_polls_per_peer=1)
-    service = BookieService(FakeBookieCore(), RequestStats(registry), "127.0.0.1", 0, limits, add_port=0)
-    await service.start()
-    bookie = Bookie(service, registry)
+    bookie = await start(long_polls_per_peer=1)  # one parked poll per peer
+    service = bookie.service
     try:
         reads = await connect(service, READ_PREFACE)
         await reads.send_read(standing(1, 0, 5))
