@@ -50,16 +50,21 @@ class ReadStream:
         self,
         timeout_s: float,
         *,
-        read: bookie_pb2.ReadRequest,
+        read: bookie_pb2.ReadRequest | None = None,
+        read_entries: bookie_pb2.ReadEntriesRequest | None = None,
     ) -> bookie_pb2.ReadStreamResponse:
-        """The bookie's answer to ``read``; TimeoutError after ``timeout_s``. (Stride polls go
-        as standing ones: :meth:`stand`.)"""
+        """The bookie's answer to ``read`` or ``read_entries`` (one of them); TimeoutError after
+        ``timeout_s``. (Stride polls go as standing ones: :meth:`stand`.)"""
         if self.failed:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: read stream is closed")
         request_id = next(self._ids)
         future: asyncio.Future[bookie_pb2.ReadStreamResponse] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._post(bookie_pb2.ReadStreamRequest(request_id=request_id, read=read))
+        if read_entries is not None:
+            message = bookie_pb2.ReadStreamRequest(request_id=request_id, read_entries=read_entries)
+        else:
+            message = bookie_pb2.ReadStreamRequest(request_id=request_id, read=read)
+        self._post(message)
         try:
             return await asyncio.wait_for(future, timeout_s)
         except builtins.TimeoutError as exc:  # asyncio's; bkproto's TimeoutError shadows the name

@@ -98,3 +98,15 @@ def encode_read_entries_ok(
         return prefix.join(chain((head,), islice(bodies, len(bodies) - 1), (bodies[-1] + tail,)))
     prefixes = map(_BODY_PREFIXES.__getitem__, map(len, bodies))
     return b"".join(chain((head,), chain.from_iterable(zip(prefixes, bodies, strict=True)), (tail,)))
+
+
+# ReadStreamResponse's fields: request_id (1, varint) and its read_entries (4, length-delimited).
+_STREAM_REQUEST_ID = b"\x08"
+_STREAM_READ_ENTRIES = b"\x22"
+
+
+def encode_stream_read_entries(request_id: int, read_entries: bytes) -> bytes:
+    """``ReadStreamResponse(request_id, read_entries=...)`` serialized, around the serialized
+    ``ReadEntriesResponse`` ``read_entries`` (a message field is its bytes, length first)."""
+    head = _STREAM_REQUEST_ID + varint(request_id) if request_id else b""
+    return b"".join((head, _STREAM_READ_ENTRIES, varint(len(read_entries)), read_entries))

@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError, Message
 from bkproto import security as wire
 from bkproto.add_port import FRAME_HEADER, MAX_READ_REQUEST_BYTES, PREFACE, READ_PREFACE, frame, keep_alive
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import EncodedMessage
 from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest, TooManyAdds
 from bookie.handlers.read_stream import ReadStreamHandler, refusal
 from bookie.limits import ConnectionCounter, LimitStats, PeerByteBudget, QuietLog, peer_host
@@ -212,7 +213,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
 
     # ---- the stream's carrier (AddStreamCarrier) -------------------------------------------
 
-    def write_answer(self, response: Message) -> bool:
+    def write_answer(self, response: Message | EncodedMessage) -> bool:
         assert self._transport is not None
         self._transport.write(frame(response.SerializeToString()))
         return not self._write_paused  # write() calls pause_writing past the high-water mark

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from bkproto.v1 import bookie_pb2
-from bookie.handlers.read_stream import ReadStreamHandler
+from bookie.handlers.read_stream import ReadStreamHandler, StreamAnswer
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ _QUEUED_REQUESTS = 8
 class ReadAnswerCarrier(Protocol):
     """What carries a read stream to and from its peer (an add-port connection)."""
 
-    def write_answer(self, response: bookie_pb2.ReadStreamResponse) -> bool:
+    def write_answer(self, response: StreamAnswer) -> bool:
         """Send an answer; whether the carrier takes more now (False: wait for ``flush``)."""
         ...
 

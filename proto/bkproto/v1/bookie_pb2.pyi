@@ -163,26 +163,30 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., lac_update_timestamp: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReadStreamRequest(_message.Message):
-    __slots__ = ("request_id", "read", "stride_poll", "cancel")
+    __slots__ = ("request_id", "read", "stride_poll", "read_entries", "cancel")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
     STRIDE_POLL_FIELD_NUMBER: _ClassVar[int]
+    READ_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     read: ReadRequest
     stride_poll: StridePollRequest
+    read_entries: ReadEntriesRequest
     cancel: bool
-    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadRequest, _Mapping]] = ..., stride_poll: _Optional[_Union[StridePollRequest, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadRequest, _Mapping]] = ..., stride_poll: _Optional[_Union[StridePollRequest, _Mapping]] = ..., read_entries: _Optional[_Union[ReadEntriesRequest, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
 
 class ReadStreamResponse(_message.Message):
-    __slots__ = ("request_id", "read", "stride_poll")
+    __slots__ = ("request_id", "read", "stride_poll", "read_entries")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
     STRIDE_POLL_FIELD_NUMBER: _ClassVar[int]
+    READ_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     read: ReadResponse
     stride_poll: StridePollResponse
-    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadResponse, _Mapping]] = ..., stride_poll: _Optional[_Union[StridePollResponse, _Mapping]] = ...) -> None: ...
+    read_entries: ReadEntriesResponse
+    def __init__(self, request_id: _Optional[int] = ..., read: _Optional[_Union[ReadResponse, _Mapping]] = ..., stride_poll: _Optional[_Union[StridePollResponse, _Mapping]] = ..., read_entries: _Optional[_Union[ReadEntriesResponse, _Mapping]] = ...) -> None: ...
 
 class StridePollRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry_id", "stride", "max_count", "max_bytes", "timeout_ms", "standing")

@@ -1,4 +1,4 @@
-"""ReadStream: ReadEntry and StridePoll requests multiplexed over one stream, answered as they
+"""ReadStream: ReadEntry, StridePoll and ReadEntries requests multiplexed over one stream, answered as they
 complete.
 
 Tailing readers keep long polls parked on every bookie. As unary calls, each one pays call set-up
@@ -21,6 +21,12 @@ pushes back on the client, so a client that stops reading answers also stops the
 its requests, and its standing polls.
 Parked polls are also bounded bookie-wide by the long-poll waiters. A ``cancel`` message, or the
 end of the stream, cancels the requests still running; no answer follows a cancelled request.
+
+A ReadEntries request (a catch-up reader's chunk, up to ``max_read_batch_bytes`` of bodies) first
+reserves its answer's byte bound from one budget of all read streams, with a share per IP address,
+and gives it back once its answer is written or dropped: a thousand slots of megabyte answers
+would otherwise let one stream that reads no answers make the bookie hold gigabytes. Past the
+budget the request waits, holding its slot.
 """
 
 from __future__ import annotations
@@ -29,46 +35,59 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc.aio
 
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import EncodedMessage, encode_stream_read_entries
+from bookie.errors import BookieError
 from bookie.handlers.common import status_code
+from bookie.handlers.read_entries import ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
 from bookie.handlers.stride_poll import StridePollHandler
+from bookie.limits import PeerByteBudget, peer_host
 
 log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
+# An answer: a message, or a ReadEntries answer already in wire bytes (a thousand bodies, copied once)
+StreamAnswer = bookie_pb2.ReadStreamResponse | EncodedMessage
+
+
+class _Queued(NamedTuple):
+    """An answer waiting to be written."""
+
+    answer: StreamAnswer
+    written: asyncio.Future[None] | None  # what a standing poll waits on until it is written
+    reserved: int  # answer bytes reserved from the budget (a ReadEntries answer's), given back once written
 
 
 class _Stream:
     """One stream's requests in progress and answers waiting to be written."""
 
     def __init__(self, max_in_flight: int) -> None:
-        # each answer with the future a standing poll waits on until it is written (else None)
-        self.answers: asyncio.Queue[tuple[bookie_pb2.ReadStreamResponse, asyncio.Future[None] | None] | None]
-        self.answers = asyncio.Queue()
+        self.answers: asyncio.Queue[_Queued | None] = asyncio.Queue()
         self.running: dict[int, asyncio.Task[None]] = {}
         self.slots = asyncio.Semaphore(max_in_flight)
         self.holding: set[int] = set()  # requests holding a slot (a standing poll: until its last answer)
         self.requests_ended = False
 
-    def post(self, request_id: int, answer: bookie_pb2.ReadStreamResponse) -> None:
-        """Queue the last answer of ``request_id``; its slot goes with it."""
+    def post(self, request_id: int, answer: StreamAnswer, reserved: int = 0) -> None:
+        """Queue the last answer of ``request_id``; its slot (and its ``reserved`` answer bytes)
+        go with it."""
         self.holding.discard(request_id)
-        self.answers.put_nowait((answer, None))
+        self.answers.put_nowait(_Queued(answer, None, reserved))
 
     def refuse(self, answer: bookie_pb2.ReadStreamResponse) -> None:
         """Queue the refusal of a request that was not started; the slot it took goes with it."""
-        self.answers.put_nowait((answer, None))
+        self.answers.put_nowait(_Queued(answer, None, 0))
 
     def post_more(self, answer: bookie_pb2.ReadStreamResponse) -> asyncio.Future[None]:
         """Queue an answer of a standing poll that goes on; it keeps its slot. The future is
         done once the answer is written: one answer of a poll waits at a time."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.answers.put_nowait((answer, written))
+        self.answers.put_nowait(_Queued(answer, written, 0))
         return written
 
     def finished(self, request_id: int, task: asyncio.Task[None]) -> None:
@@ -92,25 +111,39 @@ class _Stream:
 
 class ReadStreamHandler:
     def __init__(
-        self, read_entry: ReadEntryHandler, stride_poll: StridePollHandler, max_in_flight: int
+        self,
+        read_entry: ReadEntryHandler,
+        stride_poll: StridePollHandler,
+        read_entries: ReadEntriesHandler,
+        max_in_flight: int,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"read stream in-flight limit must be >= 1, got {max_in_flight}")
         self._read_entry = read_entry
         self._stride_poll = stride_poll
+        self._read_entries = read_entries
         self._max_in_flight = max_in_flight
+        limits = read_entries.limits
+        self.answer_bytes = PeerByteBudget(
+            limits.read_answers_max_bytes, limits.read_answers_max_bytes_per_peer
+        )
 
     async def __call__(
         self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Context
-    ) -> AsyncIterator[bookie_pb2.ReadStreamResponse]:
+    ) -> AsyncIterator[StreamAnswer]:
         stream = _Stream(self._max_in_flight)
+        peer = _peer_of(context)
         reader = asyncio.create_task(self._read(request_iterator, stream, context))
         try:
             while True:
                 queued = await stream.answers.get()
                 if queued is not None:
-                    answer, written = queued
-                    yield answer
+                    answer, written, reserved = queued
+                    try:
+                        yield answer
+                    finally:
+                        if reserved:
+                            self.answer_bytes.release(peer, reserved)
                     if written is None:
                         stream.slots.release()  # the slot its request took
                     elif not written.done():  # (a poll cancelled meanwhile no longer waits)
@@ -121,6 +154,10 @@ class ReadStreamHandler:
             reader.cancel()
             for task in stream.running.values():
                 task.cancel()
+            while not stream.answers.empty():  # answers never written give their bytes back
+                left = stream.answers.get_nowait()
+                if left is not None and left.reserved:
+                    self.answer_bytes.release(peer, left.reserved)
 
     async def _read(
         self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], stream: _Stream, context: Context
@@ -138,7 +175,7 @@ class ReadStreamHandler:
                     stream.refuse(refusal(message, "is already in flight on this stream"))
                     continue
                 if message.WhichOneof("kind") is None:
-                    stream.refuse(refusal(message, "asks for nothing (neither read nor stride_poll)"))
+                    stream.refuse(refusal(message, "asks for nothing (no read, stride_poll or read_entries)"))
                     continue
                 task = asyncio.create_task(self._serve(message, stream, context))
                 stream.holding.add(request_id)
@@ -158,11 +195,38 @@ class ReadStreamHandler:
                 await self._stand(request_id, message.stride_poll, stream, context)
                 return
             polled = await self._stride_poll(message.stride_poll, context)
-            answer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
+            answer: StreamAnswer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
+        elif message.HasField("read_entries"):
+            await self._read_batch(request_id, message.read_entries, stream, context)
+            return
         else:
             read = await self._read_entry(message.read, context)
             answer = bookie_pb2.ReadStreamResponse(request_id=request_id, read=read)
         stream.post(request_id, answer)
+
+    async def _read_batch(
+        self, request_id: int, request: bookie_pb2.ReadEntriesRequest, stream: _Stream, context: Context
+    ) -> None:
+        """A ReadEntries request: its answer's bytes reserved first, and given back by the answer
+        loop once written (or here if no answer is posted)."""
+        peer = _peer_of(context)
+        reserved = self._answer_bound(request)
+        await self.answer_bytes.acquire(peer, reserved)
+        try:
+            batch = await self._read_entries(request, context)
+            wire = encode_stream_read_entries(request_id, batch.SerializeToString())
+        except BaseException:
+            self.answer_bytes.release(peer, reserved)
+            raise
+        stream.post(request_id, EncodedMessage(wire, batch.status), reserved)
+
+    def _answer_bound(self, request: bookie_pb2.ReadEntriesRequest) -> int:
+        """The bodies' bytes the answer to ``request`` may hold (its first body may be larger, up
+        to an entry's limit); a request the handler refuses holds next to nothing."""
+        try:
+            return self._read_entries.limits.read_batch(request.max_count, request.max_bytes)[1]
+        except BookieError:
+            return 0
 
     async def _stand(
         self, request_id: int, request: bookie_pb2.StridePollRequest, stream: _Stream, context: Context
@@ -187,6 +251,11 @@ class ReadStreamHandler:
             poll.max_count = remaining
 
 
+def _peer_of(context: Context | None) -> str:
+    """The IP address the answer budget charges (a test's stream may have no context)."""
+    return peer_host(context.peer()) if context is not None else ""
+
+
 def refusal(
     message: bookie_pb2.ReadStreamRequest, why: str, status: int = bookie_pb2.EBADREQ
 ) -> bookie_pb2.ReadStreamResponse:
@@ -202,6 +271,15 @@ def refusal(
             message=text,
         )
         return bookie_pb2.ReadStreamResponse(request_id=message.request_id, stride_poll=refused)
+    if message.HasField("read_entries"):
+        batch = message.read_entries
+        refused_batch = bookie_pb2.ReadEntriesResponse(
+            status=status_code(status),
+            ledger_id=batch.ledger_id,
+            first_entry_id=batch.first_entry_id,
+            message=text,
+        )
+        return bookie_pb2.ReadStreamResponse(request_id=message.request_id, read_entries=refused_batch)
     read = bookie_pb2.ReadResponse(
         status=status_code(status),
         ledger_id=message.read.ledger_id,

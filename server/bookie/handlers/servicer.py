@@ -19,7 +19,7 @@ from bookie.handlers.get_list_of_entries import GetListOfEntriesHandler
 from bookie.handlers.read_entries import ReadEntriesAnswer, ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
 from bookie.handlers.read_lac import ReadLacHandler
-from bookie.handlers.read_stream import ReadStreamHandler
+from bookie.handlers.read_stream import ReadStreamHandler, StreamAnswer
 from bookie.handlers.stride_poll import StridePollHandler
 from bookie.handlers.write_lac import WriteLacHandler
 from bookie.limits import PeerLongPolls
@@ -37,10 +37,10 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         long_polls = PeerLongPolls(limits.max_long_polls_per_peer, stats.limits)
         self.read_entry = ReadEntryHandler(core, stats, limits, long_polls)
         self.stride_poll = StridePollHandler(core, stats, limits, long_polls)
-        self.read_stream = ReadStreamHandler(
-            self.read_entry, self.stride_poll, limits.read_stream_max_in_flight
-        )
         self.read_entries = ReadEntriesHandler(core, stats, limits)
+        self.read_stream = ReadStreamHandler(
+            self.read_entry, self.stride_poll, self.read_entries, limits.read_stream_max_in_flight
+        )
         self.read_lac = ReadLacHandler(core, stats, limits)
         self.write_lac = WriteLacHandler(core, stats, limits)
         self.force_ledger = ForceLedgerHandler(core, stats, limits)
@@ -66,7 +66,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
 
     async def ReadStream(
         self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Context
-    ) -> AsyncIterator[bookie_pb2.ReadStreamResponse]:
+    ) -> AsyncIterator[StreamAnswer]:
         async for response in self.read_stream(request_iterator, context):
             yield response
 

@@ -12,11 +12,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, generate_latest
 from tests.support.add_requests import MASTER_KEY, add_request, fake_entry
-from tests.support.fake_bookie_core import FakeBookieCore
+from tests.support.fake_bookie_core import FakeBookieCore, FakeLedger
 
 from bkproto.entry_format import HEADER, LAC_HEADER
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 from bookie.handlers import HandlerLimits
+from bookie.handlers.read_entries import ReadEntriesHandler
+from bookie.handlers.read_entry import ReadEntryHandler
+from bookie.handlers.read_stream import ReadStreamHandler
+from bookie.handlers.stride_poll import StridePollHandler
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
@@ -357,10 +361,6 @@ async def test_add_bytes_in_progress_are_bounded_across_streams() -> None:
 async def test_read_stream_answers_not_yet_written_hold_their_slots() -> None:
     # A client that stops reading answers must stop the bookie reading its requests (then HTTP/2
     # flow control pushes back), not grow a queue of answers.
-    from bookie.handlers.read_entry import ReadEntryHandler
-    from bookie.handlers.read_stream import ReadStreamHandler
-    from bookie.handlers.stride_poll import StridePollHandler
-
     pulled: list[int] = []
 
     async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
@@ -370,7 +370,10 @@ async def test_read_stream_answers_not_yet_written_hold_their_slots() -> None:
 
     core, stats, limits = FakeBookieCore(), RequestStats(CollectorRegistry()), HandlerLimits()
     handler = ReadStreamHandler(
-        ReadEntryHandler(core, stats, limits), StridePollHandler(core, stats, limits), max_in_flight=2
+        ReadEntryHandler(core, stats, limits),
+        StridePollHandler(core, stats, limits),
+        ReadEntriesHandler(core, stats, limits),
+        max_in_flight=2,
     )
     answers = handler(requests(), None)  # type: ignore[arg-type]
     first = await answers.__anext__()
@@ -379,3 +382,71 @@ async def test_read_stream_answers_not_yet_written_hold_their_slots() -> None:
     rest = [answer async for answer in answers]
     assert sorted(a.request_id for a in [first, *rest]) == list(range(10))
     assert {a.read.status for a in [first, *rest]} == {S.EBADREQ}
+
+
+def _read_stream_handler(core: FakeBookieCore, limits: HandlerLimits) -> ReadStreamHandler:
+    stats = RequestStats(CollectorRegistry())
+    return ReadStreamHandler(
+        ReadEntryHandler(core, stats, limits),
+        StridePollHandler(core, stats, limits),
+        ReadEntriesHandler(core, stats, limits),
+        max_in_flight=limits.read_stream_max_in_flight,
+    )
+
+
+async def test_read_stream_batched_reads_wait_for_their_share_of_the_answer_budget() -> None:
+    # A read stream serves up to read_stream_max_in_flight requests at once; megabyte ReadEntries
+    # answers that the client leaves unread must not pile up to that many: each reserves its byte
+    # bound first, and the IP's share caps what is held.
+    core = FakeBookieCore()
+    core.ledgers[4] = FakeLedger(MASTER_KEY, entries={e: fake_entry(4, e) for e in range(20)})
+    limits = HandlerLimits(
+        read_stream_max_in_flight=16, read_answers_max_bytes=4096, read_answers_max_bytes_per_peer=2048
+    )
+    handler = _read_stream_handler(core, limits)
+
+    async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
+        for i in range(10):
+            batch = S.ReadEntriesRequest(ledger_id=4, first_entry_id=2 * i, max_count=2, max_bytes=1024)
+            yield S.ReadStreamRequest(request_id=i, read_entries=batch)
+
+    answers = handler(requests(), None)  # type: ignore[arg-type]
+    first = await answers.__anext__()
+    await asyncio.sleep(0.05)
+    # 1024 bytes each, 2048 for the IP: the first answer (being written) and one more
+    assert handler.answer_bytes.used == 2048
+    rest = [answer async for answer in answers]
+    parsed = [S.ReadStreamResponse.FromString(a.SerializeToString()) for a in [first, *rest]]
+    by_id = {a.request_id: a.read_entries for a in parsed}
+    assert sorted(by_id) == list(range(10))
+    assert all(list(r.bodies) == [fake_entry(4, 2 * i), fake_entry(4, 2 * i + 1)] for i, r in by_id.items())
+    assert handler.answer_bytes.used == 0
+
+
+async def test_read_stream_answers_dropped_unwritten_give_their_bytes_back() -> None:
+    core = FakeBookieCore()
+    core.ledgers[4] = FakeLedger(MASTER_KEY, entries={e: fake_entry(4, e) for e in range(4)})
+    handler = _read_stream_handler(core, HandlerLimits(read_stream_max_in_flight=8))
+    release = asyncio.Event()
+
+    async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
+        for i in range(4):
+            batch = S.ReadEntriesRequest(ledger_id=4, first_entry_id=i, max_count=1, max_bytes=1000)
+            yield S.ReadStreamRequest(request_id=i, read_entries=batch)
+        await release.wait()
+
+    answers = handler(requests(), None)  # type: ignore[arg-type]
+    await answers.__anext__()
+    await asyncio.sleep(0.05)
+    assert handler.answer_bytes.used == 4000  # the one being written and three queued
+    await answers.aclose()  # the client went away
+    assert handler.answer_bytes.used == 0
+    # a request the handler refuses is answered, and holds nothing
+    refused = _read_stream_handler(core, HandlerLimits())
+
+    async def bad() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
+        yield S.ReadStreamRequest(request_id=1, read_entries=S.ReadEntriesRequest(ledger_id=4, max_count=0))
+
+    (answer,) = [S.ReadStreamResponse.FromString(a.SerializeToString()) async for a in refused(bad(), None)]  # type: ignore[arg-type]
+    assert (answer.read_entries.status, "max_count 0" in answer.read_entries.message) == (S.EBADREQ, True)
+    assert refused.answer_bytes.used == 0

@@ -16,6 +16,7 @@ from tests.support.fake_bookie_core import FakeBookieCore, FakeLedger
 
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 from bookie.handlers import HandlerLimits
+from bookie.handlers.read_entries import ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
 from bookie.handlers.read_stream import ReadStreamHandler
 from bookie.handlers.stride_poll import StridePollHandler
@@ -161,7 +162,10 @@ async def test_standing_polls_keep_a_streams_requests_within_its_slots() -> None
             yield S.ReadStreamRequest(request_id=i, stride_poll=poll)
 
     handler = ReadStreamHandler(
-        ReadEntryHandler(core, stats, limits), StridePollHandler(core, stats, limits), max_in_flight=2
+        ReadEntryHandler(core, stats, limits),
+        StridePollHandler(core, stats, limits),
+        ReadEntriesHandler(core, stats, limits),
+        max_in_flight=2,
     )
     answers = handler(requests(), None)  # type: ignore[arg-type]
     seen: dict[int, int] = {}
