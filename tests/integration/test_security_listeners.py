@@ -146,14 +146,18 @@ async def test_the_read_stream_over_the_add_port_serves_only_a_caller_with_the_r
         answer = await asyncio.wait_for(poll.next(), 10)
         assert answer.bodies == [entry_body(8, 0, -1), entry_body(8, 1, 0)]
         assert not answer.more
+        # a catch-up read's chunk goes the same way
+        assert await reader.read_entries(8, 0, 10, 1 << 20) == [entry_body(8, e, e - 1) for e in range(3)]
         for outsider in (nobody, stranger):  # no token, and a token the bookie does not know
             refused_poll = outsider.standing_stride_poll(8, 0, 1, 2, 1 << 20, 10_000)
             with pytest.raises(UnauthorizedAccessError, match="EUA: authentication required"):
                 await asyncio.wait_for(refused_poll.next(), 10)
+            with pytest.raises(UnauthorizedAccessError, match="EUA: authentication required"):
+                await outsider.read_entries(8, 0, 10, 1 << 20)
     finally:
         for c in (writer, reader, nobody, stranger):
             await c.close()
-    # counted under the add port's read streams: they went nowhere near gRPC
+    # counted under the add port's read streams (once per connection): they went nowhere near gRPC
     assert await asyncio.to_thread(refused, bookie, material, "read", "unauthenticated") == before + 2
 
 

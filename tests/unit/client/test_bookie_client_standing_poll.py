@@ -15,7 +15,7 @@ from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkclient.bookie_client import BookieClient, BookieClientOptions
 from bkclient.transport import StrideResult
-from bkproto.errors import BookieUnavailableError
+from bkproto.errors import BookieUnavailableError, NoSuchLedgerError
 from bookie.handlers import HandlerLimits
 from bookie.service import BookieService
 from bookie.stats import RequestStats
@@ -101,3 +101,15 @@ async def test_a_broken_stream_fails_a_waiting_standing_poll(bookie: Bookie) -> 
     await bookie.service.stop(0)
     with pytest.raises(BookieUnavailableError):
         await asyncio.wait_for(waiting, 5)
+
+
+async def test_a_batched_read_goes_with_the_read_stream_and_names_the_bookie(bookie: Bookie) -> None:
+    await bookie.add((0, -1), (1, 0), (2, 1), (3, 2))
+    bodies = await bookie.client.read_entries(LEDGER, 0, 10, 1 << 20)
+    strided = await bookie.client.read_entries(LEDGER, 1, 10, 1 << 20, stride=2)
+    assert bodies == [fake_entry(LEDGER, e, e - 1) for e in range(4)]
+    assert strided == [fake_entry(LEDGER, 1, 0), fake_entry(LEDGER, 3, 2)]
+    with pytest.raises(NoSuchLedgerError, match=r"127\.0\.0\.1"):
+        await bookie.client.read_entries(LEDGER + 1, 0, 10, 1 << 20)
+    # over the add port the read stream carried them (adds and reads: one connection each)
+    assert bookie.port_connections() == (2 if bookie.client.add_port_reads else 0)
