@@ -87,6 +87,7 @@ class BookieClient:
         self.address = address
         self.add_address = add_address
         self.add_port_reads = add_port_reads
+        self._stream_batches = True  # until the bookie shows it does not serve read_entries there
         self.options = options or BookieClientOptions()
         security = self.options.security
         self._channel = _channel(
@@ -329,16 +330,20 @@ class BookieClient:
         request = bookie_pb2.ReadEntriesRequest(
             ledger_id=ledger_id, first_entry_id=first, max_count=max_count, max_bytes=max_bytes, stride=stride
         )
-        if not self._port_serves_reads:
-            response = await self._unary(self._stub.ReadEntries, request, timeout)
-            return list(response.bodies)
-        # Over the read stream on the add port: a gRPC call's send and receive of a 1 MiB answer
-        # cost each side more than the answer's entries do.
-        timeout_s = timeout or self.options.default_timeout_s
-        answer = (await self._reads().request(timeout_s, read_entries=request)).read_entries
-        if answer.status != EOK:
-            raise error_for_status(answer.status, f"bookie {self.bookie_id}: {answer.message}")
-        return list(answer.bodies)
+        if self._port_serves_reads and self._stream_batches:
+            # Over the read stream on the add port: a gRPC call's send and receive of a 1 MiB
+            # answer cost each side more than the answer's entries do.
+            timeout_s = timeout or self.options.default_timeout_s
+            answer = await self._reads().request(timeout_s, read_entries=request)
+            if answer.HasField("read_entries"):
+                batch = answer.read_entries
+                if batch.status != EOK:
+                    raise error_for_status(batch.status, f"bookie {self.bookie_id}: {batch.message}")
+                return list(batch.bodies)
+            # A bookie from before read_entries on the stream refused it as asking for nothing.
+            self._stream_batches = False
+        response = await self._unary(self._stub.ReadEntries, request, timeout)
+        return list(response.bodies)
 
     async def read_lac(
         self, ledger_id: int, *, timeout: float | None = None  # noqa: ASYNC109 - the gRPC deadline

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -16,6 +17,7 @@ from tests.support.fake_bookie_core import FakeBookieCore
 from bkclient.bookie_client import BookieClient, BookieClientOptions
 from bkclient.transport import StrideResult
 from bkproto.errors import BookieUnavailableError, NoSuchLedgerError
+from bkproto.v1 import bookie_pb2
 from bookie.handlers import HandlerLimits
 from bookie.service import BookieService
 from bookie.stats import RequestStats
@@ -113,3 +115,30 @@ async def test_a_batched_read_goes_with_the_read_stream_and_names_the_bookie(boo
         await bookie.client.read_entries(LEDGER + 1, 0, 10, 1 << 20)
     # over the add port the read stream carried them (adds and reads: one connection each)
     assert bookie.port_connections() == (2 if bookie.client.add_port_reads else 0)
+
+
+async def test_a_bookie_that_refuses_batched_reads_on_its_stream_gets_them_as_unary_calls() -> None:
+    # A bookie from before read_entries on the ReadStream refuses it as a request asking for
+    # nothing, in a ReadEntry's shape: the client goes back to the unary call, and stays there.
+    stats = RequestStats(CollectorRegistry())
+    service = BookieService(FakeBookieCore(), stats, "127.0.0.1", 0, HandlerLimits(), add_port=0)
+    await service.start()
+    address = f"127.0.0.1:{service.port}"
+    options = BookieClientOptions(use_add_port=True, default_timeout_s=5.0)
+    client = BookieClient(address, address, options, f"127.0.0.1:{service.add_port}", add_port_reads=True)
+    refused: list[int] = []
+
+    async def older_bookie(request_id: int, request: object, stream: Any, context: object) -> None:
+        refused.append(request_id)
+        old = bookie_pb2.ReadResponse(status=bookie_pb2.EBADREQ, message="asks for nothing")
+        stream.post(request_id, bookie_pb2.ReadStreamResponse(request_id=request_id, read=old))
+
+    service.servicer.read_stream._read_batch = older_bookie  # type: ignore[method-assign]
+    try:
+        await client.add(LEDGER, 0, MASTER_KEY, fake_entry(LEDGER, 0))
+        assert await client.read_entries(LEDGER, 0, 10, 1 << 20) == [fake_entry(LEDGER, 0)]
+        assert await client.read_entries(LEDGER, 0, 10, 1 << 20) == [fake_entry(LEDGER, 0)]
+        assert len(refused) == 1  # asked once over the stream, then by unary calls
+    finally:
+        await client.close()
+        await service.stop(0)
