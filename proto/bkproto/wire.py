@@ -68,16 +68,21 @@ _BODY_PREFIXES = _BytesFieldPrefixes(0x22)  # ReadEntriesResponse.bodies: field 
 class EncodedMessage:
     """A response already in wire bytes, handed to gRPC as is (the bookie's serializer calls
     ``SerializeToString``, as it does on a protobuf message). ``status`` is what the handler's
-    latency stat and the simulation read of it."""
+    latency stat and the simulation read of it.
 
-    __slots__ = ("data", "status")
+    ``head``: bytes that go before ``data`` (a wrapping message's fields), kept apart so that a
+    carrier that writes the two one after the other (the add port) does not copy a megabyte
+    answer to prepend a few bytes."""
 
-    def __init__(self, data: bytes, status: int = EOK) -> None:
+    __slots__ = ("data", "head", "status")
+
+    def __init__(self, data: bytes, status: int = EOK, head: bytes = b"") -> None:
         self.data = data
         self.status = status
+        self.head = head
 
     def SerializeToString(self) -> bytes:  # protobuf's name: gRPC serializes either
-        return self.data
+        return self.head + self.data if self.head else self.data
 
 
 def encode_read_entries_ok(
@@ -105,8 +110,10 @@ _STREAM_REQUEST_ID = b"\x08"
 _STREAM_READ_ENTRIES = b"\x22"
 
 
-def encode_stream_read_entries(request_id: int, read_entries: bytes) -> bytes:
-    """``ReadStreamResponse(request_id, read_entries=...)`` serialized, around the serialized
-    ``ReadEntriesResponse`` ``read_entries`` (a message field is its bytes, length first)."""
+def stream_read_entries(request_id: int, read_entries: EncodedMessage) -> EncodedMessage:
+    """``ReadStreamResponse(request_id, read_entries=...)`` around the serialized
+    ``ReadEntriesResponse`` ``read_entries``: a message field is its bytes, length first, so the
+    answer is a few bytes of head and the same data."""
+    data = read_entries.data if not read_entries.head else read_entries.SerializeToString()
     head = _STREAM_REQUEST_ID + varint(request_id) if request_id else b""
-    return b"".join((head, _STREAM_READ_ENTRIES, varint(len(read_entries)), read_entries))
+    return EncodedMessage(data, read_entries.status, head + _STREAM_READ_ENTRIES + varint(len(data)))

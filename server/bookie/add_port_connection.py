@@ -48,6 +48,9 @@ LISTENER = "add_port"  # the ``listener`` label of the limit metrics
 # received straight into a buffer of its own size (no copy of the whole message on the way).
 _GATHERED_BYTES = 64 * 1024
 _BUFFER_BYTES = 16 * 1024  # the buffer an idle connection keeps (a lone add's frame fits)
+# An answer with a head (a batched read's) whose data is this large goes out in two writes rather
+# than one copy of it all; a smaller one is copied (a write is a system call).
+_WRITE_APART_BYTES = 64 * 1024
 _MIN_READ_BYTES = 4096  # the least room offered to a read
 _HEADER = FRAME_HEADER.size
 _PREFACE_BYTES = len(PREFACE)
@@ -215,7 +218,14 @@ class AddPortConnection(asyncio.BufferedProtocol):
 
     def write_answer(self, response: Message | EncodedMessage) -> bool:
         assert self._transport is not None
-        self._transport.write(frame(response.SerializeToString()))
+        if isinstance(response, EncodedMessage) and len(response.data) >= _WRITE_APART_BYTES:
+            # A batched read's answer, a megabyte or so: its frame header and head go first, then
+            # its data as it is, rather than a copy of it all with the header in front.
+            head = response.head
+            self._transport.write(FRAME_HEADER.pack(len(head) + len(response.data)) + head)
+            self._transport.write(response.data)
+        else:
+            self._transport.write(frame(response.SerializeToString()))
         return not self._write_paused  # write() calls pause_writing past the high-water mark
 
     def room(self) -> None:

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import grpc.aio
 
 from bkproto.v1 import bookie_pb2
-from bkproto.wire import EncodedMessage, encode_stream_read_entries
+from bkproto.wire import EncodedMessage, stream_read_entries
 from bookie.errors import BookieError
 from bookie.handlers.common import status_code
 from bookie.handlers.read_entries import ReadEntriesHandler
@@ -214,11 +214,12 @@ class ReadStreamHandler:
         await self.answer_bytes.acquire(peer, reserved)
         try:
             batch = await self._read_entries(request, context)
-            wire = encode_stream_read_entries(request_id, batch.SerializeToString())
+            if not isinstance(batch, EncodedMessage):  # an error answer
+                batch = EncodedMessage(batch.SerializeToString(), batch.status)
         except BaseException:
             self.answer_bytes.release(peer, reserved)
             raise
-        stream.post(request_id, EncodedMessage(wire, batch.status), reserved)
+        stream.post(request_id, stream_read_entries(request_id, batch), reserved)
 
     def _answer_bound(self, request: bookie_pb2.ReadEntriesRequest) -> int:
         """The bodies' bytes the answer to ``request`` may hold (its first body may be larger, up

@@ -203,3 +203,25 @@ async def test_long_polls_over_the_port_count_against_the_peer_and_under_the_por
         assert bookie.rejections("long_polls_per_ip") == 1
     finally:
         await service.stop(0)
+
+
+async def test_a_batched_read_is_answered_over_the_add_port_small_or_large(bookie: Bookie) -> None:
+    big = b"x" * 8192  # 20 of them: an answer the connection writes in two parts (head, then data)
+    await bookie.add(*((e, e - 1) for e in range(20)), payload=big)
+    reads = await connect(bookie.service, READ_PREFACE)
+    batch = S.ReadEntriesRequest(ledger_id=LEDGER, first_entry_id=0, max_count=100, max_bytes=1 << 20)
+    small = S.ReadEntriesRequest(ledger_id=LEDGER, first_entry_id=3, max_count=2, stride=5)
+    await reads.send_read(
+        S.ReadStreamRequest(request_id=1, read_entries=batch),
+        S.ReadStreamRequest(request_id=2, read_entries=small),
+    )
+    answers = {a.request_id: a.read_entries for a in [await answer_of(reads), await answer_of(reads)]}
+    assert list(answers[1].bodies) == [fake_entry(LEDGER, e, e - 1, big) for e in range(20)]
+    assert (answers[1].status, answers[1].max_lac) == (S.EOK, 18)
+    assert list(answers[2].bodies) == [fake_entry(LEDGER, 3, 2, big), fake_entry(LEDGER, 8, 7, big)]
+    budget = bookie.service.servicer.read_stream.answer_bytes
+    for _ in range(100):  # given back once the answer loop goes on past the written answer
+        if budget.used == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert budget.used == 0
