@@ -8,6 +8,10 @@
 bookies whose command line names ``D`` (a ``pybk localcluster`` data directory), from
 ``/proc/PID/stat``: on a shared box CPU per entry moves much less than throughput.
 
+It applies the malloc settings every ``pybk`` command makes (``pybk.allocator``): without them each
+answer's socket reads were fresh mappings, and the client's CPU per entry was not what a ``pybk``
+process pays (docs/performance.md, "Catch-up reads over the read stream").
+
 ``tail`` writes ``R`` entries/s for ``S`` seconds and tails the ledger in the same process, and
 splits each entry's ack -> receipt latency at the append of the first entry after the ack, the
 first that can carry a LAC covering it: "ack -> next send" is the wait for that append,
@@ -25,6 +29,7 @@ import subprocess
 import time
 
 from bkclient import BookKeeper, DigestType
+from pybk.allocator import keep_large_buffers
 
 
 def _bookies_cpu_s(data_dir: str) -> float:
@@ -120,6 +125,7 @@ def main() -> None:
     tailing.add_argument("--rate", type=float, default=1000.0)
     tailing.add_argument("--time", type=float, default=5.0)
     args = parser.parse_args()
+    keep_large_buffers()
     if args.kind == "range":
         asyncio.run(read_range(args.zk, args.ledger, args.data_dir, args.times))
     else:
