@@ -19,15 +19,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import grpc.aio
 
 from bkproto import security as wire
-from bkproto.add_port import FRAME_HEADER, PREFACE, READ_PREFACE, frame, keep_alive, read_frame
+from bkproto.add_port import FRAME_HEADER, PREFACE, READ_PREFACE, frame, keep_alive
 from bkproto.errors import BookieUnavailableError
 from bkproto.v1 import bookie_pb2
 
+from .frame_reader import Frame, FrameReader, open_frame_connection
 from .tls import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,20 @@ class PortStream(NamedTuple):
     name: str
     preface: bytes
     auth_preface: bytes  # followed by the token's frame
-    parse: Callable[[bytes], Any]  # a bookie's frame into its answer
+    parse: Callable[[Frame], Any]  # a bookie's frame into its answer
 
 
-ADD_STREAM = PortStream("add", PREFACE, wire.AUTH_PREFACE, bookie_pb2.AddEntriesResponse.FromString)
-READ_STREAM = PortStream(
-    "read", READ_PREFACE, wire.READ_AUTH_PREFACE, bookie_pb2.ReadStreamResponse.FromString
-)
+def _add_answer(frame: Frame) -> bookie_pb2.AddEntriesResponse:
+    # protobuf parses any buffer (a large frame is a bytearray); its stubs say bytes
+    return bookie_pb2.AddEntriesResponse.FromString(cast(bytes, frame))
+
+
+def _read_answer(frame: Frame) -> bookie_pb2.ReadStreamResponse:
+    return bookie_pb2.ReadStreamResponse.FromString(cast(bytes, frame))
+
+
+ADD_STREAM = PortStream("add", PREFACE, wire.AUTH_PREFACE, _add_answer)
+READ_STREAM = PortStream("read", READ_PREFACE, wire.READ_AUTH_PREFACE, _read_answer)
 
 
 class AddPortOutage:
@@ -81,7 +89,7 @@ class AddPortCall:
         self._target = target
         self._grpc_call = grpc_call
         self._outage = outage or AddPortOutage()
-        self._reader: asyncio.StreamReader | None = None
+        self._reader: FrameReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.fallback: Any = None  # the gRPC call, once the add port proved unreachable
         self._ready = asyncio.ensure_future(self._connect())
@@ -92,8 +100,7 @@ class AddPortCall:
             security = self._security
             ssl = security.ssl_context if security is not None and security.tls else None
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port), ssl=ssl),
-                CONNECT_TIMEOUT_S,
+                open_frame_connection(host.strip("[]"), int(port), ssl), CONNECT_TIMEOUT_S
             )
         except (OSError, TimeoutError) as exc:
             if self._grpc_call is None:
@@ -166,7 +173,7 @@ class AddPortCall:
             return await self.fallback.read()
         assert self._reader is not None
         try:
-            message = await read_frame(self._reader)
+            message = await self._reader.read_frame()
         except OSError:
             await self._take_close_error()
             raise

@@ -163,9 +163,10 @@ async def test_a_lone_add_leaves_in_the_callers_step_and_acks_stay_in_order(
 
 
 async def test_a_reset_connection_leaves_no_error_for_asyncio_to_report() -> None:
-    """A bookie that resets the add port's connection fails the read with that error; the copy
-    asyncio's stream keeps on its close future is taken too, so the garbage collector has
-    nothing to log as "Future exception was never retrieved" (seen in a fault run's client log)."""
+    """A bookie that resets the add port's connection fails the read with that error, and the
+    connection's close future is left with no error of its own for the garbage collector to log as
+    "Future exception was never retrieved" (seen in a fault run's client log when asyncio's stream
+    protocol kept a copy there)."""
 
     async def reset_after_the_preface(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1)
@@ -182,8 +183,7 @@ async def test_a_reset_connection_leaves_no_error_for_asyncio_to_report() -> Non
         protocol = call._writer._protocol  # type: ignore[union-attr]  # asyncio's, no public handle
         closed = protocol._closed
         assert closed.done()
-        assert not closed._log_traceback  # taken: nothing left for the collector to report
-        assert isinstance(closed.exception(), ConnectionResetError)
+        assert not closed._log_traceback  # nothing left for the collector to report
     finally:
         call.cancel()
         server.close()
