@@ -42,7 +42,7 @@ ADDS_METRIC = re.compile(r'^bookkeeper_server_ADD_ENTRY_REQUEST_count\{success="
 # frame is specific.
 CLIENT_STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("encode", ("DigestManager.", "_crc32", "AddRequestEncoder.", "varint (")),
-    ("decode", ("AddPortCall.read", "read_frame", "FromString", "_read_ready", "data_received",
+    ("decode", ("AddPortCall.read", "FrameReader.", "FromString", "_read_ready", "data_received",
                 "StreamReader.")),
     ("transport", ("AddStream._send_loop", "AddStream._take_batch", "AddPortCall.write", "frame (",
                    "StreamWriter.", "_SelectorSocketTransport.write", "AddPortCall._connected")),

@@ -27,7 +27,6 @@ read preface to a bookie that predates it.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 
@@ -39,9 +38,6 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024
 # A read request is a few dozen bytes: a larger frame on a read connection is a broken peer. Kept
 # small because a parked poll keeps its whole request (unknown fields too) until it is answered.
 MAX_READ_REQUEST_BYTES = 1024
-# A message up to this size is read whole (asyncio's default StreamReader buffer limit); a larger one
-# is gathered piece by piece (read_body).
-_READ_WHOLE_BYTES = 64 * 1024
 ENDPOINT_ID = "add"  # the add port's endpoint in a bookie's registration (BookieServiceInfo)
 ENDPOINT_PROTOCOL = "pybk-add-v1"
 READ_ENDPOINT_ID = "read"  # the same port, advertised as serving the ReadStream too
@@ -55,57 +51,6 @@ class FrameError(Exception):
 def frame(message: bytes) -> bytes:
     """``message`` with its length header."""
     return FRAME_HEADER.pack(len(message)) + message
-
-
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES) -> bytes | None:
-    """The next frame's message, or ``None`` if the peer closed the connection between frames.
-
-    Raises :class:`FrameError` for a frame over ``max_bytes`` and ``asyncio.IncompleteReadError``
-    for a connection closed inside a frame."""
-    try:
-        header = await reader.readexactly(FRAME_HEADER.size)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise
-    (length,) = FRAME_HEADER.unpack(header)
-    if length > max_bytes:
-        raise FrameError(f"frame of {length} bytes exceeds the {max_bytes}-byte limit")
-    return await reader.readexactly(length)
-
-
-async def read_body(reader: asyncio.StreamReader, length: int) -> bytes | bytearray:
-    """A frame's message of ``length`` bytes, its header read; ``asyncio.IncompleteReadError`` for
-    a connection closed inside it.
-
-    A large message is read in the pieces the reader holds into one bytearray of its size: the
-    reader's ``readexactly`` would gather it all in its own buffer and then slice it out, two more
-    copies of the whole message into fresh memory (the dearest part of receiving a full batch,
-    docs/cost-model.md). A small one is taken whole, in one step."""
-    if length <= _READ_WHOLE_BYTES:
-        return await reader.readexactly(length)
-    body = bytearray(length)
-    view = memoryview(body)
-    received = 0
-    while received < length:
-        piece = await reader.read(length - received)
-        if not piece:
-            raise asyncio.IncompleteReadError(bytes(view[:received]), length)
-        view[received : received + len(piece)] = piece
-        received += len(piece)
-    return body
-
-
-async def read_preface(reader: asyncio.StreamReader, accepted: tuple[bytes, ...] = (PREFACE,)) -> bytes:
-    """The client's preface, one of ``accepted`` (all as long as :data:`PREFACE`);
-    :class:`FrameError` naming what arrived instead."""
-    try:
-        got = await reader.readexactly(len(PREFACE))
-    except asyncio.IncompleteReadError as exc:
-        raise FrameError(f"connection closed after {len(exc.partial)} bytes of the preface") from exc
-    if got not in accepted:
-        raise FrameError(f"expected the add-port preface {PREFACE!r}, got {got!r}")
-    return got
 
 
 def keep_alive(sock: socket.socket | None) -> None:

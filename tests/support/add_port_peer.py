@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from bkproto.add_port import FRAME_HEADER, PREFACE, frame, read_frame
+from bkproto.add_port import FRAME_HEADER, PREFACE, frame
 from bkproto.v1 import bookie_pb2
 from bookie.service import BookieService
 
@@ -15,6 +15,18 @@ from bookie.service import BookieService
 def add_message(*adds: bookie_pb2.AddRequest) -> bytes:
     """One AddEntries message with its frame header."""
     return frame(bookie_pb2.AddEntriesRequest(adds=adds).SerializeToString())
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
+    """The bookie's next frame's message; None if it closed the connection between frames."""
+    try:
+        header = await reader.readexactly(FRAME_HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise
+    (length,) = FRAME_HEADER.unpack(header)
+    return await reader.readexactly(length)
 
 
 class Connection:
