@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
-from bookie.storage.entry_logger import RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
+import crc32c
+
+from bookie.storage.entry_logger import RECORD_HEADER, RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger
 from bookie.storage.indexes import EntryLocationIndex
+from bookie.storage.run_read import EntryRun
 
 
 def read_run_one_by_one(
@@ -42,6 +45,25 @@ def read_run_one_by_one(
             total += length
         i = j
     return out
+
+
+def run_of(ledger_id: int, bodies: dict[int, bytes], damaged: int | None = None) -> EntryRun:
+    """A run holding ``bodies`` (entry id -> body) as entry-log records read in one stretch, in
+    id order; the record of entry ``damaged`` with a CRC that does not match its body."""
+    ids = sorted(bodies)
+    records = [
+        RECORD_HEADER.pack(
+            len(bodies[e]) + RECORD_HEADER_SIZE - 4, ledger_id, e, crc32c.crc32c(bodies[e]) ^ (e == damaged)
+        )
+        + bodies[e]
+        for e in ids
+    ]
+    data = b"".join(records)
+    starts, at = [], 0
+    for record in records:
+        starts.append(at + RECORD_HEADER_SIZE)
+        at += len(record)
+    return EntryRun(ledger_id, ids, [data] * len(ids), starts, [len(bodies[e]) for e in ids])
 
 
 def take_one_by_one(

@@ -538,9 +538,10 @@ class DbLedgerStorage:
         )  # fmt: skip
         if not run:
             return None
-        self.read_cache.put_run(ledger_id, run)
+        bodies = run.bodies()
+        self.read_cache.put_run(ledger_id, zip(run.ids, bodies, strict=False))
         self.stats.read_cache_size.set(self.read_cache.size)
-        return run.bodies[0]
+        return bodies[0]
 
     async def read_range(
         self, ledger_id: int, first: int, max_count: int, max_bytes: int, stride: int = 1
@@ -569,7 +570,7 @@ class DbLedgerStorage:
                 # the ledger must still answer, so that the auditor can find what is missing
                 log.warning("ledger %d: entry %d is indexed but unreadable: %s", ledger_id, last, exc)
                 return None
-            body = run.bodies[0] if run else None
+            body = run.bodies()[0] if run else None
         return body
 
     def ledger_record(self, ledger_id: int) -> LedgerRecord | None:

@@ -31,7 +31,7 @@ from .stats import StorageStats
 from .write_cache import WriteCache
 
 RunReader = Callable[[int, int, int, int], EntryRun]
-_NOTHING_READ = EntryRun([], [], 0)
+_NOTHING_READ = EntryRun(0, [], [], [], [])
 
 
 class _Run:

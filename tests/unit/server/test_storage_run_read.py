@@ -9,17 +9,19 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from tests.support.entry_runs import read_run_one_by_one, take_one_by_one
+from tests.support.entry_runs import read_run_one_by_one, run_of, take_one_by_one
 
 from bookie.storage.entry_logger import LOCATION, RECORD_HEADER_SIZE, CorruptEntryError, EntryLogger, log_name
 from bookie.storage.indexes import EntryLocationIndex
 from bookie.storage.kv import MemoryKeyValueStorage
-from bookie.storage.run_read import EntryRun, read_entry_run
+from bookie.storage.run_read import read_entry_run
 
+T = TypeVar("T")
 LEDGER = 5
 OTHER = 6
 
@@ -58,7 +60,7 @@ def _damage(logger: EntryLogger, location: bytes, where: int) -> None:
         f.write(bytes([byte[0] ^ 0x5A]))
 
 
-def _outcome(read: Callable[[], Iterable[tuple[int, bytes]]]) -> list[tuple[int, bytes]] | str:
+def _outcome(read: Callable[[], Iterable[T]]) -> list[T] | str:
     try:
         return list(read())
     except CorruptEntryError:
@@ -96,10 +98,10 @@ def test_bulk_run_equals_the_run_read_entry_by_entry(
             expected = _outcome(lambda: read_run_one_by_one(*args))
             got = _outcome(lambda: read_entry_run(*args))
             assert got == expected
-            if isinstance(got, list):
+            if isinstance(got, list) and got:
+                # a range taking the whole run, entries ``skip`` apart, gets the same bodies
                 run = read_entry_run(index, logger, LEDGER, first, max_entries, max_bytes)
-                assert run.nbytes == sum(len(b) for _, b in got)
-                assert run.by_id() == dict(got)
+                assert run.take(got[0][0], skip, len(run), 0, 1 << 40, True) == [b for _, b in got]
         finally:
             logger.close()
 
@@ -108,9 +110,27 @@ def test_a_damaged_entry_asked_for_is_refused_and_read_ahead_stops_before_one(tm
     logger, index, locations = _fill(tmp_path, [(LEDGER, 10)], [100], 1, 1 << 30)
     _damage(logger, locations[4], RECORD_HEADER_SIZE + 10)  # entry 4's body
     assert [e for e, _ in read_entry_run(index, logger, LEDGER, 0, 10, 1 << 20)] == [0, 1, 2, 3]
+    run = read_entry_run(index, logger, LEDGER, 0, 10, 1 << 20)
+    assert len(run.take(0, 1, 10, 0, 1 << 20, True)) == 4
+    assert len(run.take(1, 3, 10, 0, 1 << 20, True)) == 1  # 1, then 4 is damaged
+    assert run.take(4, 1, 10, 100, 1 << 20, False) == []  # later in an answer: it ends before it
+    assert len(run.take(5, 1, 10, 0, 1 << 20, True)) == 5
     with pytest.raises(CorruptEntryError, match="checksum"):
-        read_entry_run(index, logger, LEDGER, 4, 10, 1 << 20)
+        run.take(4, 1, 10, 0, 1 << 20, True)
+    with pytest.raises(CorruptEntryError, match="checksum"):
+        list(read_entry_run(index, logger, LEDGER, 4, 10, 1 << 20))
     assert [e for e, _ in read_entry_run(index, logger, LEDGER, 5, 10, 1 << 20)] == [5, 6, 7, 8, 9]
+    logger.close()
+
+
+def test_a_short_read_ends_the_run_and_is_refused_as_the_entry_asked_for(tmp_path: Path) -> None:
+    logger, index, locations = _fill(tmp_path, [(LEDGER, 10)], [100], 1, 1 << 30)
+    log_id, offset, _ = LOCATION.unpack(locations[6])
+    os.truncate(logger.directory / log_name(log_id), offset + RECORD_HEADER_SIZE + 50)  # inside entry 6
+    assert [e for e, _ in read_entry_run(index, logger, LEDGER, 2, 10, 1 << 20)] == [2, 3, 4, 5]
+    assert read_entry_run(index, logger, LEDGER, 2, 10, 1 << 20).ids == [2, 3, 4, 5]
+    with pytest.raises(CorruptEntryError, match="short read"):
+        read_entry_run(index, logger, LEDGER, 6, 10, 1 << 20)
     logger.close()
 
 
@@ -137,17 +157,34 @@ def _striped_run(start: int, count: int, residue: int, holes: set[int]) -> dict[
     size=st.integers(0, 100),
     max_bytes=st.integers(1, 2000),
     first=st.booleans(),
+    damaged_at=st.none() | st.integers(0, 60),
 )
 # A hole shifts the spaced positions after it, and the slice ends one id short of the run's end.
-@example(held=_striped_run(7, 10, 0, {7}), start_at=0, stride=3, count=4, size=0, max_bytes=34, first=False)
+@example(
+    held=_striped_run(7, 10, 0, {7}), start_at=0, stride=3, count=4, size=0, max_bytes=34, first=False,
+    damaged_at=None,
+)  # fmt: skip
 def test_a_range_takes_from_a_run_what_it_took_entry_by_entry(
-    held: dict[int, int], start_at: int, stride: int, count: int, size: int, max_bytes: int, first: bool
+    held: dict[int, int],
+    start_at: int,
+    stride: int,
+    count: int,
+    size: int,
+    max_bytes: int,
+    first: bool,
+    damaged_at: int | None,
 ) -> None:
     bodies = {e: bytes([e % 256]) * n for e, n in held.items()}
     ids = sorted(bodies)
     entry_id = ids[start_at % len(ids)] + start_at % 2 if ids else start_at  # held, or the one after
-    run = EntryRun(ids, [bodies[e] for e in ids], sum(held.values()))
+    damaged = None if damaged_at is None else ids[damaged_at % len(ids)]
+    run = run_of(LEDGER, bodies, damaged)
     assert (entry_id in run) == (entry_id in bodies)
-    expected = take_one_by_one(bodies, entry_id, stride, count, size, max_bytes, first)
-    taken = run.take(entry_id, stride, count, size, max_bytes, first) if entry_id in run else []
-    assert taken == expected
+    # entry by entry, a damaged entry was refused: raised if asked for first, else the end
+    good = {e: b for e, b in bodies.items() if e != damaged}
+    expected: list[bytes] | str = take_one_by_one(good, entry_id, stride, count, size, max_bytes, first)
+    if first and entry_id == damaged:
+        expected = "corrupt"
+    held_here = entry_id in run
+    got = _outcome(lambda: run.take(entry_id, stride, count, size, max_bytes, first) if held_here else [])
+    assert got == expected
