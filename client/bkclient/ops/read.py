@@ -31,7 +31,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from bkclient.config import ClientConfig
 from bkclient.digest import DigestManager
@@ -393,17 +393,15 @@ async def _interleaved(chunks: Sequence[ReadChunkOp]) -> Served:
     # Fewer chunks than E only when the block is shorter than E: each then holds one entry, and
     # taking them in turn is still entry order.
     stride = len(results)
-    out: list[LedgerEntry] = []
-    index = 0
-    while True:
-        served = results[index % stride]
-        k = index // stride
-        if k >= len(served.entries):
-            # every chunk ends where its entries run out; a shorter one reached the end of the
-            # block, or stopped at this entry (its error), or at the byte limit before it
-            return Served(out, served.error, served.short)
-        out.append(served.entries[k])
-        index += 1
+    # Taken in turn, the entries stop at the first position whose chunk has run out: chunk r's
+    # k-th entry is position k * stride + r, and chunk r runs out at position len * stride + r
+    # (where it reached the end of the block, or stopped at its error or the byte limit).
+    end = min(len(served.entries) * stride + r for r, served in enumerate(results))
+    out: list[LedgerEntry] = [cast(LedgerEntry, None)] * end
+    for r, served in enumerate(results):
+        out[r:end:stride] = served.entries[: len(range(r, end, stride))]
+    stopped = results[end % stride]
+    return Served(out, stopped.error, stopped.short)
 
 
 async def race_replicas(

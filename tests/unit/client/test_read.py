@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.support.memory_cluster import (
     LEDGER,
     PASSWORD,
@@ -19,7 +22,16 @@ from tests.support.memory_cluster import (
 
 from bkclient.digest import DigestManager
 from bkclient.entry import LedgerEntry, ledger_entries
-from bkclient.ops.read import ReadEntryOp, ReadRangeOp, pick_failure, segment_end, write_set_bookies
+from bkclient.ops.read import (
+    ReadChunkOp,
+    ReadEntryOp,
+    ReadRangeOp,
+    Served,
+    _interleaved,
+    pick_failure,
+    segment_end,
+    write_set_bookies,
+)
 from bkclient.read_handle import ReadHandle
 from bkmeta.model import LedgerState, Segment, Versioned
 from bkproto.errors import (
@@ -450,3 +462,45 @@ def test_ledger_entries_equal_the_entries_built_one_by_one() -> None:
     assert [hash(e) for e in made] == [hash(LedgerEntry(4, 10 + 3 * i, p)) for i, p in enumerate(payloads)]
     with pytest.raises(dataclasses.FrozenInstanceError):
         made[0].entry_id = 11  # type: ignore[misc]
+
+
+class _Chunk:
+    """A stand-in for ReadChunkOp: ``run`` gives what its chunk served."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+
+    async def run(self) -> Served:
+        return self.served
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    chunks=st.lists(
+        st.tuples(st.integers(0, 6), st.sampled_from(["none", "error", "short"])), min_size=1, max_size=5
+    )
+)
+def test_a_striped_block_interleaves_its_chunks_up_to_the_first_entry_missing(
+    chunks: list[tuple[int, str]],
+) -> None:
+    stride = len(chunks)
+    errors = [
+        NoSuchEntryError(f"chunk {r}") if kind == "error" else None for r, (_, kind) in enumerate(chunks)
+    ]
+    served = [
+        Served(
+            ledger_entries(LEDGER, r, stride, [b"%d" % (r + k * stride) for k in range(count)]),
+            error,
+            kind == "short",
+        )
+        for r, ((count, kind), error) in enumerate(zip(chunks, errors, strict=True))
+    ]
+    # entry by entry: chunk r's k-th entry is entry k * stride + r; the first one missing ends it
+    expected: list[LedgerEntry] = []
+    while len(served[len(expected) % stride].entries) > len(expected) // stride:
+        expected.append(served[len(expected) % stride].entries[len(expected) // stride])
+    stopped = served[len(expected) % stride]
+    got = asyncio.run(_interleaved(cast(list[ReadChunkOp], [_Chunk(s) for s in served])))
+    assert got.entries == expected
+    assert [e.entry_id for e in got.entries] == list(range(len(expected)))
+    assert (got.error, got.short) == (stopped.error, stopped.short)
