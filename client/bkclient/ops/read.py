@@ -61,6 +61,10 @@ _CHUNKS_IN_FLIGHT = 3
 _STRIDED_CHUNKS_IN_FLIGHT = 9
 
 
+# Blocks of a range read that ask for less than a full request (halving back from the first).
+_RAMP_BLOCKS = 3
+
+
 def _blocks_in_flight(stride: int) -> int:
     """Blocks of E strided chunks in flight: about ``_STRIDED_CHUNKS_IN_FLIGHT`` chunks (three
     blocks at E3), at least one block for wide ensembles."""
@@ -357,7 +361,12 @@ class ReadRangeOp:
         # A strided chunk as large as an unstriped one: a bookie's cost per ReadEntries call (the
         # gRPC call, the run lookup) is paid per chunk, and E smaller chunks paid it E times.
         stride = 1 if md.write_quorum_size == ensemble_size else ensemble_size
-        count = min(last - entry_id + 1, self._ctx.config.read_batch_max_entries * stride)
+        # The first blocks are smaller (an eighth, a quarter, a half): the first entries come back
+        # sooner (the first of a striped block waits for all its chunks), and the reader has
+        # entries to check while the full-size requests behind them are served.
+        ramp = max(0, _RAMP_BLOCKS - self._block_counter)
+        per_chunk = max(1, self._ctx.config.read_batch_max_entries >> ramp)
+        count = min(last - entry_id + 1, per_chunk * stride)
         # Residue r of block b starts at position (b + r) mod Qw of its write set: the blocks
         # rotate over the replicas, so every bookie serves some (a counter running over all
         # chunks, E per block, left half of the bookies idle when E is a multiple of Qw), and

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from itertools import accumulate
 from typing import cast
 
 import pytest
@@ -121,7 +122,10 @@ async def test_a_range_read_holds_a_few_answers_not_its_whole_block(qw: int) -> 
         got.append(entry.entry_id)
         ahead.append(served - len(got))
     assert got == list(range(600))
-    assert max(ahead) <= 100  # a few answers of ~10 entries per chunk in flight, not 600
+    # one answer of ~10 entries per chunk in flight (3 chunks, or 3 blocks of 3 strided chunks),
+    # and the entries of one block's answers being handed out: not 600
+    chunks_in_flight = 3 if qw == 3 else 9
+    assert max(ahead) <= (chunks_in_flight + 3) * 10
 
 
 async def test_striped_batch_falls_back_per_residue_and_stops_at_the_unreadable_entry() -> None:
@@ -504,3 +508,22 @@ def test_a_striped_block_interleaves_its_chunks_up_to_the_first_entry_missing(
     assert got.entries == expected
     assert [e.entry_id for e in got.entries] == list(range(len(expected)))
     assert (got.error, got.short) == (stopped.error, stopped.short)
+
+
+@pytest.mark.parametrize("qw", [3, 2])
+async def test_a_range_asks_for_less_at_first_so_that_its_first_entries_come_sooner(qw: int) -> None:
+    """The first three blocks ask for an eighth, a quarter and half of a full request, then every
+    block asks for a full one (a striped block: one such chunk per residue)."""
+    ctx = make_cluster(3, read_batch_max_entries=80)
+    writer = Writer(ctx, make_metadata(list(ctx.bookies), qw, 2))
+    writer.write(2000)
+    rh = handle(ctx, closed(writer))
+    entries = await collect(rh.read(0, 1999))
+    assert [e.entry_id for e in entries] == list(range(2000))
+    asked = sorted(call[1:] for bookie in ctx.bookies.values() for call in bookie.batch_reads)
+    chunks = 1 if qw == 3 else 3  # per block
+    sizes = [80 // 8, 80 // 4, 80 // 2] + [80] * 2
+    expected_firsts = list(accumulate((n * chunks for n in sizes), initial=0))[:-1]
+    block_firsts = [first for first, _ in asked][::chunks][: len(sizes)]
+    assert block_firsts == expected_firsts
+    assert [count for _, count in asked][::chunks][: len(sizes)] == sizes
