@@ -8,8 +8,8 @@ A catch-up read of a closed ledger is served this way, a thousand entries per ca
 check waits for the take: a striped ledger's bookie (E3 Qw2) holds two residues of three, back
 to back in its entry logs, so the run it reads for one residue holds the other too; a reader asks
 for that one from the same bookie only now and then. Decoding every record up front paid a
-slice, a CRC and later a free for bodies nobody took: together over a quarter of that bookie's
-samples (docs/performance.md, "Runs decoded when taken").
+slice, a CRC and later a free for bodies nobody took (docs/performance.md, "Striped catch-up
+reads: runs checked when taken").
 
 A take whose bulk check finds anything amiss looks for the first entry that does not check out:
 that entry raises ``CorruptEntryError`` when it is the first the caller asked for, and otherwise
