@@ -6,8 +6,8 @@ Stable API for every integration test (bookie, client, shell, localcluster):
 grpc_credentials=None)``
     One bookie with its own journal and ledger directories under ``base_dir`` and a
     ``bk_server.conf`` written from ``conf`` (BookKeeper key names). ``start()`` launches it with
-    ``--port 0`` the first time (the OS picks a free port; the bookie logs it) and the same port on
-    every later start, then waits until gRPC health is SERVING. ``stop()`` sends SIGTERM and
+    a free port below the OS's ephemeral range (``ports.restartable_port``) the first time and the
+    same port on every later start, then waits until gRPC health is SERVING. ``stop()`` sends SIGTERM and
     returns the exit code; ``kill9()`` sends SIGKILL; ``restart()`` = ``stop()`` (if running) +
     ``start()``. Attributes: ``address`` ("127.0.0.1:PORT"), ``port``, ``http_port`` (None without
     HTTP), ``journal_dirs``, ``ledger_dirs``, ``conf_path``, ``log_path`` (stdout+stderr of every
@@ -43,6 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bkproto.entry_format import HEADER
 from bkproto.v1 import bookie_pb2
+from tests.support.ports import restartable_port
 
 READY = re.compile(r"bookie (\S+) ready: grpc (\S+):(\d+), http (\d+|off), add port (\d+|off)")
 START_TIMEOUT_S = 60.0
@@ -109,8 +110,8 @@ class BookieProcess:
         self.log_path = base_dir / "bookie.log"
         self.http = http
         self.extra_args = extra_args
-        self.port = 0
-        self.http_port: int | None = None
+        self.port = restartable_port()
+        self.http_port: int | None = restartable_port() if http else None
         self.add_port: int | None = None  # from the ready line; a new free port at each start
         self.bookie_id = ""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -197,7 +198,8 @@ class BookieProcess:
     def _wait_serving(self, deadline: float) -> None:
         channel = (
             grpc.secure_channel(self.address, self.grpc_credentials)
-            if self.grpc_credentials is not None else grpc.insecure_channel(self.address)
+            if self.grpc_credentials is not None
+            else grpc.insecure_channel(self.address)
         )
         with channel:
             stub = health_pb2_grpc.HealthStub(channel)

@@ -1,5 +1,5 @@
 """Free loopback ports for tests that start a whole cluster on fixed port ranges
-(``pybk localcluster``, ``pybk verify``)."""
+(``pybk localcluster``, ``pybk verify``), and for a server that restarts on the same port."""
 
 from __future__ import annotations
 
@@ -23,8 +23,41 @@ def pick_ports(bookies: int) -> tuple[int, int]:
     for _ in range(200):
         zk_port = rng.randrange(20000, 29000)
         base = rng.randrange(30000, 39000)
-        wanted = [zk_port, base + 99, *(base + i for i in range(bookies)),
-                  *(base + 100 + i for i in range(bookies)), *(base + 200 + i for i in range(bookies))]
+        wanted = [
+            zk_port,
+            base + 99,
+            *(base + i for i in range(bookies)),
+            *(base + 100 + i for i in range(bookies)),
+            *(base + 200 + i for i in range(bookies)),
+        ]
         if all(port_is_free(p) for p in wanted):
             return zk_port, base
     raise RuntimeError("no free ports found")
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the OS hands out to outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def restartable_port() -> int:
+    """A free loopback port below the OS's ephemeral range, for a server that stops and starts
+    again on the same port. A port the OS picked (``bind(0)``) is an ephemeral one: while the
+    server is down, any outgoing connection may be given it as its own port (a client retrying
+    that very address can even connect to itself), and the restart then fails with "address
+    already in use"."""
+    rng = random.Random()
+    high = min(_ephemeral_low(), 32768)
+    for _ in range(200):
+        port = rng.randrange(10000, high)
+        if port not in _handed_out and port_is_free(port):
+            _handed_out.add(port)  # not twice in one run, bound or not yet
+            return port
+    raise RuntimeError("no free port found below the ephemeral range")
+
+
+_handed_out: set[int] = set()
