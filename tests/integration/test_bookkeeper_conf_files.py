@@ -29,7 +29,7 @@ DB = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
 @pytest.mark.parametrize(
     ("conf_name", "expected"),
     [
-        ("bk_server.conf", {"bookiePort": "0", "httpServerEnabled": "true", "ledgerStorageClass": None}),
+        ("bk_server.conf", {"httpServerEnabled": "true", "ledgerStorageClass": None}),
         ("pulsar_bookkeeper.conf", {"zkTimeout": "30000", "gcWaitTime": "900000", "ledgerStorageClass": DB}),
     ],
 )
@@ -55,6 +55,7 @@ async def test_stock_file_starts_a_bookie(
     for key, value in expected.items():
         assert served.get(key) == value, key
     assert served["journalDirectories"] == ",".join(map(str, bookie.journal_dirs))
+    assert served["bookiePort"] == str(bookie.port)  # the flag's, over the file's 3181
     # BookKeeper's PUT changes a setting at runtime; here settings are read once: 501, saying so
     with pytest.raises(urllib.error.HTTPError) as refused:
         await asyncio.to_thread(http_put, bookie.http_port, "/api/v1/config/server_config", b'{"a": "1"}')
