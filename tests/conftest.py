@@ -6,4 +6,6 @@
 # after a run of 15 passing tests, turning it into an error.
 import hypothesis  # noqa: F401
 
-pytest_plugins = ["tests.support.zookeeper", "tests.support.bookies", "tests.support.security"]
+pytest_plugins = [
+    "tests.support.zookeeper", "tests.support.bookies", "tests.support.security", "tests.support.event_loops",
+]

@@ -138,10 +138,15 @@ class AddPortCall:
         if self.fallback is not None:
             await self.fallback.write(framed[FRAME_HEADER.size :])
             return
-        assert self._writer is not None
-        self._writer.write(framed)
+        writer = self._writer
+        assert writer is not None
         try:
-            await self._writer.drain()
+            if writer.transport.is_closing():
+                # asyncio's transport would drop the bytes and drain() raise; uvloop's raises a
+                # RuntimeError on write: both are this error here.
+                raise ConnectionResetError(f"bookie {self._bookie_id}: add port connection closed")
+            writer.write(framed)
+            await writer.drain()
         except OSError:
             await self._take_close_error()
             raise

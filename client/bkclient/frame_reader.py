@@ -12,6 +12,10 @@ socket is not read until the queue drains, so a caller that stops reading stops 
 sending (its socket buffer fills), not the client's memory. Writes go through an
 ``asyncio.StreamWriter`` over the same protocol (:func:`open_frame_connection`), whose ``drain``
 waits while the socket's buffer is full.
+
+The protocol is a ``BufferedProtocol`` and nothing else: uvloop hands a protocol that is also an
+``asyncio.Protocol`` its bytes through ``data_received``, never ``get_buffer``. So the writer's
+flow control (what asyncio's ``FlowControlMixin``, a ``Protocol``, would give) is written here.
 """
 
 from __future__ import annotations
@@ -33,9 +37,8 @@ _HEADER = FRAME_HEADER.size
 Frame = bytes | bytearray  # a received frame's message (the large ones are their own bytearray)
 
 
-class FrameReader(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
+class FrameReader(asyncio.BufferedProtocol):
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        super().__init__()
         self._max_frame_bytes = max_frame_bytes
         self._buffer = bytearray(_BUFFER_BYTES)
         self._start = 0  # the unread bytes are self._buffer[self._start:self._end]
@@ -48,6 +51,9 @@ class FrameReader(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         self._error: BaseException | None = None
         self._transport: asyncio.BaseTransport | None = None
         self._reading_paused = False
+        self._writing_paused = False  # the transport's write buffer is over its high-water mark
+        self._connection_lost = False
+        self._drain_waiters: deque[asyncio.Future[None]] = deque()
         self._running_loop = asyncio.get_running_loop()
         self._closed: asyncio.Future[None] = self._running_loop.create_future()
 
@@ -83,13 +89,41 @@ class FrameReader(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         return False  # the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)  # wakes a writer waiting in drain()
+        self._connection_lost = True
+        self._wake_drain_waiters(exc)
         if exc is not None and self._error is None:
             self._error = exc
         self._eof = True
         self._wake()
         if not self._closed.done():
             self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._wake_drain_waiters(None)
+
+    def _wake_drain_waiters(self, error: BaseException | None) -> None:
+        self._writing_paused = False
+        waiters, self._drain_waiters = self._drain_waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
+
+    async def _drain_helper(self) -> None:
+        """What ``StreamWriter.drain`` awaits: returns at once unless the transport paused
+        writing; raises the connection's error once it is lost."""
+        if self._connection_lost:
+            raise ConnectionResetError("connection lost")
+        if not self._writing_paused:
+            return
+        waiter = self._running_loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
 
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
         """What ``StreamWriter.wait_closed`` awaits."""

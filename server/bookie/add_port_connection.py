@@ -27,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from google.protobuf.message import DecodeError, Message
 
@@ -123,8 +123,8 @@ class AddPortConnection(asyncio.BufferedProtocol):
     # ---- transport events -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream socket's transport: asyncio's, or uvloop's, which is not an asyncio.Transport.
+        self._transport = transport = cast(asyncio.Transport, transport)
         self._peer = peer = transport.get_extra_info("peername")
         self._host = host = peer_host(peer)
         c = self._c
@@ -217,15 +217,20 @@ class AddPortConnection(asyncio.BufferedProtocol):
     # ---- the stream's carrier (AddStreamCarrier) -------------------------------------------
 
     def write_answer(self, response: Message | EncodedMessage) -> bool:
-        assert self._transport is not None
+        transport = self._transport
+        assert transport is not None
+        if transport.is_closing():
+            # Closed by this side, its connection_lost not yet called: the answer has nowhere to
+            # go (asyncio's transport would drop it; uvloop's raises).
+            return True
         if isinstance(response, EncodedMessage) and len(response.data) >= _WRITE_APART_BYTES:
             # A batched read's answer, a megabyte or so: its frame header and head go first, then
             # its data as it is, rather than a copy of it all with the header in front.
             head = response.head
-            self._transport.write(FRAME_HEADER.pack(len(head) + len(response.data)) + head)
-            self._transport.write(response.data)
+            transport.write(FRAME_HEADER.pack(len(head) + len(response.data)) + head)
+            transport.write(response.data)
         else:
-            self._transport.write(frame(response.SerializeToString()))
+            transport.write(frame(response.SerializeToString()))
         return not self._write_paused  # write() calls pause_writing past the high-water mark
 
     def room(self) -> None:
@@ -387,9 +392,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
             self._end_stream(str(exc) or type(exc).__name__)
             return
         if self._refusal is not None:
-            assert self._transport is not None
-            refused = refused_add_response(request.request, self._refusal)
-            self._transport.write(frame(refused.SerializeToString()))
+            self.write_answer(refused_add_response(request.request, self._refusal))
             self._release_reservation()
             return
         self._held = request

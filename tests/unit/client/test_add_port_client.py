@@ -21,6 +21,8 @@ from bkproto.errors import BKError, BookieUnavailableError, UnauthorizedAccessEr
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
+pytestmark = pytest.mark.both_loops  # the add port's protocols on both loops (tests.support.event_loops)
+
 KEY = b"k" * 20
 
 

@@ -22,6 +22,8 @@ from bookie.limits import ListenerLimits
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
+pytestmark = pytest.mark.both_loops  # the add port's protocols on both loops (tests.support.event_loops)
+
 S = bookie_pb2
 
 

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 from prometheus_client import CollectorRegistry
 from tests.support.add_port_peer import add_message, connect
 from tests.support.add_requests import MASTER_KEY, add_request, fake_entry
@@ -19,6 +20,8 @@ from bookie.handlers import HandlerLimits
 from bookie.limits import ListenerLimits
 from bookie.service import BookieService
 from bookie.stats import RequestStats
+
+pytestmark = pytest.mark.both_loops  # the add port's protocols on both loops (tests.support.event_loops)
 
 S = bookie_pb2
 
