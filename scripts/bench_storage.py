@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pybk import event_loop
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "server"), str(ROOT / "proto")]
 
@@ -74,7 +76,7 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=4)
     parser.add_argument("--write-cache-mb", type=int, default=64)
     parser.add_argument("--dir", default=None)
-    asyncio.run(run(parser.parse_args()))
+    event_loop.run(run(parser.parse_args()))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import time
 import uuid
 
 from bkmeta import LedgerMetadata, MetadataClient, init_new_cluster
+from pybk import event_loop
 from pybk.bench.metadata import sample_metadata
 
 CONCURRENCY = 64
@@ -114,4 +115,4 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--data-dir", help="the localcluster's data directory, to find its ZooKeeper")
     args = parser.parse_args()
-    asyncio.run(main(args.zk, args.ledgers, args.rounds, args.data_dir))
+    event_loop.run(main(args.zk, args.ledgers, args.rounds, args.data_dir))

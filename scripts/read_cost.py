@@ -29,6 +29,7 @@ import subprocess
 import time
 
 from bkclient import BookKeeper, DigestType
+from pybk import event_loop
 from pybk.allocator import keep_large_buffers
 
 
@@ -127,9 +128,9 @@ def main() -> None:
     args = parser.parse_args()
     keep_large_buffers()
     if args.kind == "range":
-        asyncio.run(read_range(args.zk, args.ledger, args.data_dir, args.times))
+        event_loop.run(read_range(args.zk, args.ledger, args.data_dir, args.times))
     else:
-        asyncio.run(tail(args.zk, args.rate, args.time))
+        event_loop.run(tail(args.zk, args.rate, args.time))
 
 
 if __name__ == "__main__":

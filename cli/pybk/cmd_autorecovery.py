@@ -39,6 +39,7 @@ from bookie.http import AdminHttpServer, ClusterAccess
 from bookie.http.cluster import client_config_of
 from bookie.limits import LimitStats
 from bookie.security import BookieSecurity
+from pybk import event_loop
 from pybk.arg_types import tcp_port_or_any
 from pybk.help_text import description_from
 from pybk.log_level import add_log_level
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if config.zk_servers is None:
         print("pybk autorecovery: configuration error: zkServers is 'none'", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(config, config.zk_servers, args.http_port))
+    return event_loop.run(_serve(config, config.zk_servers, args.http_port))
 
 
 async def _serve(config: BookieConfig, zk_servers: str, http_port: int | None) -> int:

@@ -7,7 +7,6 @@ then these flags. A configuration error prints one clear line and exits with cod
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -20,6 +19,7 @@ from bookie.config import ConfigError, load_config
 from bookie.config_report import effective_settings, render_json, render_text
 from bookie.config_sources import ignored_line
 from bookie.main import run_daemon
+from pybk import event_loop
 from pybk.allocator import limit_malloc_arenas
 from pybk.json_option import add_json_option
 from pybk.log_level import add_log_level
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         if config.ignored:
             log.info("%s", ignored_line(config.ignored))
         bookie_main.registration_factory = BookiePresence.from_bookie_config  # cookie + registration
-        return asyncio.run(run_daemon(config))
+        return event_loop.run(run_daemon(config))
     except ConfigError as exc:
         print(f"pybk bookie: configuration error: {exc}", file=sys.stderr)
         return 2

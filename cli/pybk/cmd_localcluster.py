@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pybk import event_loop
 from pybk.arg_types import positive, positive_float, tcp_port
 from pybk.localcluster.banner import render_banner
 from pybk.localcluster.certs import make_cluster_tls
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"pybk localcluster: error: another pybk localcluster is using {layout.data_dir}",
                       file=sys.stderr)
                 return 1
-            return asyncio.run(_serve(layout, args.grace, temporary))
+            return event_loop.run(_serve(layout, args.grace, temporary))
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import logging
 import random
@@ -13,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pybk import event_loop
 from pybk.arg_types import positive, positive_float, tcp_port
 from pybk.json_option import add_json_option
 from pybk.localcluster.cluster import StartupError
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 return EXIT_USAGE
         data_dir.mkdir(parents=True, exist_ok=True)
         try:
-            report = asyncio.run(run_verify(options, sys.stderr, progress=True))
+            report = event_loop.run(run_verify(options, sys.stderr, progress=True))
         except StartupError as exc:
             print(f"pybk verify: the cluster could not start: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from pybk.allocator import keep_large_buffers
+from pybk.event_loop import EventLoopChoiceError, loop_factory
 from pybk.extras import DISTRIBUTION, register_commands
 from pybk.gc_setting import collect_young_garbage_less_often
 from pybk.json_option import add_top_level_json_option, check_json_request
@@ -49,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_json_request(parser, args)
+    try:
+        loop_factory()  # a bad PYBK_EVENT_LOOP is refused before the command starts anything
+    except EventLoopChoiceError as exc:
+        parser.error(str(exc))
     keep_large_buffers()  # before a command starts its threads and its hot path (pybk.allocator)
     collect_young_garbage_less_often()  # pybk.gc_setting
     try:

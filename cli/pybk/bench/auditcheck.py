@@ -7,13 +7,13 @@ that ``pybk bench writes`` run alongside measures the foreground add latency und
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 from typing import Any
 
 from autorecovery.checks import LedgerChecker, LedgerCheckResult
 from bkclient import BookKeeper
+from pybk import event_loop
 from pybk.arg_types import non_negative, non_negative_float
 from pybk.progress import Progress
 
@@ -60,7 +60,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = asyncio.run(_run(args))
+    result = event_loop.run(_run(args))
     if args.json:
         print(json.dumps(result))
     else:

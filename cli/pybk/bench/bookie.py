@@ -36,6 +36,7 @@ from bkclient.add_port_call import AddPortCall
 from bkclient.tls import ClientSecurity, security_from_environ
 from bkmeta.metadata_client import MetadataClient
 from bkproto.errors import BKError
+from pybk import event_loop
 from pybk.arg_types import non_negative, positive, tcp_port
 from pybk.bench.bookie_adds import (
     PACKED,
@@ -89,7 +90,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_bench(args))
+    return event_loop.run(_bench(args))
 
 
 class SetupError(Exception):

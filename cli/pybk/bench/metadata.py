@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bkmeta import DigestType, LedgerMetadata, LedgerState, MetadataClient, Segment, init_new_cluster
+from pybk import event_loop
 from pybk.arg_types import positive
 from pybk.progress import Progress
 
@@ -47,7 +48,7 @@ def register(targets: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = asyncio.run(run_metadata_bench(args.zk, args.ops, args.concurrency, args.json))
+    result = event_loop.run(run_metadata_bench(args.zk, args.ops, args.concurrency, args.json))
     print_and_plot(result, args, "bench metadata (creates)")
     return 1 if result.errors else 0
 

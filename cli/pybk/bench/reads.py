@@ -18,9 +18,11 @@ import asyncio
 import logging
 import os
 import random
+from time import monotonic
 from typing import Any
 
 from bkclient import BookKeeper, ClientConfig, DigestType
+from pybk import event_loop
 from pybk.arg_types import non_negative, positive
 from pybk.progress import Progress
 
@@ -56,7 +58,7 @@ def register(targets: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = asyncio.run(run_reads(args))
+    result = event_loop.run(run_reads(args))
     print_and_plot(result, args, "bench reads")
     return 1 if result.errors else 0
 
@@ -88,7 +90,6 @@ async def write_ledger(args: argparse.Namespace) -> int:
 
 async def run_reads(args: argparse.Namespace) -> BenchResult:
     ledger_id = args.ledger if args.ledger is not None else await write_ledger(args)
-    loop = asyncio.get_running_loop()
     async with await BookKeeper.connect(args.zk) as bk:
         handle = await bk.open_ledger(ledger_id, args.password.encode(), recovery=False)
         last = handle.last_add_confirmed
@@ -96,30 +97,30 @@ async def run_reads(args: argparse.Namespace) -> BenchResult:
             raise SystemExit(f"ledger {ledger_id} has no confirmed entries")
         count = 0
         size = 0
-        started = loop.time()
+        started = monotonic()
         first_entry_s = 0.0
         recorder = LatencyRecorder(started)
         with Progress(last + 1, description="reading", quiet=args.json) as progress:
             async for entry in handle.read(0, last):
                 if not count:
-                    first_entry_s = loop.time() - started
+                    first_entry_s = monotonic() - started
                 count += 1
                 size += len(entry.data)
                 if count % 4096 == 0:
-                    recorder.count(loop.time(), 4096)
+                    recorder.count(monotonic(), 4096)
                     progress.update(count)
-        recorder.count(loop.time(), count % 4096)
-        elapsed = loop.time() - started
+        recorder.count(monotonic(), count % 4096)
+        elapsed = monotonic() - started
         errors = 0 if count == last + 1 else 1
         rng = random.Random(ledger_id)
         samples = min(args.samples, last + 1)
         for _ in range(samples):
             entry_id = rng.randint(0, last)
-            t0 = loop.time()
+            t0 = monotonic()
             await handle.read_entry(entry_id)
-            now = loop.time()
+            now = monotonic()
             recorder.record((now - t0) * 1000.0, now)
-        recorder.finish(loop.time())
+        recorder.finish(monotonic())
         md = handle.metadata
     return BenchResult(
         entries=count,

@@ -25,6 +25,8 @@ from typing import Any, TextIO
 
 from hdrh.histogram import HdrHistogram
 
+from pybk import event_loop
+
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000  # an hour; a slower operation is recorded as an hour
 SIGNIFICANT_DIGITS = 3
@@ -226,6 +228,7 @@ class BenchResult:
             "latency_ms": summary_ms(self.latencies.histogram),
             "latency_samples": self.latencies.histogram.get_total_count(),
             "coordinated_omission": "corrected" if self.service_latencies is not None else "not paced",
+            "event_loop": event_loop.chosen(),
         }
         if with_series:
             out["per_second"] = [row.as_dict() for row in self.latencies.series]

@@ -17,6 +17,7 @@ from autorecovery.checks import expected_entries
 from autorecovery.restore import EntryRestorer
 from bkclient import BookKeeper
 from bkclient.rate_limiter import ByteRateLimiter
+from pybk import event_loop
 from pybk.arg_types import non_negative, positive_float
 from pybk.progress import Progress
 
@@ -66,7 +67,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = asyncio.run(_run(args))
+    result = event_loop.run(_run(args))
     if args.json:
         print(json.dumps(result))
     else:

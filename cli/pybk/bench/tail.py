@@ -20,14 +20,15 @@ import asyncio
 import logging
 import multiprocessing
 import os
-import time
 from collections.abc import Callable
 from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from time import monotonic
 from typing import Any
 
 from bkclient import BookKeeper, DigestType
+from pybk import event_loop
 from pybk.arg_types import positive, positive_float
 from pybk.progress import Progress
 
@@ -75,7 +76,7 @@ async def _receive(conn: Connection, ready: asyncio.Event) -> list[tuple[int, fl
 
 
 def main(args: argparse.Namespace) -> int:
-    result = asyncio.run(run_tail(args))
+    result = event_loop.run(run_tail(args))
     print_and_plot(result, args, "bench tail")
     return 1 if result.errors else 0
 
@@ -87,14 +88,14 @@ async def _follow(zk: str, ledger_id: int, ready: Callable[[], None]) -> list[tu
         reader = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
         ready()
         async for entry in reader.tail(0):
-            receipts.append((entry.entry_id, time.monotonic()))
+            receipts.append((entry.entry_id, monotonic()))
     return receipts
 
 
 def _reader_process(zk: str, ledger_id: int, conn: Connection) -> None:
     """Entry point of the reader process: its own interpreter, event loop and connections."""
     try:
-        conn.send(asyncio.run(_follow(zk, ledger_id, lambda: conn.send("ready"))))
+        conn.send(event_loop.run(_follow(zk, ledger_id, lambda: conn.send("ready"))))
     except BaseException as exc:  # report instead of dying silently; the parent counts an error
         conn.send(f"reader failed: {exc!r}")
         raise
@@ -103,17 +104,16 @@ def _reader_process(zk: str, ledger_id: int, conn: Connection) -> None:
 
 
 async def run_tail(args: argparse.Namespace) -> BenchResult:
-    loop = asyncio.get_running_loop()  # its clock is time.monotonic(), shared with the reader process
     total = args.entries if args.entries is not None else int(args.time * args.rate)
     payload = os.urandom(args.size)
     acked_at: dict[int, float] = {}
-    add_latencies = LatencyRecorder(loop.time())
+    add_latencies = LatencyRecorder(monotonic())
     errors = 0
 
     def on_ack(due: float, future: asyncio.Future[int]) -> None:
         nonlocal errors
         if future.exception() is None:
-            now = loop.time()
+            now = monotonic()
             acked_at[future.result()] = now
             add_latencies.record((now - due) * 1000.0, now)
         else:
@@ -138,11 +138,11 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
         await asyncio.wait_for(ready.wait(), 60)
         progress = Progress(total, quiet=args.json)
         interval = 1.0 / args.rate
-        started = loop.time()
+        started = monotonic()
         add_latencies = LatencyRecorder(started)
         pending: list[asyncio.Future[int]] = []
         for i in range(total):
-            delay = started + i * interval - loop.time()
+            delay = started + i * interval - monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             future = handle.append_async(payload)
@@ -155,7 +155,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
         await asyncio.gather(*pending, return_exceptions=True)
         await handle.close()
         receipts = await asyncio.wait_for(follower, 120)
-        elapsed = loop.time() - started
+        elapsed = monotonic() - started
         progress.done()
         if process is not None:
             await asyncio.to_thread(process.join, 30)
@@ -166,7 +166,7 @@ async def run_tail(args: argparse.Namespace) -> BenchResult:
         if entry_id in acked_at and entry_id < total - 1:
             latencies.record(max(0.0, at - acked_at[entry_id]) * 1000.0, at)
     latencies.finish(max((at for _, at in receipts), default=started))
-    add_latencies.finish(loop.time())
+    add_latencies.finish(monotonic())
     writer_add = summary_ms(add_latencies.histogram)
     if received != total or not in_order:
         errors += 1

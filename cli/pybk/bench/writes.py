@@ -21,13 +21,14 @@ import argparse
 import asyncio
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 from bkclient import BKError, BookKeeper, ClientConfig, DigestType
 from bkclient.ops.add import AddCompletion
+from pybk import event_loop
 from pybk.arg_types import non_negative, non_negative_float, positive, positive_float
 from pybk.progress import Progress
 
@@ -77,7 +78,7 @@ def register(targets: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = asyncio.run(run_writes(args))
+    result = event_loop.run(run_writes(args))
     print_and_plot(result, args, "bench writes")
     return 1 if result.errors else 0
 
@@ -87,14 +88,13 @@ class _Tally:
     completion bookkeeping. Adds report through ``append_with_callback``, not futures, like
     BookKeeper's benchmark uses asyncAddEntry: the figures measure the client, not asyncio."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, throttle: int) -> None:
-        self.loop = loop
+    def __init__(self, throttle: int) -> None:
         self.throttle = throttle
         self.outstanding = 0
         self._room = asyncio.Event()
         self._room.set()
         self._idle = asyncio.Event()
-        self.latencies = LatencyRecorder(loop.time())
+        self.latencies = LatencyRecorder(monotonic())
         self.service_latencies: LatencyRecorder | None = None  # paced runs: from the actual send
         self.succeeded = 0
         self.errors = 0
@@ -106,7 +106,7 @@ class _Tally:
         self.service_latencies = LatencyRecorder(started) if paced else None
 
     def finish(self) -> None:
-        now = self.loop.time()
+        now = monotonic()
         self.latencies.finish(now)
         if self.service_latencies is not None:
             self.service_latencies.finish(now)
@@ -134,7 +134,7 @@ class _Tally:
         stage = latencies.stage_us
         service = self.service_latencies
         stage_service = service.stage_us if service is not None else None
-        time = _clock(self.loop)
+        time = monotonic
         throttle = self.throttle
 
         def done(entry_id: int, error: BKError | None) -> None:
@@ -166,7 +166,7 @@ class _Tally:
         """The done-callback of one ``append_batch_async`` future of ``count`` entries sent at
         ``sent`` (scheduled at ``due``, each, in a paced run). A failed batch counts all its
         entries as errors (some may have been stored: the bench does not tell them apart)."""
-        time = _clock(self.loop)
+        time = monotonic
         throttle = self.throttle
 
         def done(future: asyncio.Future[int]) -> None:
@@ -198,12 +198,6 @@ class _Tally:
         return self.succeeded + self.errors
 
 
-def _clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
-    """``loop.time`` as a C function where it is one: asyncio's default loop reads
-    ``time.monotonic`` through a Python method, a frame per call, twice per entry here."""
-    return time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
-
-
 # How often a paced producer wakes at most: it sends what fell due since, in one burst.
 PACER_TICK_S = 0.001
 
@@ -219,9 +213,8 @@ class _Pacer:
     lost on the same cores."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, started: float, rate: float, tick_s: float = PACER_TICK_S
+        self, started: float, rate: float, tick_s: float = PACER_TICK_S
     ) -> None:
-        self._loop = loop
         self._started = started
         self._rate = rate
         self._per_tick = max(1, int(rate * tick_s))
@@ -232,12 +225,12 @@ class _Pacer:
         if self._rate <= 0:
             return most
         least = min(self._per_tick, most)
-        now = self._loop.time()
+        now = monotonic()
         due = int((now - self._started) * self._rate) + 1 - sent  # due times already passed
         if due >= least:
             return min(due, most)
         await asyncio.sleep(self._started + (sent + least - 1) / self._rate - now)
-        due = int((self._loop.time() - self._started) * self._rate) + 1 - sent
+        due = int((monotonic() - self._started) * self._rate) + 1 - sent
         return max(1, min(due, most))
 
 
@@ -248,14 +241,13 @@ async def run_writes(args: argparse.Namespace) -> BenchResult:
         max_outstanding_bytes=max(64 * 1024 * 1024, 2 * throttle * args.size),
     )
     payload = os.urandom(args.size)
-    loop = asyncio.get_running_loop()
     async with await BookKeeper.connect(args.zk, config) as bk:
         if args.warmup:
-            warm = _Tally(loop, throttle)
+            warm = _Tally(throttle)
             await _write_phase(bk, args, payload, warm, args.warmup, None, None)
             if warm.first_error is not None:
                 log.error("first warm-up add error: %s", warm.first_error)
-        tally = _Tally(loop, throttle)
+        tally = _Tally(throttle)
         with Progress(args.entries, quiet=args.json) as progress:
             elapsed, changes = await _write_phase(bk, args, payload, tally, args.entries, args.time, progress)
     if tally.first_error is not None:
@@ -292,15 +284,14 @@ async def _write_phase(
 ) -> tuple[float, int]:
     """Write ``entries`` entries (or for ``seconds``) to fresh ledgers at ``args.rate``, then
     close them; returns the elapsed time and the ensemble changes seen."""
-    loop = tally.loop
-    now = _clock(loop)
+    now = monotonic
     handles = [
         await bk.create_ledger(
             args.ensemble, args.write_quorum, args.ack_quorum, DigestType[args.digest.upper()], b"bench"
         )
         for _ in range(args.ledgers)
     ]
-    started = loop.time()
+    started = monotonic()
     paced = args.rate > 0
     tally.begin(started, paced)
     sent_at = [deque[float]() for _ in handles]
@@ -309,9 +300,9 @@ async def _write_phase(
                  for i, times in enumerate(sent_at)]
     deadline = started + seconds if seconds else None
     sent = 0
-    pace = _Pacer(loop, started, args.rate)
+    pace = _Pacer(started, args.rate)
     limit = entries if entries is not None else 1 << 62
-    while sent < limit and (deadline is None or loop.time() < deadline):
+    while sent < limit and (deadline is None or monotonic() < deadline):
         if tally.errors >= 100:
             break  # the cluster is failing: stop instead of reporting a flood of errors
         burst = await tally.reserve(await pace.allowance(sent, limit - sent))
@@ -335,7 +326,7 @@ async def _write_phase(
         # the latency of every later add.
         await asyncio.sleep(0)
     await tally.drained()
-    elapsed = loop.time() - started
+    elapsed = monotonic() - started
     tally.finish()
     if progress is not None:
         progress.done()

@@ -8,7 +8,6 @@ is one module plus one line here. See :mod:`pybk.shell.context` for what a comma
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import logging
 import os
@@ -16,6 +15,7 @@ from typing import Any
 
 from bkproto.errors import BKError
 from bookie.config import ConfigError
+from pybk import event_loop
 from pybk.json_option import add_json_option
 from pybk.shell.context import ShellContext, ZooKeeperUnreachableError
 from pybk.shell.ledger_view import EXIT_USAGE
@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # kazoo logs every refused connection attempt; the shell reports the outcome itself (exit 3).
     logging.getLogger("kazoo.client").setLevel(logging.CRITICAL)
-    return asyncio.run(_run(args))
+    return event_loop.run(_run(args))
 
 
 async def _run(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from pathlib import Path
 from bkclient import BookKeeper, ClientConfig
 from bkclient.write_handle import WriteHandle
 from bkproto.errors import BKError
+from pybk import event_loop
 from pybk.verify.history import (
     FAIL,
     INFO,
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo.client").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
-    return asyncio.run(amain(args))
+    return event_loop.run(amain(args))
 
 
 if __name__ == "__main__":
