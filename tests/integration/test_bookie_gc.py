@@ -48,12 +48,20 @@ def _entry_logs(bookie: BookieProcess) -> dict[str, int]:
     }
 
 
-async def _write_ledgers(bk: BookKeeper, count: int, entries: int) -> list[tuple[int, list[bytes]]]:
-    """``count`` ledgers written side by side (their entries share entry logs)."""
+async def _write_ledgers(
+    bk: BookKeeper, count: int, entries: int, pace: float = 0.0
+) -> list[tuple[int, list[bytes]]]:
+    """``count`` ledgers written side by side, ``pace`` seconds between rounds.
+
+    A flush writes the write cache ledger by ledger, so ledgers written side by side share an
+    entry log only in slices as large as one flush holds of each. Paced well below the flush
+    interval, every log they fill holds about as much of one as of the other."""
     handles = [await bk.create_ledger(3, 3, 3, DigestType.CRC32C, PASSWORD) for _ in range(count)]
     data = [[os.urandom(ENTRY) for _ in range(entries)] for _ in handles]
     for i in range(entries):
         await asyncio.gather(*(h.append_async(d[i]) for h, d in zip(handles, data, strict=True)))
+        if pace:
+            await asyncio.sleep(pace)
     for handle in handles:
         await handle.close()
     return [(h.ledger_id, d) for h, d in zip(handles, data, strict=True)]
@@ -78,7 +86,8 @@ async def test_deleted_ledgers_are_collected_and_compacted_and_the_live_one_surv
         await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 3, 30.0)
         ((alone, _),) = await _write_ledgers(bk, 1, ENTRIES)  # logs of its own
         await asyncio.sleep(0.5)  # flushed: the next entries go to later logs
-        (shared, _), (kept, kept_data) = await _write_ledgers(bk, 2, ENTRIES // 2)  # logs half each
+        # logs half each: about 5 rounds (80 KiB of each ledger) per 100 ms flush
+        (shared, _), (kept, kept_data) = await _write_ledgers(bk, 2, ENTRIES // 2, pace=0.02)
         # The log being written is never compacted, and which entries end up in it depends on
         # how the flushes happened to batch them. A live filler larger than a log, written last
         # (a higher ledger id, so after the others in any flush), leaves the current log to itself.
