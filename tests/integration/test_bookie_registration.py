@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.bookies import BookieFactory, BookieStartError
+from tests.support.ports import restartable_port
 
 from bkmeta import MetadataClient
 from bkmeta.registration import BookieRegistration, BookieServiceInfo
@@ -80,7 +81,7 @@ async def test_restart_during_a_zookeeper_outage_waits_for_the_previous_session(
     # ZooKeeper, once back, restores the dead incarnation's session with a fresh timeout, so its
     # registration stays until then. The new incarnation must wait for that expiry, not give up
     # because its own wait started while ZooKeeper could not expire anything.
-    server = ZooKeeperServer(ZooKeeperConfig(data_dir=tmp_path / "zk", port=free_port()))
+    server = ZooKeeperServer(ZooKeeperConfig(data_dir=tmp_path / "zk", port=restartable_port()))
     server.start(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server.wait_ready()
     # The previous incarnation reaches ZooKeeper through a proxy that is cut for good, as if dead.

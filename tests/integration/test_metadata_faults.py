@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kazoo.exceptions import ConnectionLoss
+from tests.support.ports import restartable_port
 
 from bkmeta import MetadataClient, ZkClient
 from bkmeta.zookeeper_server import ZooKeeperConfig, ZooKeeperServer, free_port
@@ -63,7 +64,7 @@ async def test_retried_delete_that_already_deleted_succeeds(zk_hosts: str) -> No
 
 
 async def test_zookeeper_down_gives_bounded_retries_then_clear_error(tmp_path: Path) -> None:
-    server = ZooKeeperServer(ZooKeeperConfig(data_dir=tmp_path, port=free_port()))
+    server = ZooKeeperServer(ZooKeeperConfig(data_dir=tmp_path, port=restartable_port()))  # restarted below
     server.start(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         server.wait_ready()
