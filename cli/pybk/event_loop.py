@@ -18,6 +18,8 @@ import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from pybk.stdio import open_standard_fds
+
 ENV = "PYBK_EVENT_LOOP"
 CHOICES = ("uvloop", "asyncio")
 
@@ -53,6 +55,7 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     except EventLoopChoiceError:
         main.close()  # never awaited: no "coroutine was never awaited" warning on top of the error
         raise
+    open_standard_fds()  # a loop must not get descriptor 0-2 (pybk.stdio); scripts come here first
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
 

@@ -14,6 +14,7 @@ from pybk.event_loop import EventLoopChoiceError, loop_factory
 from pybk.extras import DISTRIBUTION, register_commands
 from pybk.gc_setting import collect_young_garbage_less_often
 from pybk.json_option import add_top_level_json_option, check_json_request
+from pybk.stdio import complete_writes, open_standard_fds
 
 # Module names under ``pybk`` that each add one sub-command with ``register(subparsers)``, and
 # that sub-command's name (known without importing it: see :mod:`pybk.extras`).
@@ -47,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    open_standard_fds()  # pybk.stdio: before anything opens a descriptor of its own
+    complete_writes()
     parser = build_parser()
     args = parser.parse_args(argv)
     check_json_request(parser, args)
