@@ -65,24 +65,7 @@ class DbLedgerStorage:
         # ledger's records stay in order within one journal.
         count = len(config.journal_dirs)
         self.journals = [
-            Journal(
-                JournalSettings(
-                    directory=Path(journal_dir) / "current",
-                    pre_alloc_bytes=config.journal_pre_alloc_size_mb * 1024 * 1024,
-                    max_file_bytes=config.journal_max_size_mb * 1024 * 1024,
-                    max_backups=config.journal_max_backups,
-                    queue_size=config.journal_queue_size,
-                    group_wait_s=config.journal_max_group_wait_ms / 1000.0,
-                    buffered_writes_threshold=config.journal_buffered_writes_threshold,
-                    flush_when_queue_empty=config.journal_flush_when_queue_empty,
-                    sync_data=config.journal_sync_data,
-                    remove_pages_from_cache=config.journal_remove_pages_from_cache,
-                    thread_name="bookie-journal" if count == 1 else f"bookie-journal-{index}",
-                ),
-                stats,
-                self.health,
-            )
-            for index, journal_dir in enumerate(config.journal_dirs)
+            Journal(JournalSettings.from_config(config, index), stats, self.health) for index in range(count)
         ]
         self._mark_files = [mark_file_name(index, count) for index in range(count)]
         # read at scrape time: no gauge update on the add path

@@ -31,6 +31,7 @@ from bkproto.v1 import bookie_pb2
 from bookie.api import LogMark
 from bookie.errors import BookieError
 
+from .config import StorageConfig
 from .health import StorageHealth
 from .journal_file import JournalFile
 from .journal_format import (
@@ -71,6 +72,24 @@ class JournalSettings:
     sync_data: bool
     remove_pages_from_cache: bool = True
     thread_name: str = "bookie-journal"
+
+    @classmethod
+    def from_config(cls, config: StorageConfig, index: int) -> JournalSettings:
+        """The settings of journal ``index`` of ``config.journal_dirs``."""
+        mib = 1024 * 1024
+        return cls(
+            directory=Path(config.journal_dirs[index]) / "current",
+            pre_alloc_bytes=config.journal_pre_alloc_size_mb * mib,
+            max_file_bytes=config.journal_max_size_mb * mib,
+            max_backups=config.journal_max_backups,
+            queue_size=config.journal_queue_size,
+            group_wait_s=config.journal_max_group_wait_ms / 1000.0,
+            buffered_writes_threshold=config.journal_buffered_writes_threshold,
+            flush_when_queue_empty=config.journal_flush_when_queue_empty,
+            sync_data=config.journal_sync_data,
+            remove_pages_from_cache=config.journal_remove_pages_from_cache,
+            thread_name="bookie-journal" if len(config.journal_dirs) == 1 else f"bookie-journal-{index}",
+        )
 
 
 class Journal:
