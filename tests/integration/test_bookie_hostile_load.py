@@ -21,10 +21,12 @@ from tests.support.hostile import (
     AddPortClient,
     Attack,
     MiB,
+    call_from,
     keyless_adds_message,
     limit_rejections,
     long_poll_from,
     rss_bytes,
+    sources,
 )
 
 from bkproto.add_port import FRAME_HEADER, PREFACE, frame
@@ -49,6 +51,7 @@ LIMITS = {
     "httpServerRequestTimeoutMs": "1000",
 }
 WELL_BEHAVED_LEDGER = 7
+READ_LEDGER = 11  # 10 MiB of entries that a read attack asks for
 
 
 class WellBehaved:
@@ -221,6 +224,34 @@ def test_big_valid_messages_are_served_alongside_other_clients(
         stub = bookie_pb2_grpc.BookieStub(channel)
         reply = stub.ReadEntry(S.ReadRequest(ledger_id=1_000_000, entry_id=3 * 90_000 - 1), timeout=60)
     assert reply.status == S.EOK
+
+
+def test_read_answers_a_peer_never_takes_hold_only_its_share_of_the_answer_budget(
+    bookie: BookieProcess, client: WellBehaved
+) -> None:
+    # 2 connections x 100 unary ReadEntries calls, each for an 8 MiB answer the peer never takes
+    # (raw HTTP/2, no flow-control window granted). Built and held, that would be 1.6 GiB; the
+    # peer gets its share of the read-answer budget (32 MiB, four answers) and the other calls
+    # wait with nothing built.
+    writer = AddPortClient(bookie.add_port or 0)
+    try:
+        for entry_id in range(40):
+            assert writer.add(READ_LEDGER, entry_id, bytes(256 * 1024))[0] == S.EOK
+    finally:
+        writer.close()
+    rss_before = rss_bytes(bookie.pid)
+    small = S.ReadEntriesRequest(ledger_id=READ_LEDGER, first_entry_id=0, max_count=3)
+    args = ("--connections", "2", "--streams", "100", "--ledger", str(READ_LEDGER), "--settle-s", "2")
+    with Attack("unread-read-entries", bookie.address, *args):
+        peak = max(rss_bytes(bookie.pid) for _ in range(20) if time.sleep(0.1) is None)
+        assert peak < rss_before + 32 * MiB + MARGIN
+        # another peer's reads go on meanwhile
+        answer = call_from("127.0.0.1", bookie.address, "ReadEntries", small, S.ReadEntriesResponse, 30)
+        assert (answer.status, len(answer.bodies)) == (S.EOK, 3)
+    # The attack's calls ended with its connections, and gave their share back: a read from its
+    # address is answered (it would wait for ever behind 32 MiB still held).
+    answer = call_from(sources(1)[0], bookie.address, "ReadEntries", small, S.ReadEntriesResponse, 30)
+    assert (answer.status, len(answer.bodies)) == (S.EOK, 3)
 
 
 def test_long_polls_are_limited_per_peer_not_for_everyone(bookie: BookieProcess) -> None:

@@ -31,9 +31,11 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf.message import Message
 
 from bkproto.add_port import FRAME_HEADER, PREFACE, frame
 from bkproto.v1 import bookie_pb2
@@ -41,6 +43,7 @@ from bkproto.v1 import bookie_pb2
 S = bookie_pb2
 KEY = b"h" * 20
 MiB = 1024 * 1024
+M = TypeVar("M", bound=Message)
 # A minimal add without a master key: field 1 (adds), 2 bytes long, holding ledger_id = 1.
 KEYLESS_ADD = b"\x0a\x02\x08\x01"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -432,20 +435,30 @@ _GRPC_CLIENT_OPTIONS = [
 def long_poll_from(source: str, address: str, timeout_ms: int) -> str:
     """The status of one long poll (on a ledger nobody writes) sent from ``source`` to the bookie
     at ``address``: ENOENTRY once it was parked and timed out, ETOOMANYREQUESTS if refused."""
+    request = S.ReadRequest(ledger_id=77, entry_id=0, previous_lac=0, timeout_ms=timeout_ms)
+    answer = call_from(source, address, "ReadEntry", request, S.ReadResponse, timeout_s=60)
+    return str(S.StatusCode.Name(answer.status))
 
-    async def poll() -> str:
+
+def call_from(
+    source: str, address: str, method: str, request: Message, answer_type: type[M], timeout_s: float
+) -> M:
+    """The answer to one unary Bookie ``method`` call sent from ``source`` to ``address``."""
+
+    async def call() -> M:
         host, _, port = address.rpartition(":")
         proxy, proxy_port = await serve_proxy((host, int(port)), source)
-        async with proxy, grpc.aio.insecure_channel(f"127.0.0.1:{proxy_port}") as channel:
-            call = channel.unary_unary(
-                "/bkproto.v1.Bookie/ReadEntry",
-                request_serializer=S.ReadRequest.SerializeToString,
-                response_deserializer=S.ReadResponse.FromString,
+        options = _GRPC_CLIENT_OPTIONS
+        async with proxy, grpc.aio.insecure_channel(f"127.0.0.1:{proxy_port}", options=options) as channel:
+            unary = channel.unary_unary(
+                f"/bkproto.v1.Bookie/{method}",
+                request_serializer=type(request).SerializeToString,
+                response_deserializer=answer_type.FromString,
             )
-            request = S.ReadRequest(ledger_id=77, entry_id=0, previous_lac=0, timeout_ms=timeout_ms)
-            return str(S.StatusCode.Name((await call(request, timeout=60)).status))
+            answer: M = await unary(request, timeout=timeout_s)
+            return answer
 
-    return asyncio.run(poll())
+    return asyncio.run(call())
 
 
 async def serve_proxy(target: tuple[str, int], source: str) -> tuple[asyncio.Server, int]:
@@ -485,10 +498,17 @@ async def idle_connections(target: tuple[str, int], args: argparse.Namespace) ->
     await attack(target, args)
 
 
+async def unread_read_entries(target: tuple[str, int], args: argparse.Namespace) -> None:
+    from tests.support.hostile_h2 import unread_read_entries as attack  # needs h2 (dev extra)
+
+    await attack(target, args)
+
+
 _ATTACKS = {
     "idle-connections": idle_connections,
     "unfinished-frames": unfinished_frames,
     "unfinished-grpc-messages": unfinished_grpc_messages,
+    "unread-read-entries": unread_read_entries,
     "never-read": never_read,
     "big-messages": big_messages,
     "long-polls": long_polls,
@@ -512,6 +532,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=10_000, help="long polls")
     parser.add_argument("--channels", type=int, default=10, help="gRPC connections for the long polls")
     parser.add_argument("--dribble-s", type=float, default=0.0)
+    parser.add_argument("--ledger", type=int, default=0, help="the ledger a read attack asks for")
+    parser.add_argument("--max-bytes", type=int, default=8 * MiB, help="a ReadEntries call's max_bytes")
     parser.add_argument("--settle-s", type=float, default=1.0, help="wait before reporting ready")
     args = parser.parse_args(argv)
     host, _, port = args.target.rpartition(":")

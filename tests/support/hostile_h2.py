@@ -1,8 +1,11 @@
-"""A hostile gRPC peer below the gRPC library: raw HTTP/2 (``h2``) calls whose request message
-never completes. A gRPC client library cannot send a partial message, so this speaks the wire
-itself: each stream's headers name a Bookie method, its first DATA frame's gRPC prefix announces
-``--frame-bytes``, and it then sends ``--send-bytes`` of it as fast as flow control allows, and
-nothing more. Run through ``python -m tests.support.hostile unfinished-grpc-messages``.
+"""Hostile gRPC peers below the gRPC library: raw HTTP/2 (``h2``), where a gRPC client library
+would not let them misbehave. Run through ``python -m tests.support.hostile ATTACK``:
+
+- ``unfinished-grpc-messages``: calls whose request message never completes (each stream's
+  headers name a Bookie method, its first DATA frame's gRPC prefix announces ``--frame-bytes``, and
+  it then sends ``--send-bytes`` of it as fast as flow control allows, and nothing more);
+- ``unread-read-entries``: whole ReadEntries calls whose answers are never taken (the peer grants
+  no flow-control window beyond HTTP/2's first 64 KiB), so the bookie holds what it has built.
 """
 
 from __future__ import annotations
@@ -18,10 +21,17 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-_HEADERS = [
-    (":method", "POST"), (":scheme", "http"), (":path", "/bkproto.v1.Bookie/ReadEntry"),
-    (":authority", "bookie"), ("content-type", "application/grpc"), ("te", "trailers"),
-]  # fmt: skip
+from bkproto.v1 import bookie_pb2
+
+
+def _headers(method: str) -> list[tuple[str, str]]:
+    return [
+        (":method", "POST"), (":scheme", "http"), (":path", f"/bkproto.v1.Bookie/{method}"),
+        (":authority", "bookie"), ("content-type", "application/grpc"), ("te", "trailers"),
+    ]  # fmt: skip
+
+
+_HEADERS = _headers("ReadEntry")
 
 
 class _Stats:
@@ -116,4 +126,39 @@ async def idle_connections(target: tuple[str, int], args: argparse.Namespace) ->
             held.append(asyncio.create_task(_until_closed(reader, writer, closures)))
     print("ready " + json.dumps({"connections": len(held)}), flush=True)
     await asyncio.gather(*held)
+    await asyncio.Event().wait()
+
+
+async def unread_read_entries(target: tuple[str, int], args: argparse.Namespace) -> None:
+    """``--connections`` per source, ``--streams`` ReadEntries calls each (ledger ``--ledger``
+    from entry 0, up to ``--max-bytes``), answers left untaken; ``closed N`` if the bookie closes
+    a connection."""
+    from tests.support.hostile import _Closures, _open, sources
+
+    request = bookie_pb2.ReadEntriesRequest(
+        ledger_id=args.ledger, first_entry_id=0, max_count=100_000, max_bytes=args.max_bytes
+    ).SerializeToString()
+    message = b"\x00" + struct.pack(">I", len(request)) + request
+    closures = _Closures()
+
+    async def one(source: str) -> None:
+        reader, writer = await _open(target, source)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        for _ in range(args.streams):
+            stream = conn.get_next_available_stream_id()
+            conn.send_headers(stream, _headers("ReadEntries"))
+            conn.send_data(stream, message, end_stream=True)
+        writer.write(conn.data_to_send())
+        with contextlib.suppress(OSError, h2.exceptions.ProtocolError):
+            # Settings and pings are answered (h2 does it), received data never acknowledged.
+            while data := await reader.read(65536):
+                conn.receive_data(data)
+                writer.write(conn.data_to_send())
+        closures.one()
+
+    tasks = [asyncio.create_task(one(s)) for s in sources(args.sources) for _ in range(args.connections)]
+    await asyncio.sleep(args.settle_s)
+    print("ready " + json.dumps({"connections": len(tasks)}), flush=True)
+    await asyncio.gather(*tasks)
     await asyncio.Event().wait()

@@ -45,8 +45,8 @@ class HandlerLimits:
     max_adds_per_message: int = 100_000  # maxAddsPerMessage: a bigger message ends its stream
     adds_per_loop_turn: int = 4096  # addsPerLoopTurn: a bigger batch is processed in slices
     read_stream_max_in_flight: int = 1024  # requests of one ReadStream being served at once
-    # ReadEntries answers on read streams being built or waiting to be written (their byte bounds),
-    # all streams together and per IP address
+    # ReadEntries answers being built or not yet sent (their byte bounds), on read streams and in
+    # unary calls, all together and per IP address
     read_answers_max_bytes: int = 128 * MiB
     read_answers_max_bytes_per_peer: int = 32 * MiB
     max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp: parked long polls of one IP address

@@ -23,10 +23,10 @@ Parked polls are also bounded bookie-wide by the long-poll waiters. A ``cancel``
 end of the stream, cancels the requests still running; no answer follows a cancelled request.
 
 A ReadEntries request (a catch-up reader's chunk, up to ``max_read_batch_bytes`` of bodies) first
-reserves its answer's byte bound from one budget of all read streams, with a share per IP address,
-and gives it back once its answer is written or dropped: a thousand slots of megabyte answers
-would otherwise let one stream that reads no answers make the bookie hold gigabytes. Past the
-budget the request waits, holding its slot.
+reserves its answer's byte bound from the budget of every ReadEntries answer (the handler's, which
+unary calls share), with a share per IP address, and gives it back once its answer is written or
+dropped: a thousand slots of megabyte answers would otherwise let one stream that reads no answers
+make the bookie hold gigabytes. Past the budget the request waits, holding its slot.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import grpc.aio
 
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import EncodedMessage, stream_read_entries
-from bookie.errors import BookieError
 from bookie.handlers.common import status_code
 from bookie.handlers.read_entries import ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
@@ -123,10 +122,7 @@ class ReadStreamHandler:
         self._stride_poll = stride_poll
         self._read_entries = read_entries
         self._max_in_flight = max_in_flight
-        limits = read_entries.limits
-        self.answer_bytes = PeerByteBudget(
-            limits.read_answers_max_bytes, limits.read_answers_max_bytes_per_peer
-        )
+        self.answer_bytes: PeerByteBudget = read_entries.answer_bytes
 
     async def __call__(
         self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Context
@@ -210,7 +206,7 @@ class ReadStreamHandler:
         """A ReadEntries request: its answer's bytes reserved first, and given back by the answer
         loop once written (or here if no answer is posted)."""
         peer = _peer_of(context)
-        reserved = self._answer_bound(request)
+        reserved = self._read_entries.answer_bound(request)
         await self.answer_bytes.acquire(peer, reserved)
         try:
             batch = await self._read_entries(request, context)
@@ -220,14 +216,6 @@ class ReadStreamHandler:
             self.answer_bytes.release(peer, reserved)
             raise
         stream.post(request_id, stream_read_entries(request_id, batch), reserved)
-
-    def _answer_bound(self, request: bookie_pb2.ReadEntriesRequest) -> int:
-        """The bodies' bytes the answer to ``request`` may hold (its first body may be larger, up
-        to an entry's limit); a request the handler refuses holds next to nothing."""
-        try:
-            return self._read_entries.limits.read_batch(request.max_count, request.max_bytes)[1]
-        except BookieError:
-            return 0
 
     async def _stand(
         self, request_id: int, request: bookie_pb2.StridePollRequest, stream: _Stream, context: Context

@@ -73,7 +73,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
     async def ReadEntries(
         self, request: bookie_pb2.ReadEntriesRequest, context: Context
     ) -> ReadEntriesAnswer:
-        return await self.read_entries(request, context)
+        return await self.read_entries.unary(request, context)
 
     async def ReadLac(
         self, request: bookie_pb2.ReadLacRequest, context: Context
