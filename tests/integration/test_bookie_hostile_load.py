@@ -51,7 +51,7 @@ LIMITS = {
     "httpServerRequestTimeoutMs": "1000",
 }
 WELL_BEHAVED_LEDGER = 7
-READ_LEDGER = 11  # 10 MiB of entries that a read attack asks for
+READ_LEDGER = 11  # 10 MiB of entries that a read attack asks for (and 12)
 
 
 class WellBehaved:
@@ -226,22 +226,27 @@ def test_big_valid_messages_are_served_alongside_other_clients(
     assert reply.status == S.EOK
 
 
+@pytest.mark.parametrize(
+    ("method", "entry_bytes"), [("ReadEntries", 256 * 1024), ("ReadEntry", 2 * MiB)]
+)
 def test_read_answers_a_peer_never_takes_hold_only_its_share_of_the_answer_budget(
-    bookie: BookieProcess, client: WellBehaved
+    bookie: BookieProcess, client: WellBehaved, method: str, entry_bytes: int
 ) -> None:
-    # 2 connections x 100 unary ReadEntries calls, each for an 8 MiB answer the peer never takes
-    # (raw HTTP/2, no flow-control window granted). Built and held, that would be 1.6 GiB; the
-    # peer gets its share of the read-answer budget (32 MiB, four answers) and the other calls
-    # wait with nothing built.
+    # 2 connections x 100 calls whose answers the peer never takes (raw HTTP/2, no flow-control
+    # window granted): ReadEntries for 8 MiB answers (1.6 GB built and held without the budget;
+    # 3.35 GB of RSS, measured), or ReadEntry of a 2 MiB entry (400 MB). The peer gets its share
+    # of the read-answer budget (32 MiB) and the other calls wait with nothing built.
+    ledger = READ_LEDGER if method == "ReadEntries" else READ_LEDGER + 1
     writer = AddPortClient(bookie.add_port or 0)
     try:
-        for entry_id in range(40):
-            assert writer.add(READ_LEDGER, entry_id, bytes(256 * 1024))[0] == S.EOK
+        for entry_id in range(10 * MiB // entry_bytes):
+            assert writer.add(ledger, entry_id, bytes(entry_bytes))[0] == S.EOK
     finally:
         writer.close()
     rss_before = rss_bytes(bookie.pid)
-    small = S.ReadEntriesRequest(ledger_id=READ_LEDGER, first_entry_id=0, max_count=3)
-    args = ("--connections", "2", "--streams", "100", "--ledger", str(READ_LEDGER), "--settle-s", "2")
+    small = S.ReadEntriesRequest(ledger_id=ledger, first_entry_id=0, max_count=3)
+    args = ("--method", method, "--connections", "2", "--streams", "100", "--ledger", str(ledger),
+            "--settle-s", "2")  # fmt: skip
     with Attack("unread-read-entries", bookie.address, *args):
         peak = max(rss_bytes(bookie.pid) for _ in range(20) if time.sleep(0.1) is None)
         assert peak < rss_before + 32 * MiB + MARGIN

@@ -534,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dribble-s", type=float, default=0.0)
     parser.add_argument("--ledger", type=int, default=0, help="the ledger a read attack asks for")
     parser.add_argument("--max-bytes", type=int, default=8 * MiB, help="a ReadEntries call's max_bytes")
+    parser.add_argument("--method", default="ReadEntries", choices=["ReadEntries", "ReadEntry"])
     parser.add_argument("--settle-s", type=float, default=1.0, help="wait before reporting ready")
     args = parser.parse_args(argv)
     host, _, port = args.target.rpartition(":")

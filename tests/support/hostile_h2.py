@@ -4,8 +4,9 @@ would not let them misbehave. Run through ``python -m tests.support.hostile ATTA
 - ``unfinished-grpc-messages``: calls whose request message never completes (each stream's
   headers name a Bookie method, its first DATA frame's gRPC prefix announces ``--frame-bytes``, and
   it then sends ``--send-bytes`` of it as fast as flow control allows, and nothing more);
-- ``unread-read-entries``: whole ReadEntries calls whose answers are never taken (the peer grants
-  no flow-control window beyond HTTP/2's first 64 KiB), so the bookie holds what it has built.
+- ``unread-read-entries``: whole ReadEntries (or ReadEntry) calls whose answers are never taken
+  (the peer grants no flow-control window beyond HTTP/2's first 64 KiB), so the bookie holds what
+  it has built.
 """
 
 from __future__ import annotations
@@ -130,14 +131,17 @@ async def idle_connections(target: tuple[str, int], args: argparse.Namespace) ->
 
 
 async def unread_read_entries(target: tuple[str, int], args: argparse.Namespace) -> None:
-    """``--connections`` per source, ``--streams`` ReadEntries calls each (ledger ``--ledger``
-    from entry 0, up to ``--max-bytes``), answers left untaken; ``closed N`` if the bookie closes
-    a connection."""
+    """``--connections`` per source, ``--streams`` calls each of ``--method`` ReadEntries (ledger
+    ``--ledger`` from entry 0, up to ``--max-bytes``) or ReadEntry (its entry 0), answers left
+    untaken; ``closed N`` if the bookie closes a connection."""
     from tests.support.hostile import _Closures, _open, sources
 
-    request = bookie_pb2.ReadEntriesRequest(
-        ledger_id=args.ledger, first_entry_id=0, max_count=100_000, max_bytes=args.max_bytes
-    ).SerializeToString()
+    if args.method == "ReadEntry":  # entry 0, whatever its size
+        request = bookie_pb2.ReadRequest(ledger_id=args.ledger, entry_id=0).SerializeToString()
+    else:
+        request = bookie_pb2.ReadEntriesRequest(
+            ledger_id=args.ledger, first_entry_id=0, max_count=100_000, max_bytes=args.max_bytes
+        ).SerializeToString()
     message = b"\x00" + struct.pack(">I", len(request)) + request
     closures = _Closures()
 
@@ -147,7 +151,7 @@ async def unread_read_entries(target: tuple[str, int], args: argparse.Namespace)
         conn.initiate_connection()
         for _ in range(args.streams):
             stream = conn.get_next_available_stream_id()
-            conn.send_headers(stream, _headers("ReadEntries"))
+            conn.send_headers(stream, _headers(args.method))
             conn.send_data(stream, message, end_stream=True)
         writer.write(conn.data_to_send())
         with contextlib.suppress(OSError, h2.exceptions.ProtocolError):

@@ -17,7 +17,7 @@ import grpc.aio
 from bkproto.v1 import bookie_pb2
 from bookie.api import BookieCore
 from bookie.errors import BookieError, bad_request
-from bookie.limits import CURRENT_CALL, PeerLongPolls
+from bookie.limits import CURRENT_CALL, PeerByteBudget, PeerLongPolls
 from bookie.stats import OpLatency, RequestStats
 
 log = logging.getLogger(__name__)
@@ -102,12 +102,18 @@ class UnaryHandler(Generic[RequestT, ResponseT]):
         stats: RequestStats,
         limits: HandlerLimits,
         long_polls: PeerLongPolls | None = None,
+        answer_bytes: PeerByteBudget | None = None,
     ) -> None:
-        """``long_polls``: the per-peer count of parked long polls, shared by the handlers that park."""
+        """``long_polls``: the per-peer count of parked long polls, shared by the handlers that
+        park; ``answer_bytes``: the budget of read answers not yet sent (``answer_budget``),
+        shared by the handlers that read."""
         self.core = core
         self.stats = stats
         self.limits = limits
         self.long_polls = long_polls or PeerLongPolls(limits.max_long_polls_per_peer, stats.limits)
+        self.answer_bytes = answer_bytes or PeerByteBudget(
+            limits.read_answers_max_bytes, limits.read_answers_max_bytes_per_peer
+        )
 
     def stat_for(self, request: RequestT) -> OpLatency:
         raise NotImplementedError

@@ -1,29 +1,25 @@
 """ReadEntries: consecutive entries in one response (catch-up reads and the shell's readledger), or
 every ``stride``-th one (a re-replicating client's share of this bookie, pybookkeeper extension).
 
-An answer holds up to ``max_read_batch_bytes`` of bodies, and gRPC keeps an answer its peer has
-not taken until the call ends: a thousand concurrent calls from a peer that reads no answers would
-make the bookie hold gigabytes. So every ReadEntries answer, a unary call's and a read stream's
-alike, first reserves its byte bound from one budget (:attr:`ReadEntriesHandler.answer_bytes`,
-with a share per IP address), and gives it back once the answer is sent or dropped: a unary call's
-when the call ends. Past the budget the request waits.
+
+Every answer first reserves its byte bound in the budget of read answers not yet sent
+(:mod:`bookie.handlers.answer_budget`).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import grpc.aio
 
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import EncodedMessage, encode_read_entries_ok
-from bookie.api import BookieCore
 from bookie.errors import BookieError, bad_request
-from bookie.handlers.common import MAX_ENTRY_ID, HandlerLimits, UnaryHandler, require_ledger_id, status_code
+from bookie.handlers.answer_budget import release_when_call_ends
+from bookie.handlers.common import MAX_ENTRY_ID, UnaryHandler, require_ledger_id, status_code
 from bookie.handlers.stride_poll import MAX_STRIDE
-from bookie.limits import PeerByteBudget, peer_host
-from bookie.stats import OpLatency, RequestStats
+from bookie.limits import peer_host
+from bookie.stats import OpLatency
 
 ReadEntriesAnswer = bookie_pb2.ReadEntriesResponse | EncodedMessage
 
@@ -34,12 +30,6 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, ReadEntries
     twice; errors are ordinary messages."""
 
     name = "batched read"
-
-    def __init__(self, core: BookieCore, stats: RequestStats, limits: HandlerLimits) -> None:
-        super().__init__(core, stats, limits)
-        self.answer_bytes = PeerByteBudget(
-            limits.read_answers_max_bytes, limits.read_answers_max_bytes_per_peer
-        )
 
     def answer_bound(self, request: bookie_pb2.ReadEntriesRequest) -> int:
         """The bodies' bytes the answer to ``request`` may hold (its first body may be larger, up
@@ -57,9 +47,7 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, ReadEntries
         peer = peer_host(context.peer())
         reserved = self.answer_bound(request)
         await self.answer_bytes.acquire(peer, reserved)  # a call cancelled here reserved nothing
-        # grpc calls it with the context (the stubs declare the callback as a class, not a protocol)
-        release = functools.partial(self.answer_bytes.release_for, peer, reserved)
-        context.add_done_callback(release)  # type: ignore[arg-type]
+        release_when_call_ends(context, self.answer_bytes, peer, reserved)
         return await self(request, context)
 
     def stat_for(self, request: bookie_pb2.ReadEntriesRequest) -> OpLatency:

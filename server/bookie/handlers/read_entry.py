@@ -12,9 +12,14 @@ ReadEntryProcessorV3 and LongPollReadEntryProcessorV3).
 
 from __future__ import annotations
 
+from typing import Any
+
+import grpc.aio
+
 from bkproto.entry_format import LAST_ADD_CONFIRMED
 from bkproto.v1 import bookie_pb2
 from bookie.errors import bad_request
+from bookie.handlers.answer_budget import read_body_bytes, release_when_call_ends, reserved_answer
 from bookie.handlers.common import (
     UnaryHandler,
     lac_for_error,
@@ -22,6 +27,7 @@ from bookie.handlers.common import (
     require_master_key,
     status_code,
 )
+from bookie.limits import peer_host
 from bookie.stats import OpLatency
 
 FENCE_LEDGER = bookie_pb2.FENCE_LEDGER
@@ -48,6 +54,18 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
             max_lac=lac_for_error(self.core, request.ledger_id, status),
             message=message,
         )
+
+    async def unary(
+        self, request: bookie_pb2.ReadRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> bookie_pb2.ReadResponse:
+        """A unary call's answer, its body's bytes reserved in the answer budget until the call
+        ends (:mod:`bookie.handlers.answer_budget`)."""
+        peer = peer_host(context.peer())
+        answer, reserved = await reserved_answer(
+            lambda: self(request, context), read_body_bytes, self.answer_bytes, peer
+        )
+        release_when_call_ends(context, self.answer_bytes, peer, reserved)
+        return answer
 
     async def serve(self, request: bookie_pb2.ReadRequest) -> bookie_pb2.ReadResponse:
         ledger_id = request.ledger_id

@@ -22,11 +22,11 @@ its requests, and its standing polls.
 Parked polls are also bounded bookie-wide by the long-poll waiters. A ``cancel`` message, or the
 end of the stream, cancels the requests still running; no answer follows a cancelled request.
 
-A ReadEntries request (a catch-up reader's chunk, up to ``max_read_batch_bytes`` of bodies) first
-reserves its answer's byte bound from the budget of every ReadEntries answer (the handler's, which
-unary calls share), with a share per IP address, and gives it back once its answer is written or
-dropped: a thousand slots of megabyte answers would otherwise let one stream that reads no answers
-make the bookie hold gigabytes. Past the budget the request waits, holding its slot.
+Every answer with entry bodies holds their bytes in the budget of read answers not yet sent
+(:mod:`bookie.handlers.answer_budget`, shared with the unary calls) until it is written or
+dropped: a thousand slots of megabyte answers would otherwise let one stream that reads no
+answers make the bookie hold gigabytes. A ReadEntries request reserves its bound before it reads;
+a read or a stride poll what it read. Past the budget the request waits, holding its slot.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import grpc.aio
 
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import EncodedMessage, stream_read_entries
+from bookie.handlers.answer_budget import read_body_bytes, reserved_answer, stride_poll_body_bytes
 from bookie.handlers.common import status_code
 from bookie.handlers.read_entries import ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
@@ -59,7 +60,7 @@ class _Queued(NamedTuple):
 
     answer: StreamAnswer
     written: asyncio.Future[None] | None  # what a standing poll waits on until it is written
-    reserved: int  # answer bytes reserved from the budget (a ReadEntries answer's), given back once written
+    reserved: int  # answer bytes reserved from the budget, given back once written
 
 
 class _Stream:
@@ -82,11 +83,12 @@ class _Stream:
         """Queue the refusal of a request that was not started; the slot it took goes with it."""
         self.answers.put_nowait(_Queued(answer, None, 0))
 
-    def post_more(self, answer: bookie_pb2.ReadStreamResponse) -> asyncio.Future[None]:
-        """Queue an answer of a standing poll that goes on; it keeps its slot. The future is
-        done once the answer is written: one answer of a poll waits at a time."""
+    def post_more(self, answer: bookie_pb2.ReadStreamResponse, reserved: int) -> asyncio.Future[None]:
+        """Queue an answer of a standing poll that goes on; it keeps its slot (its ``reserved``
+        answer bytes go with the answer). The future is done once the answer is written: one
+        answer of a poll waits at a time."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.answers.put_nowait(_Queued(answer, written, 0))
+        self.answers.put_nowait(_Queued(answer, written, reserved))
         return written
 
     def finished(self, request_id: int, task: asyncio.Task[None]) -> None:
@@ -185,20 +187,27 @@ class ReadStreamHandler:
             stream.end_requests()
 
     async def _serve(self, message: bookie_pb2.ReadStreamRequest, stream: _Stream, context: Context) -> None:
+        """One request's answer, its bodies' bytes reserved in the answer budget until written."""
         request_id = message.request_id
+        peer = _peer_of(context)
         if message.HasField("stride_poll"):
             if message.stride_poll.standing:
                 await self._stand(request_id, message.stride_poll, stream, context)
                 return
-            polled = await self._stride_poll(message.stride_poll, context)
+            polled, reserved = await reserved_answer(
+                lambda: self._stride_poll(message.stride_poll, context), stride_poll_body_bytes,
+                self.answer_bytes, peer,
+            )  # fmt: skip
             answer: StreamAnswer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
         elif message.HasField("read_entries"):
             await self._read_batch(request_id, message.read_entries, stream, context)
             return
         else:
-            read = await self._read_entry(message.read, context)
+            read, reserved = await reserved_answer(
+                lambda: self._read_entry(message.read, context), read_body_bytes, self.answer_bytes, peer
+            )
             answer = bookie_pb2.ReadStreamResponse(request_id=request_id, read=read)
-        stream.post(request_id, answer)
+        stream.post(request_id, answer, reserved)
 
     async def _read_batch(
         self, request_id: int, request: bookie_pb2.ReadEntriesRequest, stream: _Stream, context: Context
@@ -226,16 +235,19 @@ class ReadStreamHandler:
         poll = bookie_pb2.StridePollRequest()
         poll.CopyFrom(request)
         remaining = request.max_count
+        peer = _peer_of(context)
         while True:
-            polled = await self._stride_poll(poll, context)
+            polled, reserved = await reserved_answer(
+                lambda: self._stride_poll(poll, context), stride_poll_body_bytes, self.answer_bytes, peer
+            )
             count = len(polled.bodies)
             remaining -= count
             polled.more = polled.status == bookie_pb2.EOK and count > 0 and remaining > 0
             answer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
             if not polled.more:
-                stream.post(request_id, answer)
+                stream.post(request_id, answer, reserved)
                 return
-            await stream.post_more(answer)
+            await stream.post_more(answer, reserved)
             poll.first_entry_id += count * poll.stride
             poll.max_count = remaining
 

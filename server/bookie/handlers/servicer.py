@@ -22,7 +22,7 @@ from bookie.handlers.read_lac import ReadLacHandler
 from bookie.handlers.read_stream import ReadStreamHandler, StreamAnswer
 from bookie.handlers.stride_poll import StridePollHandler
 from bookie.handlers.write_lac import WriteLacHandler
-from bookie.limits import PeerLongPolls
+from bookie.limits import PeerByteBudget, PeerLongPolls
 from bookie.stats import RequestStats
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -35,9 +35,11 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.add_entries = AddEntriesHandler(adds, limits)
         self.add_entry = AddEntryHandler(adds)
         long_polls = PeerLongPolls(limits.max_long_polls_per_peer, stats.limits)
-        self.read_entry = ReadEntryHandler(core, stats, limits, long_polls)
-        self.stride_poll = StridePollHandler(core, stats, limits, long_polls)
-        self.read_entries = ReadEntriesHandler(core, stats, limits)
+        # one budget of the read answers not yet sent, whatever carries them (answer_budget.py)
+        answers = PeerByteBudget(limits.read_answers_max_bytes, limits.read_answers_max_bytes_per_peer)
+        self.read_entry = ReadEntryHandler(core, stats, limits, long_polls, answers)
+        self.stride_poll = StridePollHandler(core, stats, limits, long_polls, answers)
+        self.read_entries = ReadEntriesHandler(core, stats, limits, answer_bytes=answers)
         self.read_stream = ReadStreamHandler(
             self.read_entry, self.stride_poll, self.read_entries, limits.read_stream_max_in_flight
         )
@@ -62,7 +64,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         return await self.add_entry(request, context)
 
     async def ReadEntry(self, request: bookie_pb2.ReadRequest, context: Context) -> bookie_pb2.ReadResponse:
-        return await self.read_entry(request, context)
+        return await self.read_entry.unary(request, context)
 
     async def ReadStream(
         self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Context

@@ -452,54 +452,18 @@ async def test_read_stream_answers_dropped_unwritten_give_their_bytes_back() -> 
     assert refused.answer_bytes.used == 0
 
 
-class _UnaryCall:
-    """A unary call's context: its peer, and the callbacks gRPC runs when the call ends."""
-
-    def __init__(self) -> None:
-        self.callbacks: list[object] = []
-
-    def peer(self) -> str:
-        return "ipv4:10.0.0.9:5000"
-
-    def add_done_callback(self, callback: object) -> None:
-        self.callbacks.append(callback)
-
-    def end(self) -> None:
-        for callback in self.callbacks:
-            callback(self)  # type: ignore[operator]
-
-
-async def test_a_unary_batched_read_holds_its_answer_bytes_until_its_call_ends() -> None:
-    # gRPC may hold a unary answer, unsent, until the call ends (a peer that never takes it): the
-    # answer's byte bound stays reserved until then, and the peer's next call waits for room.
-    core = FakeBookieCore()
-    core.ledgers[4] = FakeLedger(MASTER_KEY, entries={e: fake_entry(4, e) for e in range(4)})
-    limits = HandlerLimits(read_answers_max_bytes=4096, read_answers_max_bytes_per_peer=2048)
-    handler = ReadEntriesHandler(core, RequestStats(CollectorRegistry()), limits)
-    request = S.ReadEntriesRequest(ledger_id=4, first_entry_id=0, max_count=2, max_bytes=2048)
-    first_call, second_call = _UnaryCall(), _UnaryCall()
-    first = await handler.unary(request, first_call)  # type: ignore[arg-type]
-    assert S.ReadEntriesResponse.FromString(first.SerializeToString()).status == S.EOK
-    assert handler.answer_bytes.used == 2048  # answered, not yet sent
-    second = asyncio.create_task(handler.unary(request, second_call))  # type: ignore[arg-type]
-    await asyncio.sleep(0.05)
-    assert not second.done()  # the peer's share is held by the first answer
-    first_call.end()
-    answer = S.ReadEntriesResponse.FromString((await asyncio.wait_for(second, 5)).SerializeToString())
-    assert list(answer.bodies) == [fake_entry(4, 0), fake_entry(4, 1)]
-    second_call.end()
-    assert handler.answer_bytes.used == 0
-
-
-async def test_a_unary_batched_read_shares_the_read_streams_answer_budget(harness: Harness) -> None:
-    # One budget for every ReadEntries answer, over real gRPC: a call's bytes come back when it ends.
+async def test_unary_reads_share_the_read_streams_answer_budget(harness: Harness) -> None:
+    # One budget for every read answer, over real gRPC: a call's bytes come back when it ends.
     harness.core.ledgers[4] = FakeLedger(MASTER_KEY, entries={e: fake_entry(4, e) for e in range(4)})
     servicer = harness.service.servicer
-    assert servicer.read_stream.answer_bytes is servicer.read_entries.answer_bytes
+    budget = servicer.read_entries.answer_bytes
+    assert servicer.read_stream.answer_bytes is budget and servicer.read_entry.answer_bytes is budget
     reply = await harness.stub.ReadEntries(S.ReadEntriesRequest(ledger_id=4, first_entry_id=0, max_count=4))
     assert list(reply.bodies) == [fake_entry(4, e) for e in range(4)]
+    read = await harness.stub.ReadEntry(S.ReadRequest(ledger_id=4, entry_id=1))
+    assert (read.status, read.body) == (S.EOK, fake_entry(4, 1))
     for _ in range(100):  # the call's end reaches the server just after the client has the answer
-        if servicer.read_entries.answer_bytes.used == 0:
+        if budget.used == 0:
             break
         await asyncio.sleep(0.01)
-    assert servicer.read_entries.answer_bytes.used == 0
+    assert budget.used == 0
