@@ -58,13 +58,23 @@ class SimBookie(Bookie):
 
 
 class _PeerContext:
-    """What the handlers ask of grpc's ServicerContext: who the peer is (per-peer budgets)."""
+    """What the handlers ask of grpc's ServicerContext: who the peer is (per-peer budgets), and
+    what to run when a unary call ends (a read answer's bytes go back to the answer budget)."""
 
     def __init__(self, conn: Connection) -> None:
         self._peer = f"ipv4:{conn.client}:{conn.cid}"
+        self._done_callbacks: list[Callable[[Any], None]] = []
 
     def peer(self) -> str:
         return self._peer
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        self._done_callbacks.append(callback)
+
+    def end(self) -> None:
+        """The call is over (its answer sent, or it failed): as gRPC does, run the callbacks."""
+        for callback in self._done_callbacks:
+            callback(self)
 
     async def send_initial_metadata(self, metadata: Any) -> None:
         """The add stream's "taken" (``bkproto.grpc_add_stream``): the simulated call, like the
@@ -174,9 +184,13 @@ class BookieNode:
     ) -> None:
         servicer = self.servicer
         assert servicer is not None
-        response = await getattr(servicer, method)(request, _PeerContext(conn))
-        if self.serves(conn):
-            reply(response.SerializeToString())
+        context = _PeerContext(conn)
+        try:
+            response = await getattr(servicer, method)(request, context)
+            if self.serves(conn):
+                reply(response.SerializeToString())
+        finally:
+            context.end()
 
     def open_stream(
         self, conn: Connection, method: str, send: Callable[[bytes | None], None]
