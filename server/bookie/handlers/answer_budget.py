@@ -10,10 +10,15 @@ with ``read_answers_max_bytes_per_peer`` for one IP address; the servicer's hand
 ``answer_bytes``), and gives them back once it is sent or dropped; past the budget the request
 waits:
 
-- a ReadEntries request reserves its bound before it reads (``max_bytes``, known up front);
+- a ReadEntries request reserves its bound before it reads (``max_bytes``, known up front), then
+  what it read (its first entry comes whatever ``max_bytes`` says);
 - a read or a stride poll reserves what it read (a long poll may park for long, and its size is
-  known only once read): an answer that does not fit is dropped, and read again once that much
-  room comes (:func:`reserved_answer`), so the answers that wait hold nothing.
+  known only once read).
+
+An answer that does not fit is dropped, and read again once that much room comes
+(:func:`reserved_answer`), so the answers that wait hold nothing. Read again, a request neither
+parks nor fences a second time: the handlers' ``rereadable`` serves a plain read of what the
+first answer held.
 """
 
 from __future__ import annotations
@@ -25,20 +30,29 @@ from typing import Any, TypeVar
 import grpc.aio
 
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import EncodedMessage
 from bookie.limits import PeerByteBudget
 
 A = TypeVar("A")
 
 
 async def reserved_answer(
-    serve: Callable[[], Awaitable[A]], size_of: Callable[[A], int], budget: PeerByteBudget, peer: str
+    serve: Callable[[], Awaitable[A]],
+    size_of: Callable[[A], int],
+    budget: PeerByteBudget,
+    peer: str,
+    bound: int = 0,
 ) -> tuple[A, int]:
-    """``serve()``'s answer and the bytes reserved for it in ``budget``. An answer that does not
-    fit is dropped and served again once its size fits: what it read does not change (an entry,
-    or a poll whose LAC has passed; an entry -1 may have become a later one, which the next round
-    sizes again). A request served twice is counted twice in the request metrics."""
-    reserved = 0  # held for an answer dropped for want of room
+    """``serve()``'s answer and the bytes reserved for it in ``budget`` (``bound`` of them before
+    it is served, then what it holds). An answer that does not fit is dropped and served again
+    once its size fits: ``serve`` then reads the same entries again (an entry -1 may have become
+    a later one, which that round sizes again). A request served twice is counted twice in the
+    request metrics."""
+    reserved = 0  # held before serving: the bound, or the size of an answer dropped for want of room
     try:
+        if bound:
+            await budget.acquire(peer, bound)
+            reserved = bound
         while True:
             answer = await serve()
             size = size_of(answer)
@@ -77,3 +91,8 @@ def read_body_bytes(answer: bookie_pb2.ReadResponse) -> int:
 
 def stride_poll_body_bytes(answer: bookie_pb2.StridePollResponse) -> int:
     return sum(map(len, answer.bodies))
+
+
+def read_entries_bytes(answer: bookie_pb2.ReadEntriesResponse | EncodedMessage) -> int:
+    """An answer's wire bytes (an error answer's, a protobuf message, count as none)."""
+    return len(answer.data) if isinstance(answer, EncodedMessage) else 0

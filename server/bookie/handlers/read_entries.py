@@ -15,7 +15,7 @@ import grpc.aio
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import EncodedMessage, encode_read_entries_ok
 from bookie.errors import BookieError, bad_request
-from bookie.handlers.answer_budget import release_when_call_ends
+from bookie.handlers.answer_budget import read_entries_bytes, release_when_call_ends, reserved_answer
 from bookie.handlers.common import MAX_ENTRY_ID, UnaryHandler, require_ledger_id, status_code
 from bookie.handlers.stride_poll import MAX_STRIDE
 from bookie.limits import peer_host
@@ -42,13 +42,15 @@ class ReadEntriesHandler(UnaryHandler[bookie_pb2.ReadEntriesRequest, ReadEntries
     async def unary(
         self, request: bookie_pb2.ReadEntriesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> ReadEntriesAnswer:
-        """A unary call's answer, its byte bound reserved first and given back when the call ends
-        (until then gRPC may hold the answer, unsent)."""
+        """A unary call's answer, its byte bound reserved first, then what it holds, given back
+        when the call ends (until then gRPC may hold the answer, unsent)."""
         peer = peer_host(context.peer())
-        reserved = self.answer_bound(request)
-        await self.answer_bytes.acquire(peer, reserved)  # a call cancelled here reserved nothing
+        answer, reserved = await reserved_answer(
+            lambda: self(request, context), read_entries_bytes, self.answer_bytes, peer,
+            self.answer_bound(request),
+        )  # fmt: skip
         release_when_call_ends(context, self.answer_bytes, peer, reserved)
-        return await self(request, context)
+        return answer
 
     def stat_for(self, request: bookie_pb2.ReadEntriesRequest) -> OpLatency:
         return self.stats.read_entries_request

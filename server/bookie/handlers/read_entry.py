@@ -12,6 +12,7 @@ ReadEntryProcessorV3 and LongPollReadEntryProcessorV3).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc.aio
@@ -62,10 +63,27 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
         ends (:mod:`bookie.handlers.answer_budget`)."""
         peer = peer_host(context.peer())
         answer, reserved = await reserved_answer(
-            lambda: self(request, context), read_body_bytes, self.answer_bytes, peer
+            self.rereadable(request, context), read_body_bytes, self.answer_bytes, peer
         )
         release_when_call_ends(context, self.answer_bytes, peer, reserved)
         return answer
+
+    def rereadable(
+        self, request: bookie_pb2.ReadRequest, context: grpc.aio.ServicerContext[Any, Any] | None
+    ) -> Callable[[], Awaitable[bookie_pb2.ReadResponse]]:
+        """``request`` served as asked, then, each time again (its answer dropped for want of
+        answer budget), a plain read of the entry it answered with: no second park (which might
+        be refused as one poll too many, or wait out a deleted ledger) and no second fence."""
+        current = request
+
+        async def serve() -> bookie_pb2.ReadResponse:
+            nonlocal current
+            answer = await self(current, context)  # type: ignore[arg-type]  # a stream may have none
+            if answer.status == bookie_pb2.EOK:
+                current = bookie_pb2.ReadRequest(ledger_id=answer.ledger_id, entry_id=answer.entry_id)
+            return answer
+
+        return serve
 
     async def serve(self, request: bookie_pb2.ReadRequest) -> bookie_pb2.ReadResponse:
         ledger_id = request.ledger_id

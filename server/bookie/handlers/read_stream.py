@@ -34,14 +34,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
 import grpc.aio
 
 from bkproto.v1 import bookie_pb2
 from bkproto.wire import EncodedMessage, stream_read_entries
-from bookie.handlers.answer_budget import read_body_bytes, reserved_answer, stride_poll_body_bytes
+from bookie.handlers.answer_budget import (
+    read_body_bytes,
+    read_entries_bytes,
+    reserved_answer,
+    stride_poll_body_bytes,
+)
 from bookie.handlers.common import status_code
 from bookie.handlers.read_entries import ReadEntriesHandler
 from bookie.handlers.read_entry import ReadEntryHandler
@@ -66,17 +71,35 @@ class _Queued(NamedTuple):
 class _Stream:
     """One stream's requests in progress and answers waiting to be written."""
 
-    def __init__(self, max_in_flight: int) -> None:
+    def __init__(self, max_in_flight: int, release: Callable[[int], None]) -> None:
+        """``release``: gives answer bytes back to the budget (an answer that is never written)."""
         self.answers: asyncio.Queue[_Queued | None] = asyncio.Queue()
         self.running: dict[int, asyncio.Task[None]] = {}
         self.slots = asyncio.Semaphore(max_in_flight)
         self.holding: set[int] = set()  # requests holding a slot (a standing poll: until its last answer)
         self.requests_ended = False
+        # The stream is over: nothing queued is written any more. A request can still post after
+        # that (on Python 3.11 a task cancelled as its wait ends may go on), so posts give the
+        # bytes back at once rather than leave them in a queue nobody reads.
+        self.closed = False
+        self._release = release
+
+    def close(self) -> None:
+        """The stream is over: the answers still queued give their bytes back."""
+        self.closed = True
+        while not self.answers.empty():
+            left = self.answers.get_nowait()
+            if left is not None and left.reserved:
+                self._release(left.reserved)
 
     def post(self, request_id: int, answer: StreamAnswer, reserved: int = 0) -> None:
         """Queue the last answer of ``request_id``; its slot (and its ``reserved`` answer bytes)
         go with it."""
         self.holding.discard(request_id)
+        if self.closed:
+            if reserved:
+                self._release(reserved)
+            return
         self.answers.put_nowait(_Queued(answer, None, reserved))
 
     def refuse(self, answer: bookie_pb2.ReadStreamResponse) -> None:
@@ -88,6 +111,11 @@ class _Stream:
         answer bytes go with the answer). The future is done once the answer is written: one
         answer of a poll waits at a time."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.closed:  # never written: the poll ends (its waiter is cancelled)
+            if reserved:
+                self._release(reserved)
+            written.cancel()
+            return written
         self.answers.put_nowait(_Queued(answer, written, reserved))
         return written
 
@@ -129,8 +157,8 @@ class ReadStreamHandler:
     async def __call__(
         self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], context: Context
     ) -> AsyncIterator[StreamAnswer]:
-        stream = _Stream(self._max_in_flight)
         peer = _peer_of(context)
+        stream = _Stream(self._max_in_flight, functools.partial(self.answer_bytes.release, peer))
         reader = asyncio.create_task(self._read(request_iterator, stream, context))
         try:
             while True:
@@ -146,16 +174,15 @@ class ReadStreamHandler:
                         stream.slots.release()  # the slot its request took
                     elif not written.done():  # (a poll cancelled meanwhile no longer waits)
                         written.set_result(None)
-                elif stream.done:
+                elif stream.done and stream.answers.empty():
+                    # (not empty: an answer posted after the requests ended, before the marker
+                    # its task's end queued; it is written first)
                     return
         finally:
+            stream.close()
             reader.cancel()
             for task in stream.running.values():
                 task.cancel()
-            while not stream.answers.empty():  # answers never written give their bytes back
-                left = stream.answers.get_nowait()
-                if left is not None and left.reserved:
-                    self.answer_bytes.release(peer, left.reserved)
 
     async def _read(
         self, request_iterator: AsyncIterator[bookie_pb2.ReadStreamRequest], stream: _Stream, context: Context
@@ -195,7 +222,7 @@ class ReadStreamHandler:
                 await self._stand(request_id, message.stride_poll, stream, context)
                 return
             polled, reserved = await reserved_answer(
-                lambda: self._stride_poll(message.stride_poll, context), stride_poll_body_bytes,
+                self._stride_poll.rereadable(message.stride_poll, context), stride_poll_body_bytes,
                 self.answer_bytes, peer,
             )  # fmt: skip
             answer: StreamAnswer = bookie_pb2.ReadStreamResponse(request_id=request_id, stride_poll=polled)
@@ -204,7 +231,7 @@ class ReadStreamHandler:
             return
         else:
             read, reserved = await reserved_answer(
-                lambda: self._read_entry(message.read, context), read_body_bytes, self.answer_bytes, peer
+                self._read_entry.rereadable(message.read, context), read_body_bytes, self.answer_bytes, peer
             )
             answer = bookie_pb2.ReadStreamResponse(request_id=request_id, read=read)
         stream.post(request_id, answer, reserved)
@@ -212,18 +239,15 @@ class ReadStreamHandler:
     async def _read_batch(
         self, request_id: int, request: bookie_pb2.ReadEntriesRequest, stream: _Stream, context: Context
     ) -> None:
-        """A ReadEntries request: its answer's bytes reserved first, and given back by the answer
-        loop once written (or here if no answer is posted)."""
-        peer = _peer_of(context)
-        reserved = self._read_entries.answer_bound(request)
-        await self.answer_bytes.acquire(peer, reserved)
-        try:
-            batch = await self._read_entries(request, context)
-            if not isinstance(batch, EncodedMessage):  # an error answer
-                batch = EncodedMessage(batch.SerializeToString(), batch.status)
-        except BaseException:
-            self.answer_bytes.release(peer, reserved)
-            raise
+        """A ReadEntries request: its answer's bound reserved first, then what it holds, given
+        back by the answer loop once written."""
+        answer, reserved = await reserved_answer(
+            lambda: self._read_entries(request, context), read_entries_bytes, self.answer_bytes,
+            _peer_of(context), self._read_entries.answer_bound(request),
+        )  # fmt: skip
+        batch = answer if isinstance(answer, EncodedMessage) else (
+            EncodedMessage(answer.SerializeToString(), answer.status)  # an error answer
+        )  # fmt: skip
         stream.post(request_id, stream_read_entries(request_id, batch), reserved)
 
     async def _stand(
@@ -238,7 +262,7 @@ class ReadStreamHandler:
         peer = _peer_of(context)
         while True:
             polled, reserved = await reserved_answer(
-                lambda: self._stride_poll(poll, context), stride_poll_body_bytes, self.answer_bytes, peer
+                self._stride_poll.rereadable(poll, context), stride_poll_body_bytes, self.answer_bytes, peer
             )
             count = len(polled.bodies)
             remaining -= count

@@ -10,6 +10,12 @@ holds, bounded by ``max_count`` and ``max_bytes``: one message per bookie for th
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc.aio
+
 from bkproto.v1 import bookie_pb2
 from bookie.errors import BookieError, bad_request
 from bookie.handlers.common import UnaryHandler, lac_for_error, require_ledger_id, status_code
@@ -47,7 +53,8 @@ class StridePollHandler(UnaryHandler[bookie_pb2.StridePollRequest, bookie_pb2.St
             raise bad_request(f"stride {stride} is outside 1..{MAX_STRIDE}")
         max_count, max_bytes = self.limits.read_batch(request.max_count, request.max_bytes)
         wait_s = self.limits.long_poll_seconds(request.timeout_ms)
-        with self.long_polls.slot():
+        # a poll that does not wait is not parked: it takes no slot of the peer's long polls
+        with self.long_polls.slot() if wait_s > 0 else contextlib.nullcontext():
             lac = await self.core.wait_for_lac(ledger_id, first - 1, wait_s)
         if lac < first:
             return self._nothing(request, lac, f"LAC of ledger {ledger_id} is still {lac}")
@@ -68,6 +75,25 @@ class StridePollHandler(UnaryHandler[bookie_pb2.StridePollRequest, bookie_pb2.St
             bodies=bodies,
             max_lac=self.core.last_add_confirmed(ledger_id),
         )
+
+    def rereadable(
+        self, request: bookie_pb2.StridePollRequest, context: grpc.aio.ServicerContext[Any, Any] | None
+    ) -> Callable[[], Awaitable[bookie_pb2.StridePollResponse]]:
+        """``request`` served as asked, then, each time again (its answer dropped for want of
+        answer budget), without waiting: the LAC it waited for has come, and a second park might
+        be refused as one poll too many, or wait out a deleted ledger."""
+        current = request
+
+        async def serve() -> bookie_pb2.StridePollResponse:
+            nonlocal current
+            answer = await self(current, context)  # type: ignore[arg-type]  # a stream may have none
+            if current.timeout_ms:
+                current = bookie_pb2.StridePollRequest()
+                current.CopyFrom(request)
+                current.timeout_ms = 0
+            return answer
+
+        return serve
 
     def _nothing(
         self, request: bookie_pb2.StridePollRequest, lac: int, message: str

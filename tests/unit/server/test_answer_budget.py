@@ -51,13 +51,15 @@ def _servicer(entry_bytes: int, share: int) -> BookieServicer:
 
 async def test_a_unary_batched_read_holds_its_answer_bytes_until_its_call_ends() -> None:
     # gRPC may hold a unary answer, unsent, until the call ends (a peer that never takes it): the
-    # answer's byte bound stays reserved until then, and the peer's next call waits for room.
+    # answer's bytes stay reserved until then, and the peer's next call, which reserves its
+    # 2048-byte bound first, waits for room.
     handler = _servicer(entry_bytes=100, share=2048).read_entries
     request = S.ReadEntriesRequest(ledger_id=4, first_entry_id=0, max_count=2, max_bytes=2048)
     first_call, second_call = _UnaryCall(), _UnaryCall()
     first = await handler.unary(request, first_call)  # type: ignore[arg-type]
     assert S.ReadEntriesResponse.FromString(first.SerializeToString()).status == S.EOK
-    assert handler.answer_bytes.used == 2048  # answered, not yet sent
+    held = handler.answer_bytes.used
+    assert held == len(first.SerializeToString())  # answered, not yet sent: what it holds
     second = asyncio.create_task(handler.unary(request, second_call))  # type: ignore[arg-type]
     await asyncio.sleep(0.05)
     assert not second.done()  # the peer's share is held by the first answer
@@ -145,3 +147,125 @@ async def test_a_read_stream_holds_at_most_its_share_of_single_entry_answers() -
     assert sorted(a.request_id for a in [first, *rest]) == list(range(8))
     assert {len(a.read.body) for a in [first, *rest]} == {1000}
     assert budget.used == 0
+
+
+async def test_a_batched_read_holds_what_it_sends_though_it_asked_for_less() -> None:
+    # The first entry comes whatever max_bytes says: a request for 1 byte holds the entry's size.
+    servicer = _servicer(entry_bytes=1000, share=2048)
+    handler, budget = servicer.read_entries, servicer.read_entries.answer_bytes
+    request = S.ReadEntriesRequest(ledger_id=4, first_entry_id=0, max_count=1, max_bytes=1)
+    calls = [_UnaryCall() for _ in range(3)]
+    for call in calls[:2]:
+        await handler.unary(request, call)  # type: ignore[arg-type]
+    assert budget.used > 2000
+    third = asyncio.create_task(handler.unary(request, calls[2]))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert not third.done()
+    calls[0].end()
+    await asyncio.wait_for(third, 5)
+    calls[1].end()
+    calls[2].end()
+    assert budget.used == 0
+
+
+async def test_read_again_for_want_of_room_neither_fences_nor_parks_again() -> None:
+    servicer = _servicer(entry_bytes=1000, share=1500)
+    core, budget = servicer.read_entry.core, servicer.read_entry.answer_bytes
+    fences, waits = [], []
+    fence, wait_for_lac = core.fence, core.wait_for_lac
+
+    async def counted_fence(ledger_id: int, master_key: bytes) -> None:
+        fences.append(ledger_id)
+        await fence(ledger_id, master_key)
+
+    async def counted_wait(ledger_id: int, previous_lac: int, timeout_s: float) -> int:
+        waits.append(timeout_s)
+        return await wait_for_lac(ledger_id, previous_lac, timeout_s)
+
+    core.fence, core.wait_for_lac = counted_fence, counted_wait  # type: ignore[method-assign]
+    holder = _UnaryCall()
+    await servicer.read_entry.unary(S.ReadRequest(ledger_id=4, entry_id=0), holder)  # type: ignore[arg-type]
+    fencing = S.ReadRequest(ledger_id=4, entry_id=1, flags=S.FENCE_LEDGER, master_key=MASTER_KEY)
+    poll = S.ReadRequest(ledger_id=4, entry_id=-1, previous_lac=0, timeout_ms=5000, flags=S.ENTRY_PIGGYBACK)
+    core.ledgers[4].lac = 3  # type: ignore[attr-defined]
+    calls = [_UnaryCall(), _UnaryCall()]
+    tasks = [
+        asyncio.create_task(servicer.read_entry.unary(r, call))  # type: ignore[arg-type]
+        for r, call in zip((fencing, poll), calls, strict=True)
+    ]
+    await asyncio.sleep(0.05)
+    assert (fences, len(waits)) == ([4], 1)  # served once each, then dropped: no room
+    holder.end()  # room for one answer at a time: each call ends once answered
+    answers, pending = [], set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        assert done, "a read waits for room that was given back"
+        for task in done:
+            answers.append(task.result())
+            calls[tasks.index(task)].end()
+    assert sorted((a.status, a.entry_id) for a in answers) == [(S.EOK, 1), (S.EOK, 1)]
+    assert (fences, len(waits)) == ([4], 1)  # read again as plain reads
+    assert budget.used == 0
+
+
+async def test_a_request_that_ends_after_its_stream_closed_gives_its_bytes_back() -> None:
+    # On Python 3.11 a task cancelled as its wait ends may go on, and post an answer to a stream
+    # that is over: its bytes must not stay reserved for ever.
+    servicer = _servicer(entry_bytes=1000, share=4000)
+    core, stream = servicer.read_entry.core, servicer.read_stream
+    release = asyncio.Event()
+    read_entry = core.read_entry
+
+    async def stubborn_read(ledger_id: int, entry_id: int) -> bytes:
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            await release.wait()  # carries on, as a swallowed cancellation would
+        return await read_entry(ledger_id, entry_id)
+
+    core.read_entry = stubborn_read  # type: ignore[method-assign]
+
+    async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
+        yield S.ReadStreamRequest(request_id=1, read=S.ReadRequest(ledger_id=4, entry_id=0))
+        await asyncio.Event().wait()
+
+    answers = stream(requests(), None)  # type: ignore[arg-type]
+    pending = asyncio.create_task(answers.__anext__())
+    try:
+        await asyncio.sleep(0.05)
+        pending.cancel()  # the client went away while the read was in progress, as gRPC says it
+        await asyncio.gather(pending, return_exceptions=True)
+    finally:
+        release.set()
+    await asyncio.sleep(0.05)
+    assert stream.answer_bytes.used == 0
+
+
+async def test_an_answer_posted_after_the_client_half_closed_is_still_written() -> None:
+    servicer = _servicer(entry_bytes=100, share=4000)
+    core, stream = servicer.read_entry.core, servicer.read_stream
+    release = asyncio.Event()
+    read_entry = core.read_entry
+
+    async def slow_second(ledger_id: int, entry_id: int) -> bytes:
+        if entry_id == 1:
+            await release.wait()
+        return await read_entry(ledger_id, entry_id)
+
+    core.read_entry = slow_second  # type: ignore[method-assign]
+
+    half_close = asyncio.Event()
+
+    async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
+        for i in range(2):
+            yield S.ReadStreamRequest(request_id=i, read=S.ReadRequest(ledger_id=4, entry_id=i))
+        await half_close.wait()  # then the client sends no more requests
+
+    answers = stream(requests(), None)  # type: ignore[arg-type]
+    first = await answers.__anext__()  # the answer loop now waits in its yield (a slow write)
+    half_close.set()  # meanwhile the requests end...
+    await asyncio.sleep(0.01)
+    release.set()  # ...and then the second request is answered
+    await asyncio.sleep(0.01)
+    rest = [answer async for answer in answers]
+    assert [a.request_id for a in [first, *rest]] == [0, 1]
