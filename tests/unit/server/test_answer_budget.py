@@ -49,6 +49,27 @@ def _servicer(entry_bytes: int, share: int) -> BookieServicer:
     return BookieServicer(core, RequestStats(CollectorRegistry()), limits)
 
 
+def _gate_reads(servicer: BookieServicer, entry_ids: set[int], stubborn: bool = False) -> asyncio.Event:
+    """Reads of ``entry_ids`` wait until the returned event is set; ``stubborn`` ones go on
+    waiting when cancelled, as a cancellation swallowed by ``asyncio.wait_for`` (Python 3.11)."""
+    core = servicer.read_entry.core
+    release = asyncio.Event()
+    read_entry = core.read_entry
+
+    async def gated(ledger_id: int, entry_id: int) -> bytes:
+        if entry_id in entry_ids:
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                if not stubborn:
+                    raise
+                await release.wait()
+        return await read_entry(ledger_id, entry_id)
+
+    core.read_entry = gated  # type: ignore[method-assign]
+    return release
+
+
 async def test_a_unary_batched_read_holds_its_answer_bytes_until_its_call_ends() -> None:
     # gRPC may hold a unary answer, unsent, until the call ends (a peer that never takes it): the
     # answer's bytes stay reserved until then, and the peer's next call, which reserves its
@@ -212,18 +233,8 @@ async def test_a_request_that_ends_after_its_stream_closed_gives_its_bytes_back(
     # On Python 3.11 a task cancelled as its wait ends may go on, and post an answer to a stream
     # that is over: its bytes must not stay reserved for ever.
     servicer = _servicer(entry_bytes=1000, share=4000)
-    core, stream = servicer.read_entry.core, servicer.read_stream
-    release = asyncio.Event()
-    read_entry = core.read_entry
-
-    async def stubborn_read(ledger_id: int, entry_id: int) -> bytes:
-        try:
-            await release.wait()
-        except asyncio.CancelledError:
-            await release.wait()  # carries on, as a swallowed cancellation would
-        return await read_entry(ledger_id, entry_id)
-
-    core.read_entry = stubborn_read  # type: ignore[method-assign]
+    stream = servicer.read_stream
+    release = _gate_reads(servicer, {0}, stubborn=True)
 
     async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
         yield S.ReadStreamRequest(request_id=1, read=S.ReadRequest(ledger_id=4, entry_id=0))
@@ -243,17 +254,8 @@ async def test_a_request_that_ends_after_its_stream_closed_gives_its_bytes_back(
 
 async def test_an_answer_posted_after_the_client_half_closed_is_still_written() -> None:
     servicer = _servicer(entry_bytes=100, share=4000)
-    core, stream = servicer.read_entry.core, servicer.read_stream
-    release = asyncio.Event()
-    read_entry = core.read_entry
-
-    async def slow_second(ledger_id: int, entry_id: int) -> bytes:
-        if entry_id == 1:
-            await release.wait()
-        return await read_entry(ledger_id, entry_id)
-
-    core.read_entry = slow_second  # type: ignore[method-assign]
-
+    stream = servicer.read_stream
+    release = _gate_reads(servicer, {1})
     half_close = asyncio.Event()
 
     async def requests() -> AsyncIterator[bookie_pb2.ReadStreamRequest]:
