@@ -29,9 +29,9 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -52,6 +52,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def sources(count: int, first: int = 2) -> list[str]:
     """``count`` loopback source addresses, 127.0.0.<first> and up."""
     return [f"127.0.0.{first + i}" for i in range(count)]
+
+
+async def on_every_connection(
+    connect: Callable[[str], Coroutine[Any, Any, None]],
+    args: argparse.Namespace,
+    figures: Callable[[], dict[str, object]] | None = None,
+) -> None:
+    """Run ``connect(source)`` ``--connections`` times per source address; once ``--settle-s``
+    has passed print the ready line (the connections, and ``figures()``); then stay up."""
+    tasks = [asyncio.create_task(connect(s)) for s in sources(args.sources) for _ in range(args.connections)]
+    await asyncio.sleep(args.settle_s)
+    print("ready " + json.dumps({"connections": len(tasks), **(figures() if figures else {})}), flush=True)
+    await asyncio.gather(*tasks)
+    await asyncio.Event().wait()
 
 
 def keyless_adds_message(count: int, big_ids: bool = False) -> bytes:
@@ -306,12 +320,7 @@ async def never_read(target: tuple[str, int], args: argparse.Namespace) -> None:
                     sent[0] += 1
         closures.one()
 
-    attack = flood_grpc if args.grpc else flood
-    tasks = [asyncio.create_task(attack(s)) for s in sources(args.sources) for _ in range(args.connections)]
-    await asyncio.sleep(args.settle_s)
-    print("ready " + json.dumps({"connections": len(tasks), "frames_sent": sent[0]}), flush=True)
-    await asyncio.gather(*tasks)
-    await asyncio.Event().wait()
+    await on_every_connection(flood_grpc if args.grpc else flood, args, lambda: {"frames_sent": sent[0]})
 
 
 async def big_messages(target: tuple[str, int], args: argparse.Namespace) -> None:
@@ -419,11 +428,7 @@ async def http_hold(target: tuple[str, int], args: argparse.Namespace) -> None:
         except OSError:
             closures.one()
 
-    tasks = [asyncio.create_task(hold(s)) for s in sources(args.sources) for _ in range(args.connections)]
-    await asyncio.sleep(args.settle_s)
-    print("ready " + json.dumps({"connections": len(tasks)}), flush=True)
-    await asyncio.gather(*tasks)
-    await asyncio.Event().wait()
+    await on_every_connection(hold, args)
 
 
 _GRPC_CLIENT_OPTIONS = [

@@ -96,18 +96,12 @@ async def _one_connection(
 
 async def unfinished_grpc_messages(target: tuple[str, int], args: argparse.Namespace) -> None:
     """``--connections`` per source, ``--streams`` calls each, every request message unfinished."""
-    from tests.support.hostile import sources
+    from tests.support.hostile import on_every_connection
 
     stats = _Stats()
-    tasks = [
-        asyncio.create_task(_one_connection(target, source, args, stats))
-        for source in sources(args.sources)
-        for _ in range(args.connections)
-    ]
-    await asyncio.sleep(args.settle_s)
-    print("ready " + json.dumps({"connections": len(tasks), "bytes_sent": stats.sent}), flush=True)
-    await asyncio.gather(*tasks)
-    await asyncio.Event().wait()
+    await on_every_connection(
+        lambda source: _one_connection(target, source, args, stats), args, lambda: {"bytes_sent": stats.sent}
+    )
 
 
 
@@ -134,7 +128,7 @@ async def unread_read_entries(target: tuple[str, int], args: argparse.Namespace)
     """``--connections`` per source, ``--streams`` calls each of ``--method`` ReadEntries (ledger
     ``--ledger`` from entry 0, up to ``--max-bytes``) or ReadEntry (its entry 0), answers left
     untaken; ``closed N`` if the bookie closes a connection."""
-    from tests.support.hostile import _Closures, _open, sources
+    from tests.support.hostile import _Closures, _open, on_every_connection
 
     if args.method == "ReadEntry":  # entry 0, whatever its size
         request = bookie_pb2.ReadRequest(ledger_id=args.ledger, entry_id=0).SerializeToString()
@@ -161,8 +155,4 @@ async def unread_read_entries(target: tuple[str, int], args: argparse.Namespace)
                 writer.write(conn.data_to_send())
         closures.one()
 
-    tasks = [asyncio.create_task(one(s)) for s in sources(args.sources) for _ in range(args.connections)]
-    await asyncio.sleep(args.settle_s)
-    print("ready " + json.dumps({"connections": len(tasks)}), flush=True)
-    await asyncio.gather(*tasks)
-    await asyncio.Event().wait()
+    await on_every_connection(one, args)
