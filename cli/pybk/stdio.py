@@ -5,8 +5,8 @@ Two ways the environment can break a command before it has done anything wrong:
 - **Unbuffered output loses the tail of a large write.** Under ``PYTHONUNBUFFERED=1`` (common in
   container images) or ``python -u``, ``sys.stdout`` writes straight to the raw file, and a write
   to a pipe that a signal interrupts part-way (SIGCHLD from a child exiting, a timer) returns
-  short. The text layer does not retry: the rest of the object is silently dropped. ``pybk verify
-  --json`` printed 64 KiB of a 200 KiB report that way while its cluster's processes exited.
+  short. The text layer does not retry: the rest of the object is silently dropped (``pybk
+  verify --json`` lost the end of its report that way while its cluster's processes exited).
   :func:`complete_writes` puts a layer under the text stream that writes until all is written,
   still unbuffered.
 - **A closed standard descriptor is reused.** Started with stdin closed (``<&-``, some

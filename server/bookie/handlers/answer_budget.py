@@ -4,7 +4,7 @@ A read answer carries entry bodies: a ReadEntries answer up to ``max_read_batch_
 or a stride poll its entries. An answer its peer does not take stays in memory: in gRPC's core
 until the call ends, in a read stream's queue until it is written. Without a bound, a peer with
 many calls or stream requests in flight that takes no answers makes the bookie hold every one
-(200 unary ReadEntries calls of 8 MiB took a bookie to 3.35 GB). So every answer with bodies
+(docs/limits.md has the measured attack). So every answer with bodies
 reserves its bytes in one :class:`~bookie.limits.PeerByteBudget` (``read_answers_max_bytes``
 with ``read_answers_max_bytes_per_peer`` for one IP address; the servicer's handlers share it as
 ``answer_bytes``), and gives them back once it is sent or dropped; past the budget the request

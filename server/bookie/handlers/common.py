@@ -45,11 +45,15 @@ class HandlerLimits:
     max_adds_per_message: int = 100_000  # maxAddsPerMessage: a bigger message ends its stream
     adds_per_loop_turn: int = 4096  # addsPerLoopTurn: a bigger batch is processed in slices
     read_stream_max_in_flight: int = 1024  # requests of one ReadStream being served at once
-    # ReadEntries answers being built or not yet sent (their byte bounds), on read streams and in
-    # unary calls, all together and per IP address
+    # entry bodies of read answers being built or not yet sent, over every carrier, all together
+    # and per IP address (answer_budget.py)
     read_answers_max_bytes: int = 128 * MiB
     read_answers_max_bytes_per_peer: int = 32 * MiB
     max_long_polls_per_peer: int = 2500  # maxLongPollsPerIp: parked long polls of one IP address
+
+    def answer_budget(self) -> PeerByteBudget:
+        """A budget of read answers not yet sent under these limits (one per servicer)."""
+        return PeerByteBudget(self.read_answers_max_bytes, self.read_answers_max_bytes_per_peer)
 
     def read_batch(self, max_count: int, max_bytes: int) -> tuple[int, int]:
         """A batched read's (count, bytes) bounds, capped by ours; max_bytes 0 = no preference.
@@ -111,9 +115,7 @@ class UnaryHandler(Generic[RequestT, ResponseT]):
         self.stats = stats
         self.limits = limits
         self.long_polls = long_polls or PeerLongPolls(limits.max_long_polls_per_peer, stats.limits)
-        self.answer_bytes = answer_bytes or PeerByteBudget(
-            limits.read_answers_max_bytes, limits.read_answers_max_bytes_per_peer
-        )
+        self.answer_bytes = answer_bytes or limits.answer_budget()
 
     def stat_for(self, request: RequestT) -> OpLatency:
         raise NotImplementedError

@@ -1,9 +1,8 @@
 """ReadEntries: consecutive entries in one response (catch-up reads and the shell's readledger), or
 every ``stride``-th one (a re-replicating client's share of this bookie, pybookkeeper extension).
 
-
-Every answer first reserves its byte bound in the budget of read answers not yet sent
-(:mod:`bookie.handlers.answer_budget`).
+Every answer reserves its byte bound, then what it holds, in the budget of read answers not yet
+sent (:mod:`bookie.handlers.answer_budget`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from bookie.handlers.read_lac import ReadLacHandler
 from bookie.handlers.read_stream import ReadStreamHandler, StreamAnswer
 from bookie.handlers.stride_poll import StridePollHandler
 from bookie.handlers.write_lac import WriteLacHandler
-from bookie.limits import PeerByteBudget, PeerLongPolls
+from bookie.limits import PeerLongPolls
 from bookie.stats import RequestStats
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -36,7 +36,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.add_entry = AddEntryHandler(adds)
         long_polls = PeerLongPolls(limits.max_long_polls_per_peer, stats.limits)
         # one budget of the read answers not yet sent, whatever carries them (answer_budget.py)
-        answers = PeerByteBudget(limits.read_answers_max_bytes, limits.read_answers_max_bytes_per_peer)
+        answers = limits.answer_budget()
         self.read_entry = ReadEntryHandler(core, stats, limits, long_polls, answers)
         self.stride_poll = StridePollHandler(core, stats, limits, long_polls, answers)
         self.read_entries = ReadEntriesHandler(core, stats, limits, answer_bytes=answers)
