@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.bookies import HOST_DISK_THRESHOLDS
+
 BOOKIES = 2
 READY_LINE = "pybk local cluster is up"
 START_TIMEOUT_S = 240.0  # a guard against hangs, not a performance assertion
@@ -79,6 +81,7 @@ class LocalClusterRun:
              "--zk-port", str(self.zk_port), "--base-port", str(self.base_port),
              "--data-dir", str(self.data_dir), "--grace", "20", "--autorecovery", *self.extra_args],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **{f"BK_{key}": value for key, value in HOST_DISK_THRESHOLDS.items()}},
         )
         out.close()
         deadline = time.monotonic() + START_TIMEOUT_S
