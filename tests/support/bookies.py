@@ -90,6 +90,12 @@ def is_serving(address: str, timeout: float = 5.0) -> bool:
 HOST_DISK_THRESHOLDS = {"diskUsageWarnThreshold": "0.99", "diskUsageThreshold": "0.99"}
 
 
+def host_disk_env() -> dict[str, str]:
+    """``HOST_DISK_THRESHOLDS`` as the ``BK_<key>`` variables of a process whose bookies this
+    module does not configure (``pybk localcluster``, ``pybk verify``): they pass the variables on."""
+    return {f"BK_{key}": value for key, value in HOST_DISK_THRESHOLDS.items()}
+
+
 class BookieProcess:
     def __init__(
         self,

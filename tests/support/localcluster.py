@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.bookies import HOST_DISK_THRESHOLDS
+from tests.support.bookies import host_disk_env
 
 BOOKIES = 2
 READY_LINE = "pybk local cluster is up"
@@ -81,7 +81,7 @@ class LocalClusterRun:
              "--zk-port", str(self.zk_port), "--base-port", str(self.base_port),
              "--data-dir", str(self.data_dir), "--grace", "20", "--autorecovery", *self.extra_args],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **{f"BK_{key}": value for key, value in HOST_DISK_THRESHOLDS.items()}},
+            env={**os.environ, **host_disk_env()},
         )
         out.close()
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.bookies import host_disk_env
 from tests.support.ports import pick_ports
 
 # A guard against a hung run, not a performance assertion.
@@ -32,8 +33,8 @@ def run_verify(
         "--zk-port", str(zk_port), "--base-port", str(base_port), "--data-dir", str(data_dir), *args,
     ]
     done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env={**os.environ, **(env or {})},
-        check=False,
+        argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+        env={**os.environ, **host_disk_env(), **(env or {})},
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     summary: dict[str, Any] = json.loads(lines[-1]) if lines else {}
