@@ -128,6 +128,7 @@ class BookieProcess:
         self.bookie_id = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._run_log_offset = 0
+        self._stock_conf = conf_file is not None
         if conf_file is None:
             self.write_conf(conf or {})
 
@@ -178,6 +179,8 @@ class BookieProcess:
             log_file.write(f"---- start: {' '.join(self.command())}\n".encode())
             log_file.flush()
             env = dict(os.environ, PYTHONUNBUFFERED="1")
+            if self._stock_conf:  # a stock file is run as it is: the thresholds come as BK_ variables
+                env = {**host_disk_env(), **env}
             self._proc = subprocess.Popen(
                 self.command(), stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
