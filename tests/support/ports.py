@@ -18,11 +18,14 @@ def port_is_free(port: int) -> bool:
 
 
 def pick_ports(bookies: int) -> tuple[int, int]:
-    """A free ZooKeeper port and a base port whose gRPC, HTTP and add port ranges are free."""
+    """A free ZooKeeper port and a base port whose gRPC, HTTP and add port ranges are free, all
+    below the OS's ephemeral range: these clusters restart their servers on the same ports
+    (:func:`restartable_port` says why that range is no place for them)."""
     rng = random.Random()
+    high = max(min(_ephemeral_low(), 32768), 30000) - 300  # the base's ranges reach base + 200 + bookies
     for _ in range(200):
         zk_port = rng.randrange(20000, 29000)
-        base = rng.randrange(30000, 39000)
+        base = rng.randrange(29000, high)
         wanted = [
             zk_port,
             base + 99,
@@ -30,7 +33,7 @@ def pick_ports(bookies: int) -> tuple[int, int]:
             *(base + 100 + i for i in range(bookies)),
             *(base + 200 + i for i in range(bookies)),
         ]
-        if all(port_is_free(p) for p in wanted):
+        if all(p not in _handed_out and port_is_free(p) for p in wanted):
             return zk_port, base
     raise RuntimeError("no free ports found")
 
