@@ -37,7 +37,7 @@ from bkproto.v1 import bookie_pb2
 from bkproto.wire import EncodedMessage
 from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest, TooManyAdds
 from bookie.handlers.read_stream import ReadStreamHandler, refusal
-from bookie.limits import ConnectionCounter, LimitStats, PeerByteBudget, QuietLog, peer_host
+from bookie.limits import ConnectionCounter, LimitStats, PeerByteBudget, QuietLog, Reservation, peer_host
 from bookie.read_port import ReadPortPipeline, fencing_refusal
 from bookie.security import BookieSecurity, Right, refused_add_response
 
@@ -107,6 +107,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
         self._body: bytearray | None = None  # a large frame's message, received in place
         self._body_got = 0
         self._reserved = 0  # receive-budget bytes held for the current frame or ``_held``
+        self._queued: Reservation | None = None  # the next frame's bytes, waiting in the budget
         self._held: SizedAddEntriesRequest | bookie_pb2.ReadStreamRequest | None = None  # not yet taken
         self._refusal: str | None = None  # why every request is answered EUA (authentication)
         self._pipeline: _Pipeline | None = None
@@ -204,6 +205,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
             if timer is not None:
                 timer.cancel()
         self._timer = self._write_timer = None
+        self._cancel_queued()
         self._release_reservation()
         self._held = None
         self._body = None
@@ -347,19 +349,13 @@ class AddPortConnection(asyncio.BufferedProtocol):
                 c.limit_stats.hit(LISTENER, "frame_bytes")
                 self._end_stream(f"frame of {length} bytes exceeds the {self._max_frame_bytes}-byte limit")
                 return None
+            if self._queued is not None:
+                return None  # its bytes are queued in the receive budget
             if not c.receiving.try_acquire(self._host, length):
                 self._pause_reading()
-                c.receiving.call_when_freed(self._resume)
+                self._queued = c.receiving.reserve_later(self._host, length, self._frame_room)
                 return None
-            self._reserved = length
-            self._frame_bytes = length
-            self._start += _HEADER
-            if length > _GATHERED_BYTES:
-                body = self._body = bytearray(length)
-                got = min(length, self._end - self._start)
-                body[:got] = self._buf[self._start : self._start + got]
-                self._start += got
-                self._body_got = got
+            self._begin_frame(length)
         length = self._frame_bytes
         message: bytes | bytearray
         if self._body is not None:
@@ -375,6 +371,29 @@ class AddPortConnection(asyncio.BufferedProtocol):
         self._frame_bytes = -1
         self._frame_started = None
         return message
+
+    def _begin_frame(self, length: int) -> None:
+        """The frame's bytes are reserved: take its header, and receive a large message into a
+        buffer of its own."""
+        self._reserved = length
+        self._frame_bytes = length
+        self._start += _HEADER
+        if length > _GATHERED_BYTES:
+            body = self._body = bytearray(length)
+            got = min(length, self._end - self._start)
+            body[:got] = self._buf[self._start : self._start + got]
+            self._start += got
+            self._body_got = got
+
+    def _frame_room(self) -> None:
+        """The receive budget reserved the queued frame's bytes, in its turn: read on."""
+        queued, self._queued = self._queued, None
+        assert queued is not None
+        if self._ended:  # a fault or shutdown came first (a reservation ends with the reading)
+            self._c.receiving.release(self._host, queued.nbytes)
+            return
+        self._begin_frame(queued.nbytes)
+        self._resume()
 
     def _take(self, message: bytes | bytearray) -> None:
         """Decode a message and hand it to the stream (or refuse its adds)."""
@@ -445,8 +464,8 @@ class AddPortConnection(asyncio.BufferedProtocol):
             return
         self._read_frames()
         if self._held is None and not self._ended and self._reading_paused:
-            if self._frame_bytes < 0 and self._end - self._start >= _HEADER:
-                return  # a header still waiting for receive-budget room
+            if self._queued is not None:
+                return  # a frame's bytes still waiting in the receive budget
             self._reading_paused = False
             if self._frame_started is not None:  # the frame's clock ran while we did not read
                 self._frame_started = asyncio.get_running_loop().time()
@@ -458,6 +477,11 @@ class AddPortConnection(asyncio.BufferedProtocol):
             self._reading_paused = True
             assert self._transport is not None
             self._transport.pause_reading()
+
+    def _cancel_queued(self) -> None:
+        if self._queued is not None:
+            self._queued.cancel()
+            self._queued = None
 
     def _release_reservation(self) -> None:
         if self._reserved:
@@ -472,6 +496,7 @@ class AddPortConnection(asyncio.BufferedProtocol):
             return
         self._ended = True
         self._frame_started = None
+        self._cancel_queued()
         self._pause_reading()
         if self._held is None:
             self._release_reservation()

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -165,61 +167,158 @@ class ConnectionCounter:
         _decrease(self._per_peer, peer, 1)
 
 
+class Reservation:
+    """A queued reservation of a :class:`PeerByteBudget` (``reserve_later``): its bytes are
+    reserved for it in its turn, then its callback runs (soon after, on the loop)."""
+
+    __slots__ = ("_budget", "_callback", "cancelled", "granted", "nbytes", "peer", "ran")
+
+    def __init__(self, budget: PeerByteBudget, peer: str, nbytes: int, callback: Callable[[], None]) -> None:
+        self._budget = budget
+        self._callback = callback
+        self.peer = peer
+        self.nbytes = nbytes
+        self.granted = False  # its bytes are reserved, its callback due
+        self.ran = False  # its callback ran: the bytes are the caller's
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Withdraw it: out of the queue if still waiting, its bytes given back if granted and
+        its callback has not run yet. Once the callback ran, the bytes are the caller's to give
+        back, and this does nothing."""
+        if self.ran or self.cancelled:
+            return
+        self.cancelled = True
+        if self.granted:
+            self._budget.release(self.peer, self.nbytes)
+        else:
+            self._budget._withdraw(self)
+
+    def _run(self) -> None:
+        if not self.cancelled:
+            self.ran = True
+            self._callback()
+
+
 class PeerByteBudget:
     """Bytes reserved, in total and per peer (one event loop). A reservation larger than the peer's
-    share is still granted when the peer holds nothing else, so a maximal frame always fits."""
+    share is still granted when the peer holds nothing else, so a maximal frame always fits.
+
+    Reservations that do not fit wait in one queue and are granted in turn as bytes come back, so
+    a large one is not passed for ever by a stream of small ones that fit sooner. Only the total
+    is first come, first served: a reservation held back by its own peer's share waits for that
+    peer's bytes alone, and the other peers' go past it (one peer must not hold up the others)."""
 
     def __init__(self, max_total: int, max_per_peer: int) -> None:
         self.max_total = max_total
         self.max_per_peer = min(max_per_peer, max_total)
         self.used = 0
         self._per_peer: dict[str, int] = {}
-        self._freed = asyncio.Event()
-        # One-shot callbacks of reservations that did not fit (try_acquire), run at the next
-        # release: bounded by the streams waiting, each registered at most once at a time.
-        self._when_freed: list[Callable[[], None]] = []
+        # Waiting reservations in arrival order; bounded by the requests and streams waiting,
+        # each of which waits for one reservation at a time.
+        self._waiting: deque[Reservation] = deque()
 
-    def _fits(self, peer: str, nbytes: int) -> bool:
+    def _over_share(self, peer: str, nbytes: int) -> bool:
         held = self._per_peer.get(peer, 0)
-        if held and held + nbytes > self.max_per_peer:
-            return False
-        return not self.used or self.used + nbytes <= self.max_total
+        return held != 0 and held + nbytes > self.max_per_peer
 
-    async def acquire(self, peer: str, nbytes: int) -> None:
-        """Wait until ``nbytes`` fit (callers bound the wait with a timeout)."""
-        while not self._fits(peer, nbytes):
-            self._freed.clear()
-            await self._freed.wait()
-        self.used += nbytes
-        self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+    def _over_total(self, nbytes: int) -> bool:
+        return self.used != 0 and self.used + nbytes > self.max_total
+
+    def _queued_before(self, peer: str) -> bool:
+        """Whether a new reservation of ``peer`` must queue behind a waiting one: one of the same
+        peer, or one waiting for the total (one not held back by its peer's share, nor behind
+        another of its peer that is); see :meth:`_grant`."""
+        held_back: set[str] = set()
+        for waiting in self._waiting:
+            if waiting.peer == peer:
+                return True
+            if waiting.peer in held_back or self._over_share(waiting.peer, waiting.nbytes):
+                held_back.add(waiting.peer)
+                continue
+            return True
+        return False
 
     def try_acquire(self, peer: str, nbytes: int) -> bool:
-        """Reserve ``nbytes`` if they fit now; False (nothing reserved) if not."""
-        if not self._fits(peer, nbytes):
+        """Reserve ``nbytes`` if they fit now and no reservation waits before them; False
+        (nothing reserved) if not."""
+        if self._waiting and self._queued_before(peer):
             return False
-        self.used += nbytes
-        self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+        if self._over_share(peer, nbytes) or self._over_total(nbytes):
+            return False
+        self._take(peer, nbytes)
         return True
 
-    def call_when_freed(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once, soon after the next release (for a caller without a task to
-        wait in: it tries again then)."""
-        self._when_freed.append(callback)
+    def reserve_later(self, peer: str, nbytes: int, callback: Callable[[], None]) -> Reservation:
+        """Queue a reservation of ``nbytes`` (after a ``try_acquire`` said no); ``callback`` runs
+        once they are reserved for the caller (for a caller without a task to wait in)."""
+        reservation = Reservation(self, peer, nbytes, callback)
+        self._waiting.append(reservation)
+        self._grant()  # at once if nothing is in its way
+        return reservation
+
+    async def acquire(self, peer: str, nbytes: int) -> None:
+        """Wait until ``nbytes`` are reserved, in turn (callers bound the wait with a timeout)."""
+        if self.try_acquire(peer, nbytes):
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reservation = self.reserve_later(peer, nbytes, functools.partial(_wake, granted))
+        try:
+            await granted
+        except BaseException:  # cancelled (a timeout): the bytes go back, granted or not
+            if reservation.ran:
+                self.release(peer, nbytes)
+            else:
+                reservation.cancel()
+            raise
 
     def release(self, peer: str, nbytes: int) -> None:
         self.used -= nbytes
         _decrease(self._per_peer, peer, nbytes)
-        self._freed.set()
-        if self._when_freed:
-            # Soon, not here: the releaser may be half-way through its own bookkeeping.
-            callbacks, self._when_freed = self._when_freed, []
-            loop = asyncio.get_running_loop()
-            for callback in callbacks:
-                loop.call_soon(callback)
+        if self._waiting:
+            self._grant()
 
     def release_for(self, peer: str, nbytes: int, _done: object) -> None:
         """Done-callback form of :meth:`release`."""
         self.release(peer, nbytes)
+
+    def _take(self, peer: str, nbytes: int) -> None:
+        self.used += nbytes
+        self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+
+    def _withdraw(self, reservation: Reservation) -> None:
+        self._waiting.remove(reservation)
+        self._grant()  # it may have held up those behind it
+
+    def _grant(self) -> None:
+        """Reserve for the waiting reservations that fit, in order, up to the first that waits for
+        the total; their callbacks run soon, not here: the releaser may be half-way through its
+        own bookkeeping."""
+        waiting, left = self._waiting, deque[Reservation]()
+        loop = None
+        held_back: set[str] = set()  # peers with a reservation waiting for their share
+        while waiting:
+            reservation = waiting[0]
+            peer, nbytes = reservation.peer, reservation.nbytes
+            if peer in held_back or self._over_share(peer, nbytes):
+                held_back.add(peer)
+                left.append(waiting.popleft())
+                continue
+            if self._over_total(nbytes):
+                break
+            waiting.popleft()
+            self._take(peer, nbytes)
+            reservation.granted = True
+            loop = loop or asyncio.get_running_loop()
+            loop.call_soon(reservation._run)
+        if left:
+            left.extend(waiting)
+            self._waiting = left
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # not cancelled meanwhile
+        waiter.set_result(None)
 
 
 class PeerLongPolls:

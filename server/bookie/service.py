@@ -307,6 +307,11 @@ class BookieService:
         """Connections open on the add port now (0 without one)."""
         return self._add_server.open_connections if self._add_server is not None else 0
 
+    @property
+    def add_port_buffered_bytes(self) -> int:
+        """Receive-budget bytes the add port holds for frames being received now (0 without one)."""
+        return self._add_server.buffered_bytes if self._add_server is not None else 0
+
     async def wait_for_termination(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()

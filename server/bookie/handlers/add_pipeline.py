@@ -19,12 +19,14 @@ first step), the journal's completion, and the batch's wake-up, where its answer
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bkproto.v1 import bookie_pb2
+from bookie.limits import PeerByteBudget, Reservation
 
 if TYPE_CHECKING:
     from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest
@@ -100,7 +102,10 @@ class _Batch:
 class AddPipeline:
     """One add stream of ``peer`` through ``handler``'s processing, window and byte budgets."""
 
-    __slots__ = ("_carrier", "_closed", "_handler", "_peer", "_pending", "_waiting_room", "_window")
+    __slots__ = (
+        "_carrier", "_closed", "_handler", "_held_budget", "_held_unanswered", "_peer", "_pending",
+        "_queued", "_waiting_room", "_window",
+    )  # fmt: skip
 
     def __init__(self, handler: AddEntriesHandler, peer: str, carrier: AddStreamCarrier, window: int) -> None:
         self._handler = handler
@@ -109,6 +114,12 @@ class AddPipeline:
         self._window = window
         self._pending: deque[_Batch] = deque()  # started, not answered: in request order
         self._waiting_room = False  # a message was refused: tell the carrier when room comes
+        # The bytes the budgets reserved for the message being offered, before it could start
+        # (it waited for its turn in one budget, then the other), and the reservation it waits
+        # for: one at a time.
+        self._held_unanswered = 0
+        self._held_budget = 0
+        self._queued: Reservation | None = None
         self._closed = False
 
     @property
@@ -119,8 +130,8 @@ class AddPipeline:
     def offer(self, request: SizedAddEntriesRequest) -> bool:
         """Start ``request``'s batch if the window and the byte budgets have room now; False (the
         message not taken; :meth:`AddStreamCarrier.room` follows) if not."""
-        if self._closed:
-            return False
+        if self._closed or self._queued is not None:
+            return False  # a reservation in its turn calls room()
         if len(self._pending) >= self._window:
             self._waiting_room = True  # the next answer makes room
             return False
@@ -128,15 +139,18 @@ class AddPipeline:
         size = handler.message_cost(request)
         # Held until the answer is written: a peer that stops reading its answers stops being
         # read once its share is full, and holds no one else's.
-        unanswered = handler.unanswered
-        if not unanswered.try_acquire(peer, size):
-            self._wait_for_bytes(unanswered.call_when_freed)
-            return False
-        budget = handler.budget
-        if not budget.try_acquire(peer, size):
-            unanswered.release(peer, size)
-            self._wait_for_bytes(budget.call_when_freed)
-            return False
+        if not self._held_unanswered:
+            if not handler.unanswered.try_acquire(peer, size):
+                self._queue(handler.unanswered, size, unanswered=True)
+                return False
+            self._held_unanswered = size
+        if not self._held_budget:
+            if not handler.budget.try_acquire(peer, size):
+                self._queue(handler.budget, size, unanswered=False)
+                return False
+            self._held_budget = size
+        assert self._held_unanswered == self._held_budget == size, "the message offered changed"
+        self._held_unanswered = self._held_budget = 0
         message = request.request
         batch = _Batch(self, size, handler.processor.process(message.adds, message.count_ok))
         self._pending.append(batch)
@@ -180,15 +194,19 @@ class AddPipeline:
         if not pending and not self._closed:
             self._carrier.answered_all()
 
-    def _wait_for_bytes(self, call_when_freed: Callable[[Callable[[], None]], None]) -> None:
-        if not self._waiting_room:
-            self._waiting_room = True
-            call_when_freed(self._bytes_freed)
+    def _queue(self, budget: PeerByteBudget, size: int, *, unanswered: bool) -> None:
+        """Wait in ``budget``'s queue for the message's bytes (they do not fit, or others wait
+        before them); the carrier is told when they are reserved."""
+        self._queued = budget.reserve_later(self._peer, size, functools.partial(self._reserved, unanswered))
 
-    def _bytes_freed(self) -> None:
-        if self._waiting_room and not self._closed:
-            self._waiting_room = False
-            self._carrier.room()
+    def _reserved(self, unanswered: bool) -> None:
+        queued, self._queued = self._queued, None
+        assert queued is not None
+        if unanswered:
+            self._held_unanswered = queued.nbytes
+        else:
+            self._held_budget = queued.nbytes
+        self._carrier.room()
 
     def stop_reading(self) -> None:
         self._carrier.stop_reading()
@@ -201,6 +219,14 @@ class AddPipeline:
             return
         self._closed = True
         handler = self._handler
+        if self._queued is not None:
+            self._queued.cancel()
+            self._queued = None
+        if self._held_unanswered:
+            handler.unanswered.release(self._peer, self._held_unanswered)
+        if self._held_budget:
+            handler.budget.release(self._peer, self._held_budget)
+        self._held_unanswered = self._held_budget = 0
         while self._pending:
             batch = self._pending.popleft()
             handler.unanswered.release(self._peer, batch.size)

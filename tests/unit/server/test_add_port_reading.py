@@ -105,6 +105,65 @@ async def test_a_frame_waiting_for_receive_budget_goes_on_once_bytes_are_freed()
         assert core.ledgers[5].entries[0] == fake_entry(5, 0, payload=payload)
 
 
+def big_add(ledger_id: int, entry_id: int) -> bookie_pb2.AddRequest:
+    """An add of about 3.1 kB: two do not fit in a budget of 5,000 bytes."""
+    body = fake_entry(ledger_id, entry_id, payload=b"p" * 3000)
+    return bookie_pb2.AddRequest(ledger_id=ledger_id, entry_id=entry_id, master_key=MASTER_KEY, body=body)
+
+
+async def test_frames_waiting_for_the_receive_budget_are_read_in_their_turn() -> None:
+    limits = ListenerLimits(max_buffered_bytes=5000, max_buffered_bytes_per_peer=5000)
+    async with bookie_with(listener_limits=limits) as (bookie, core):
+        holder = await connect(bookie)
+        message = add_message(big_add(10, 0))
+        holder.writer.write(message[:100])  # its header reserves the message's 3.1 kB
+        await asyncio.sleep(0.05)
+        large = await connect(bookie)
+        await large.send(big_add(11, 0))  # does not fit: waits for the holder's bytes
+        await asyncio.sleep(0.05)
+        small = await connect(bookie)
+        await small.send(add_request(12, 0))  # would fit, but the large frame came first
+        await asyncio.sleep(0.1)
+        assert set(core.ledgers) == set()
+        holder.writer.write(message[100:])
+        answers = [await conn.receive() for conn in (holder, large, small)]
+        assert all(a is not None and a.results[0].status == S.EOK for a in answers)
+        assert list(core.ledgers) == [10, 11, 12]  # in the order the frames came
+        waiting = await connect(bookie)  # one that gives up while it waits holds nothing after
+        holder.writer.write(message[:100])
+        await asyncio.sleep(0.05)
+        await waiting.send(big_add(13, 0))
+        await asyncio.sleep(0.05)
+        waiting.writer.close()
+        holder.writer.close()
+        for _ in range(100):
+            if bookie.add_port_connections == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert bookie.add_port_connections == 2  # large and small, still open
+        assert bookie.add_port_buffered_bytes == 0
+
+
+async def test_messages_waiting_for_the_in_progress_budget_start_in_their_turn() -> None:
+    limits = HandlerLimits(add_in_progress_max_bytes=5000, add_in_progress_max_bytes_per_peer=5000)
+    async with bookie_with(limits) as (bookie, core):
+        core.add_gate = asyncio.Event()
+        first, large, small = await connect(bookie), await connect(bookie), await connect(bookie)
+        await first.send(big_add(14, 0))
+        await core.wait_for_add_calls(1)
+        await large.send(big_add(15, 0))  # waits for the first batch's bytes
+        await asyncio.sleep(0.05)
+        await small.send(add_request(16, 0))  # would fit, but the large message came first
+        await asyncio.sleep(0.1)
+        assert core.add_calls == [1]
+        core.add_gate.set()
+        answers = [await conn.receive() for conn in (first, large, small)]
+        assert all(a is not None and a.results[0].status == S.EOK for a in answers)
+        assert list(core.ledgers) == [14, 15, 16]
+        budgets = bookie.servicer.add_entries
+        assert budgets.budget.used == budgets.unanswered.used == 0
+
+
 async def test_a_peer_that_half_closes_gets_its_answers_then_the_close() -> None:
     async with bookie_with() as (bookie, _core):
         conn = await connect(bookie)

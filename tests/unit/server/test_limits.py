@@ -68,6 +68,82 @@ async def test_a_reservation_beyond_the_share_is_granted_to_a_peer_holding_nothi
     assert budget.used == 0
 
 
+async def test_a_large_reservation_is_not_passed_by_small_ones_that_fit_sooner() -> None:
+    # Answers of 10 bytes keep coming and going; one of 80 waits. Without a queue, every 10 bytes
+    # given back went to the next small one, and the large one waited until its timeout.
+    budget = PeerByteBudget(max_total=100, max_per_peer=100)
+    for peer in "abcdefghi":
+        assert budget.try_acquire(peer, 10)
+    large = asyncio.ensure_future(budget.acquire("large", 80))
+    await asyncio.sleep(0)
+    assert not large.done()
+    small = asyncio.ensure_future(budget.acquire("small", 10))
+    await asyncio.sleep(0)
+    assert not small.done()  # 10 fit, but the large one came first
+    assert not budget.try_acquire("other", 10)
+    for peer in "abcdefgh":  # 80 given back, one small answer at a time
+        budget.release(peer, 10)
+        assert not budget.try_acquire(peer, 10)
+    await asyncio.wait_for(large, 1)  # its turn came at 20 used
+    await asyncio.wait_for(small, 1)  # then the next in line
+    assert budget.used == 100
+
+
+async def test_a_reservation_held_back_by_its_own_share_does_not_hold_up_other_peers() -> None:
+    budget = PeerByteBudget(max_total=100, max_per_peer=40)
+    assert budget.try_acquire("greedy", 40)
+    over = asyncio.ensure_future(budget.acquire("greedy", 10))  # waits for its own bytes
+    behind = asyncio.ensure_future(budget.acquire("greedy", 0))  # and one behind it, in its order
+    await asyncio.sleep(0)
+    assert not behind.done()
+    assert budget.try_acquire("other", 30)  # others pass it
+    await asyncio.wait_for(budget.acquire("third", 30), 1)
+    assert not budget.try_acquire("greedy", 1)  # but not the same peer: its own order holds
+    budget.release("greedy", 40)
+    await asyncio.wait_for(asyncio.gather(over, behind), 1)
+    assert budget.used == 70
+
+
+async def test_a_reservation_given_up_gives_its_bytes_back_and_its_turn_away() -> None:
+    budget = PeerByteBudget(max_total=100, max_per_peer=100)
+    assert budget.try_acquire("a", 90)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(budget.acquire("large", 50), 0.01)  # never granted
+    assert budget.try_acquire("b", 10)  # nothing waits before it any more
+    # Granted, then cancelled before its task resumed: the bytes come back all the same.
+    waiter = asyncio.ensure_future(budget.acquire("late", 50))
+    await asyncio.sleep(0)
+    budget.release("a", 90)
+    assert budget.used == 60  # reserved for the waiter in its turn
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert budget.used == 10
+
+
+async def test_a_queued_reservation_calls_back_with_its_bytes_reserved() -> None:
+    budget = PeerByteBudget(max_total=100, max_per_peer=100)
+    assert budget.try_acquire("a", 100)
+    called: list[str] = []
+    first = budget.reserve_later("b", 60, lambda: called.append("first"))
+    budget.reserve_later("c", 40, lambda: called.append("second"))
+    budget.release("a", 100)
+    assert budget.used == 100 and not called  # reserved now, called back soon (not inside release)
+    await asyncio.sleep(0)
+    assert called == ["first", "second"]
+    first.cancel()  # after its callback: the bytes are the caller's
+    assert budget.used == 100
+    # Withdrawn between its grant and its callback: the bytes go back and nothing is called.
+    budget.release("b", 60)
+    budget.release("c", 40)
+    assert budget.try_acquire("a", 100)
+    gone = budget.reserve_later("d", 50, lambda: called.append("gone"))
+    budget.release("a", 100)
+    gone.cancel()
+    await asyncio.sleep(0)
+    assert budget.used == 0 and called == ["first", "second"]
+
+
 def adds_message(count: int, payload: bytes) -> bytes:
     request = S.AddEntriesRequest()
     for entry_id in range(count):
