@@ -244,9 +244,15 @@ class PeerByteBudget:
         (nothing reserved) if not."""
         if self._waiting and self._queued_before(peer):
             return False
-        if self._over_share(peer, nbytes) or self._over_total(nbytes):
+        # _over_share, _over_total and _take inline: this runs for every add-port message
+        held = self._per_peer.get(peer, 0)
+        if held and held + nbytes > self.max_per_peer:
             return False
-        self._take(peer, nbytes)
+        used = self.used
+        if used and used + nbytes > self.max_total:
+            return False
+        self.used = used + nbytes
+        self._per_peer[peer] = held + nbytes
         return True
 
     def reserve_later(self, peer: str, nbytes: int, callback: Callable[[], None]) -> Reservation:
