@@ -218,6 +218,11 @@ class PeerByteBudget:
         # each of which waits for one reservation at a time.
         self._waiting: deque[Reservation] = deque()
 
+    @property
+    def waiting(self) -> int:
+        """Reservations waiting for their turn."""
+        return len(self._waiting)
+
     def _over_share(self, peer: str, nbytes: int) -> bool:
         held = self._per_peer.get(peer, 0)
         return held != 0 and held + nbytes > self.max_per_peer

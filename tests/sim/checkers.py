@@ -12,6 +12,9 @@
 * ``lost_bookie_rereplicated``: after a bookie is lost for good, re-replication (run again once
   every other fault healed) succeeds and no ledger names the lost bookie any more.
 * ``liveness``: once faults healed, every operation ends within the bound (virtual time).
+* ``budgets_drained``: once every client has gone, each running bookie's byte budgets (adds in
+  progress and unanswered, read answers) hold nothing and have no one waiting: whatever a
+  request reserved came back, however its stream or connection ended.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class Final:
     stuck: list[str]  # operations / tasks still running past the liveness bound
     rereplicated: bool | None = None  # the final re-replication of lost bookies succeeded (None: none lost)
     still_naming_lost: list[int] = field(default_factory=list)  # ledgers naming a lost bookie after it
+    # "bookie: budget" -> what it still held once every client had gone (bytes, waiting requests)
+    budgets_held: dict[str, str] = field(default_factory=dict)
 
 
 def _acked(history: Sequence[HistoryOp]) -> list[HistoryOp]:
@@ -227,6 +232,13 @@ def liveness(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
     return [Violation("liveness", f"still running after faults healed: {what}") for what in final.stuck]
 
 
+def budgets_drained(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
+    return [
+        Violation("budgets_drained", f"{where} still held {what} once every client had gone")
+        for where, what in sorted(final.budgets_held.items())
+    ]
+
+
 CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
     f.__name__: f
     for f in (
@@ -238,6 +250,7 @@ CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
         tail_in_order,
         lost_bookie_rereplicated,
         liveness,
+        budgets_drained,
     )
 }
 

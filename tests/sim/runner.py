@@ -35,6 +35,7 @@ from .zk import ZK
 LIVENESS_BOUND_S = 300.0  # after healing, everything must finish within this much virtual time
 TIME_LIMIT_S = 24 * 3600.0  # a run whose virtual clock passes this is stuck in a loop
 STEP_MEAN_S = 0.05
+BUDGETS_SETTLE_S = 5.0  # after the last client stops, before the bookies' budgets are looked at
 
 
 @dataclass
@@ -289,6 +290,9 @@ class Simulation:
                 await asyncio.wait_for(self._final_read(checker, ledger_id, final), LIVENESS_BOUND_S)
             except TimeoutError:
                 stuck.append(f"final read of L{ledger_id}")
+        await checker.stop()
+        await asyncio.sleep(BUDGETS_SETTLE_S)  # the closes reach the bookies, their streams end
+        final.budgets_held = world.budgets_held()
         return final
 
     async def _final_rereplication(self, world: World, final: Final) -> None:

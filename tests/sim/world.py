@@ -45,6 +45,19 @@ class SeedTree:
         return random.Random(int.from_bytes(digest[:8], "big"))
 
 
+# Budgets of about one of the workload's add messages (an add is a few hundred bytes here, an
+# entry's body about 70), and read answers of a few entries each, so that requests queue.
+_TIGHT_BUDGETS = {
+    "add_in_progress_max_bytes": 1024,
+    "add_in_progress_max_bytes_per_peer": 512,
+    "add_unanswered_max_bytes": 2048,
+    "add_unanswered_max_bytes_per_peer": 1024,
+    "read_answers_max_bytes": 1024,
+    "read_answers_max_bytes_per_peer": 512,
+    "max_read_batch_bytes": 512,
+}
+
+
 @dataclass(frozen=True)
 class Swarm:
     """The run's parameters, all drawn from the seed and printed with a failure (TigerBeetle's swarm)."""
@@ -61,6 +74,9 @@ class Swarm:
     # The bookies' addsPerLoopTurn: a small one answers a message slice by slice, so an answer
     # can be a count of successes followed by per-add results.
     adds_per_loop_turn: int
+    # The bookies' byte budgets (adds in progress and unanswered, read answers not yet sent)
+    # a few messages deep, so that requests wait in the budgets' queues while faults strike.
+    tight_budgets: bool = False
 
     @classmethod
     def draw(cls, rng: random.Random) -> Swarm:
@@ -82,6 +98,7 @@ class Swarm:
             fault_weight=rng.choice((0.05, 0.15, 0.3)),
             explicit_lac_interval_s=rng.choice((0.0, 0.0, 0.5)),
             adds_per_loop_turn=rng.choice((4096, 4096, 2)),
+            tight_budgets=rng.choice((False, False, True)),  # drawn last: earlier draws stay
         )
 
     def describe(self) -> str:
@@ -135,7 +152,10 @@ class World:
             node = BookieNode(bookie_id, self.network, disk, self.trace)
             node.skip_fence_check = self.broken.skip_fence_check
             node.wall_clock_ms = self.wall_time_ms
-            node.limits = HandlerLimits(adds_per_loop_turn=self.swarm.adds_per_loop_turn)
+            node.limits = HandlerLimits(
+                adds_per_loop_turn=self.swarm.adds_per_loop_turn,
+                **(_TIGHT_BUDGETS if self.swarm.tight_budgets else {}),
+            )
             self.bookies[bookie_id] = node
 
     async def setup(self) -> None:
@@ -145,6 +165,23 @@ class World:
         )
         await self.meta.init_new_cluster()
         await self.meta.bookie_watcher.start()
+
+    def budgets_held(self) -> dict[str, str]:
+        """What each running bookie's byte budgets hold now, where they hold anything."""
+        held = {}
+        for bookie_id, node in sorted(self.bookies.items()):
+            servicer = node.servicer
+            if not node.up or servicer is None:
+                continue
+            budgets = {
+                "adds in progress": servicer.add_entries.budget,
+                "adds unanswered": servicer.add_entries.unanswered,
+                "read answers": servicer.read_entries.answer_bytes,
+            }
+            for name, budget in budgets.items():
+                if budget.used or budget.waiting:
+                    held[f"{bookie_id}: {name}"] = f"{budget.used} bytes, {budget.waiting} waiting"
+        return held
 
     async def all_registered(self, timeout_s: float) -> None:
         """Until every bookie not lost is registered (a restarted one waits for its previous
