@@ -22,7 +22,7 @@ def pick_ports(bookies: int) -> tuple[int, int]:
     below the OS's ephemeral range: these clusters restart their servers on the same ports
     (:func:`restartable_port` says why that range is no place for them)."""
     rng = random.Random()
-    high = max(min(_ephemeral_low(), 32768), 30000) - 300  # the base's ranges reach base + 200 + bookies
+    high = max(_below_ephemeral(), 30000) - 300  # the base's ranges reach base + 200 + bookies
     for _ in range(200):
         zk_port = rng.randrange(20000, 29000)
         base = rng.randrange(29000, high)
@@ -38,11 +38,12 @@ def pick_ports(bookies: int) -> tuple[int, int]:
     raise RuntimeError("no free ports found")
 
 
-def _ephemeral_low() -> int:
-    """The lowest port the OS hands out to outgoing connections."""
+def _below_ephemeral() -> int:
+    """The end of the ports below the OS's ephemeral range (the lowest port it hands out to
+    outgoing connections), and below Linux's default range whatever this host's says."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
+            return min(int(f.read().split()[0]), 32768)
     except (OSError, ValueError, IndexError):
         return 32768  # Linux's default
 
@@ -54,7 +55,7 @@ def restartable_port() -> int:
     that very address can even connect to itself), and the restart then fails with "address
     already in use"."""
     rng = random.Random()
-    high = min(_ephemeral_low(), 32768)
+    high = _below_ephemeral()
     for _ in range(200):
         port = rng.randrange(10000, high)
         if port not in _handed_out and port_is_free(port):
