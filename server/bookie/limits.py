@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -171,13 +173,17 @@ class Reservation:
     """A queued reservation of a :class:`PeerByteBudget` (``reserve_later``): its bytes are
     reserved for it in its turn, then its callback runs (soon after, on the loop)."""
 
-    __slots__ = ("_budget", "_callback", "cancelled", "granted", "nbytes", "peer", "ran")
+    __slots__ = ("_budget", "_callback", "cancelled", "granted", "in_line", "nbytes", "peer", "ran", "seq")
 
-    def __init__(self, budget: PeerByteBudget, peer: str, nbytes: int, callback: Callable[[], None]) -> None:
+    def __init__(
+        self, budget: PeerByteBudget, peer: str, nbytes: int, callback: Callable[[], None], seq: int
+    ) -> None:
         self._budget = budget
         self._callback = callback
         self.peer = peer
         self.nbytes = nbytes
+        self.seq = seq  # arrival order
+        self.in_line = False  # at its peer's head, waiting for the total (not for its share)
         self.granted = False  # its bytes are reserved, its callback due
         self.ran = False  # its callback ran: the bytes are the caller's
         self.cancelled = False
@@ -204,24 +210,32 @@ class PeerByteBudget:
     """Bytes reserved, in total and per peer (one event loop). A reservation larger than the peer's
     share is still granted when the peer holds nothing else, so a maximal frame always fits.
 
-    Reservations that do not fit wait in one queue and are granted in turn as bytes come back, so
-    a large one is not passed for ever by a stream of small ones that fit sooner. Only the total
-    is first come, first served: a reservation held back by its own peer's share waits for that
-    peer's bytes alone, and the other peers' go past it (one peer must not hold up the others)."""
+    Reservations that do not fit wait and are granted in turn as bytes come back, so a large one
+    is not passed for ever by a stream of small ones that fit sooner. Only the total is first
+    come, first served: a reservation held back by its own peer's share waits for that peer's
+    bytes alone, and the other peers' go past it (one peer must not hold up the others). So a
+    peer's reservations wait in a queue of their own, and the heads of those queues that wait
+    for the total stand in one line, oldest first. Every step is O(log n) in the reservations
+    waiting: a peer with thousands of them costs the others' requests nothing per request."""
 
     def __init__(self, max_total: int, max_per_peer: int) -> None:
         self.max_total = max_total
         self.max_per_peer = min(max_per_peer, max_total)
         self.used = 0
         self._per_peer: dict[str, int] = {}
-        # Waiting reservations in arrival order; bounded by the requests and streams waiting,
-        # each of which waits for one reservation at a time.
-        self._waiting: deque[Reservation] = deque()
+        # Waiting reservations, bounded by the requests and streams waiting (each waits for one
+        # reservation at a time): per peer in arrival order, and the line (a heap by arrival)
+        # of the peers' heads not held back by their share. A withdrawn reservation leaves the
+        # line lazily, but never stays at its front (see _grant).
+        self._queues: dict[str, deque[Reservation]] = {}
+        self._line: list[tuple[int, Reservation]] = []
+        self._waiting = 0
+        self._arrivals = itertools.count()
 
     @property
     def waiting(self) -> int:
         """Reservations waiting for their turn."""
-        return len(self._waiting)
+        return self._waiting
 
     def _over_share(self, peer: str, nbytes: int) -> bool:
         held = self._per_peer.get(peer, 0)
@@ -230,24 +244,13 @@ class PeerByteBudget:
     def _over_total(self, nbytes: int) -> bool:
         return self.used != 0 and self.used + nbytes > self.max_total
 
-    def _queued_before(self, peer: str) -> bool:
-        """Whether a new reservation of ``peer`` must queue behind a waiting one: one of the same
-        peer, or one waiting for the total (one not held back by its peer's share, nor behind
-        another of its peer that is); see :meth:`_grant`."""
-        held_back: set[str] = set()
-        for waiting in self._waiting:
-            if waiting.peer == peer:
-                return True
-            if waiting.peer in held_back or self._over_share(waiting.peer, waiting.nbytes):
-                held_back.add(waiting.peer)
-                continue
-            return True
-        return False
-
     def try_acquire(self, peer: str, nbytes: int) -> bool:
-        """Reserve ``nbytes`` if they fit now and no reservation waits before them; False
-        (nothing reserved) if not."""
-        if self._waiting and self._queued_before(peer):
+        """Reserve ``nbytes`` if they fit now and no reservation waits before them (one of the
+        same peer, or one waiting for the total); False (nothing reserved) if not. Nothing is
+        ever too many bytes to reserve, and needs no turn."""
+        if not nbytes:
+            return True
+        if self._line or peer in self._queues:
             return False
         # _over_share, _over_total and _take inline: this runs for every add-port message
         held = self._per_peer.get(peer, 0)
@@ -263,8 +266,17 @@ class PeerByteBudget:
     def reserve_later(self, peer: str, nbytes: int, callback: Callable[[], None]) -> Reservation:
         """Queue a reservation of ``nbytes`` (after a ``try_acquire`` said no); ``callback`` runs
         once they are reserved for the caller (for a caller without a task to wait in)."""
-        reservation = Reservation(self, peer, nbytes, callback)
-        self._waiting.append(reservation)
+        reservation = Reservation(self, peer, nbytes, callback, next(self._arrivals))
+        if not nbytes:
+            self._granted(reservation)
+            return reservation
+        self._waiting += 1
+        queue = self._queues.get(peer)
+        if queue:
+            queue.append(reservation)  # behind the peer's own
+            return reservation
+        self._queues[peer] = deque((reservation,))
+        self._head(reservation)
         self._grant()  # at once if nothing is in its way
         return reservation
 
@@ -284,47 +296,69 @@ class PeerByteBudget:
             raise
 
     def release(self, peer: str, nbytes: int) -> None:
+        if not nbytes:
+            return
         self.used -= nbytes
         _decrease(self._per_peer, peer, nbytes)
         if self._waiting:
+            queue = self._queues.get(peer)
+            if queue and not queue[0].in_line:
+                self._head(queue[0])  # held back by this peer's share until now, maybe
             self._grant()
 
     def release_for(self, peer: str, nbytes: int, _done: object) -> None:
         """Done-callback form of :meth:`release`."""
         self.release(peer, nbytes)
 
-    def _take(self, peer: str, nbytes: int) -> None:
-        self.used += nbytes
-        self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+    def _head(self, reservation: Reservation) -> None:
+        """``reservation`` is its peer's first: in the line, unless its peer's share holds it
+        back (then the peer's next release looks again)."""
+        if not self._over_share(reservation.peer, reservation.nbytes):
+            reservation.in_line = True
+            heapq.heappush(self._line, (reservation.seq, reservation))
+
+    def _granted(self, reservation: Reservation) -> None:
+        peer, nbytes = reservation.peer, reservation.nbytes
+        if nbytes:
+            self.used += nbytes
+            self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+        reservation.granted = True
+        # Soon, not here: the releaser may be half-way through its own bookkeeping.
+        asyncio.get_running_loop().call_soon(reservation._run)
 
     def _withdraw(self, reservation: Reservation) -> None:
-        self._waiting.remove(reservation)
+        """A waiting reservation cancelled (it stays in the line, if there, until it is at the
+        front, where _grant drops it)."""
+        self._waiting -= 1
+        queue = self._queues[reservation.peer]
+        first = queue[0] is reservation
+        queue.remove(reservation)
+        if not queue:
+            del self._queues[reservation.peer]
+        elif first:
+            self._head(queue[0])
         self._grant()  # it may have held up those behind it
 
     def _grant(self) -> None:
-        """Reserve for the waiting reservations that fit, in order, up to the first that waits for
-        the total; their callbacks run soon, not here: the releaser may be half-way through its
-        own bookkeeping."""
-        waiting, left = self._waiting, deque[Reservation]()
-        loop = None
-        held_back: set[str] = set()  # peers with a reservation waiting for their share
-        while waiting:
-            reservation = waiting[0]
-            peer, nbytes = reservation.peer, reservation.nbytes
-            if peer in held_back or self._over_share(peer, nbytes):
-                held_back.add(peer)
-                left.append(waiting.popleft())
-                continue
-            if self._over_total(nbytes):
-                break
-            waiting.popleft()
-            self._take(peer, nbytes)
-            reservation.granted = True
-            loop = loop or asyncio.get_running_loop()
-            loop.call_soon(reservation._run)
-        if left:
-            left.extend(waiting)
-            self._waiting = left
+        """Grant the line's reservations, oldest first, while they fit the total."""
+        line = self._line
+        while line:
+            reservation = line[0][1]
+            if not reservation.cancelled and self._over_total(reservation.nbytes):
+                return
+            heapq.heappop(line)
+            reservation.in_line = False
+            if reservation.cancelled:
+                continue  # withdrawn while in the line
+            peer = reservation.peer
+            queue = self._queues[peer]
+            queue.popleft()
+            self._waiting -= 1
+            self._granted(reservation)
+            if queue:
+                self._head(queue[0])  # after the grant: the share counts what it took
+            else:
+                del self._queues[peer]
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

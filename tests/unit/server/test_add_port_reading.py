@@ -14,7 +14,7 @@ from tests.support.add_port_peer import add_message, connect
 from tests.support.add_requests import MASTER_KEY, add_request, fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
 
-from bkproto.add_port import PREFACE
+from bkproto.add_port import FRAME_HEADER, PREFACE
 from bkproto.v1 import bookie_pb2
 from bookie.handlers import HandlerLimits
 from bookie.limits import ListenerLimits
@@ -141,6 +141,32 @@ async def test_frames_waiting_for_the_receive_budget_are_read_in_their_turn() ->
                 break
             await asyncio.sleep(0.01)
         assert bookie.add_port_connections == 2  # large and small, still open
+        assert bookie.add_port_buffered_bytes == 0
+
+
+async def test_an_empty_frame_waits_for_no_one_and_every_close_gives_its_bytes_back() -> None:
+    # An empty frame reserves nothing. Queued behind a waiting frame, it once left the peer's
+    # count at zero bytes, and giving those zero bytes back on close raised and left the
+    # connection counted.
+    limits = ListenerLimits(max_buffered_bytes=5000, max_buffered_bytes_per_peer=5000)
+    async with bookie_with(listener_limits=limits) as (bookie, _core):
+        holder = await connect(bookie)
+        holder.writer.write(add_message(big_add(17, 0))[:100])  # holds 3.1 kB
+        await asyncio.sleep(0.05)
+        waiting = await connect(bookie)
+        await waiting.send(big_add(18, 0))  # does not fit: waits
+        await asyncio.sleep(0.05)
+        empty = await connect(bookie)
+        empty.writer.write(FRAME_HEADER.pack(0))  # an AddEntries message of no adds
+        answer = await empty.receive()
+        assert answer is not None and not answer.results
+        for conn in (holder, waiting, empty):  # all at once, the holder first
+            conn.writer.close()
+        for _ in range(100):
+            if not bookie.add_port_connections:
+                break
+            await asyncio.sleep(0.01)
+        assert bookie.add_port_connections == 0
         assert bookie.add_port_buffered_bytes == 0
 
 

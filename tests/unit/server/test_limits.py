@@ -91,17 +91,36 @@ async def test_a_large_reservation_is_not_passed_by_small_ones_that_fit_sooner()
 
 async def test_a_reservation_held_back_by_its_own_share_does_not_hold_up_other_peers() -> None:
     budget = PeerByteBudget(max_total=100, max_per_peer=40)
-    assert budget.try_acquire("greedy", 40)
-    over = asyncio.ensure_future(budget.acquire("greedy", 10))  # waits for its own bytes
-    behind = asyncio.ensure_future(budget.acquire("greedy", 0))  # and one behind it, in its order
+    assert budget.try_acquire("greedy", 30)
+    over = asyncio.ensure_future(budget.acquire("greedy", 20))  # waits for its own bytes
+    behind = asyncio.ensure_future(budget.acquire("greedy", 5))  # fits its share, but comes after
     await asyncio.sleep(0)
-    assert not behind.done()
-    assert budget.try_acquire("other", 30)  # others pass it
+    assert not over.done() and not behind.done()
+    assert budget.try_acquire("other", 30)  # others pass them
     await asyncio.wait_for(budget.acquire("third", 30), 1)
     assert not budget.try_acquire("greedy", 1)  # but not the same peer: its own order holds
-    budget.release("greedy", 40)
+    budget.release("greedy", 30)
     await asyncio.wait_for(asyncio.gather(over, behind), 1)
-    assert budget.used == 70
+    assert budget.used == 85 and budget.waiting == 0
+
+
+async def test_nothing_to_reserve_needs_no_turn_and_leaves_no_trace() -> None:
+    # An empty add-port frame reserves 0 bytes: it must not wait behind anyone, nor leave the
+    # peer counted (a 0-byte release once found the peer's count already gone).
+    budget = PeerByteBudget(max_total=100, max_per_peer=100)
+    assert budget.try_acquire("a", 100)
+    waiter = asyncio.ensure_future(budget.acquire("b", 50))
+    await asyncio.sleep(0)
+    assert budget.try_acquire("c", 0)
+    called: list[int] = []
+    budget.reserve_later("c", 0, lambda: called.append(0))
+    await asyncio.sleep(0)
+    assert called == [0] and budget.waiting == 1
+    budget.release("c", 0)
+    budget.release("a", 100)
+    await asyncio.wait_for(waiter, 1)
+    budget.release("b", 50)
+    assert budget.used == 0 and budget.waiting == 0
 
 
 async def test_a_reservation_given_up_gives_its_bytes_back_and_its_turn_away() -> None:
