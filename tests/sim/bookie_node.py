@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -19,9 +20,10 @@ from prometheus_client import CollectorRegistry
 from bkproto.v1 import bookie_pb2
 from bookie.api import AddOp, AddResult
 from bookie.bookie import Bookie
-from bookie.handlers.add_entries import AddEntriesDecoder
+from bookie.handlers.add_entries import AddEntriesDecoder, SizedAddEntriesRequest
 from bookie.handlers.common import HandlerLimits
 from bookie.handlers.servicer import BookieServicer
+from bookie.limits import peer_host
 from bookie.stats import RequestStats
 from bookie.storage.memory import MemoryLedgerStorage
 
@@ -122,6 +124,65 @@ class _ServerStream:
             self._send(None)
 
 
+class _PipelineStream:
+    """The bookie end of an add stream served as the add port serves it: each message offered to
+    the handler's :class:`~bookie.handlers.add_pipeline.AddPipeline` as it arrives, the ones it
+    refuses (window, byte budgets) kept in order until it has room, as the add port leaves them
+    in its socket; the answers written from the batches' completion, without a task."""
+
+    def __init__(self, node: BookieNode, conn: Connection, send: Callable[[bytes | None], None]) -> None:
+        servicer = node.servicer
+        assert servicer is not None
+        self._node = node
+        self._conn = conn
+        self._send = send
+        self._decode = AddEntriesDecoder(HandlerLimits().max_adds_per_message)
+        self._waiting: deque[SizedAddEntriesRequest] = deque()  # arrived, not taken yet
+        self._reading = True
+        self._closed = False
+        self._pipeline = servicer.add_entries.open_pipeline(self, peer_host(_PeerContext(conn).peer()))
+        conn.on_reset(self.cancel)  # the add port's connection_lost
+
+    def push(self, data: bytes) -> None:
+        if self._reading:
+            self._waiting.append(self._decode(data))
+            self.room()
+
+    def cancel(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._waiting.clear()
+            self._pipeline.close()
+
+    # -- AddStreamCarrier --------------------------------------------------------------------
+
+    def write_answer(self, response: bookie_pb2.AddEntriesResponse) -> bool:
+        if self._node.serves(self._conn):
+            self._send(response.SerializeToString())
+        return True
+
+    def room(self) -> None:
+        waiting = self._waiting
+        while waiting and not self._closed and self._pipeline.offer(waiting[0]):
+            waiting.popleft()
+
+    def answered_all(self) -> None:
+        if not self._reading and not self._waiting and not self._closed:
+            self.cancel()
+            if self._node.serves(self._conn):
+                self._send(None)
+
+    def stop_reading(self) -> None:
+        self._reading = False
+        self._waiting.clear()
+        if self._pipeline.idle:
+            self.answered_all()
+
+    def broken(self, why: str) -> None:
+        log.warning("add stream broken: %s", why)
+        self.cancel()
+
+
 class BookieNode:
     def __init__(self, bookie_id: str, network: Network, disk: SimDisk, trace: Trace) -> None:
         self.bookie_id = bookie_id
@@ -135,6 +196,7 @@ class BookieNode:
         self.skip_fence_check = False
         self.wall_clock_ms: Callable[[], int] = lambda: 0
         self.limits = HandlerLimits()
+        self.add_pipeline = False  # serve add streams as the add port does (else as gRPC does)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def serves(self, conn: Connection) -> bool:
@@ -194,5 +256,7 @@ class BookieNode:
 
     def open_stream(
         self, conn: Connection, method: str, send: Callable[[bytes | None], None]
-    ) -> _ServerStream:
+    ) -> _ServerStream | _PipelineStream:
+        if method == "AddEntries" and self.add_pipeline:
+            return _PipelineStream(self, conn, send)
         return _ServerStream(self, conn, method, send)

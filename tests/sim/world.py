@@ -77,6 +77,9 @@ class Swarm:
     # The bookies' byte budgets (adds in progress and unanswered, read answers not yet sent)
     # a few messages deep, so that requests wait in the budgets' queues while faults strike.
     tight_budgets: bool = False
+    # Add streams served by the add port's AddPipeline (what the client uses in production)
+    # rather than the gRPC handler's task and queue.
+    add_pipeline: bool = False
 
     @classmethod
     def draw(cls, rng: random.Random) -> Swarm:
@@ -99,6 +102,7 @@ class Swarm:
             explicit_lac_interval_s=rng.choice((0.0, 0.0, 0.5)),
             adds_per_loop_turn=rng.choice((4096, 4096, 2)),
             tight_budgets=rng.choice((False, False, True)),  # drawn last: earlier draws stay
+            add_pipeline=rng.choice((False, True)),
         )
 
     def describe(self) -> str:
@@ -152,6 +156,7 @@ class World:
             node = BookieNode(bookie_id, self.network, disk, self.trace)
             node.skip_fence_check = self.broken.skip_fence_check
             node.wall_clock_ms = self.wall_time_ms
+            node.add_pipeline = self.swarm.add_pipeline
             node.limits = HandlerLimits(
                 adds_per_loop_turn=self.swarm.adds_per_loop_turn,
                 **(_TIGHT_BUDGETS if self.swarm.tight_budgets else {}),
