@@ -225,8 +225,8 @@ class PeerByteBudget:
         self._per_peer: dict[str, int] = {}
         # Waiting reservations, bounded by the requests and streams waiting (each waits for one
         # reservation at a time): per peer in arrival order, and the line (a heap by arrival)
-        # of the peers' heads not held back by their share. A withdrawn reservation leaves the
-        # line lazily, but never stays at its front (see _grant).
+        # of the peers' heads not held back by their share. A withdrawn reservation leaves both
+        # lazily, but never stays at the front of either (see _withdraw, _grant).
         self._queues: dict[str, deque[Reservation]] = {}
         self._line: list[tuple[int, Reservation]] = []
         self._waiting = 0
@@ -327,17 +327,24 @@ class PeerByteBudget:
         asyncio.get_running_loop().call_soon(reservation._run)
 
     def _withdraw(self, reservation: Reservation) -> None:
-        """A waiting reservation cancelled (it stays in the line, if there, until it is at the
-        front, where _grant drops it)."""
+        """A waiting reservation cancelled. It leaves its peer's queue and the line when it gets
+        to their front (O(1) now: a peer with thousands waiting may drop them all at once)."""
         self._waiting -= 1
         queue = self._queues[reservation.peer]
-        first = queue[0] is reservation
-        queue.remove(reservation)
-        if not queue:
-            del self._queues[reservation.peer]
-        elif first:
-            self._head(queue[0])
-        self._grant()  # it may have held up those behind it
+        if queue[0] is reservation:
+            self._next_head(reservation.peer, queue)
+            self._grant()  # it may have held up those behind it
+
+    def _next_head(self, peer: str, queue: deque[Reservation]) -> None:
+        """The peer's first reservation is gone (granted or withdrawn): the next one still
+        waiting comes to the front, and into the line if its share lets it."""
+        queue.popleft()
+        while queue and queue[0].cancelled:
+            queue.popleft()
+        if queue:
+            self._head(queue[0])  # after a grant: the share counts what it took
+        else:
+            del self._queues[peer]
 
     def _grant(self) -> None:
         """Grant the line's reservations, oldest first, while they fit the total."""
@@ -350,15 +357,9 @@ class PeerByteBudget:
             reservation.in_line = False
             if reservation.cancelled:
                 continue  # withdrawn while in the line
-            peer = reservation.peer
-            queue = self._queues[peer]
-            queue.popleft()
             self._waiting -= 1
             self._granted(reservation)
-            if queue:
-                self._head(queue[0])  # after the grant: the share counts what it took
-            else:
-                del self._queues[peer]
+            self._next_head(reservation.peer, self._queues[reservation.peer])
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
