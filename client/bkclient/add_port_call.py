@@ -28,7 +28,7 @@ from bkproto.add_port import FRAME_HEADER, PREFACE, READ_PREFACE, frame, keep_al
 from bkproto.errors import BookieUnavailableError
 from bkproto.v1 import bookie_pb2
 
-from .frame_reader import Frame, FrameReader, open_frame_connection
+from .frame_reader import Frame, FrameConnector, FrameReader, open_frame_connection
 from .tls import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -78,12 +78,15 @@ class AddPortCall:
         outage: AddPortOutage | None = None,
         security: ClientSecurity | None = None,
         stream: PortStream = ADD_STREAM,
+        connect: FrameConnector = open_frame_connection,
     ) -> None:
         """``target`` is the add port's ``host:port``; ``grpc_call`` opens the gRPC call of the
         same stream (whose ``write`` takes serialized requests) to use if it cannot be reached
         (None: the stream then fails, BookieUnavailableError); ``outage`` is shared by the
-        bookie's streams; ``security`` TLS and the token, as on gRPC."""
+        bookie's streams; ``security`` TLS and the token, as on gRPC; ``connect`` opens the
+        connection."""
         self._stream = stream
+        self._connect_frames = connect
         self._bookie_id = bookie_id
         self._security = security
         self._target = target
@@ -100,7 +103,7 @@ class AddPortCall:
             security = self._security
             ssl = security.ssl_context if security is not None and security.tls else None
             reader, writer = await asyncio.wait_for(
-                open_frame_connection(host.strip("[]"), int(port), ssl), CONNECT_TIMEOUT_S
+                self._connect_frames(host.strip("[]"), int(port), ssl), CONNECT_TIMEOUT_S
             )
         except (OSError, TimeoutError) as exc:
             if self._grpc_call is None:

@@ -18,6 +18,7 @@ from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
 
 from .add_port_call import READ_STREAM, AddPortCall, AddPortOutage
 from .add_stream import AddRequestEncoder, AddStream, CallbackListener
+from .frame_reader import FrameConnector, open_frame_connection
 from .grpc_add_call import GrpcAddCall
 from .read_stream import ReadStream, StandingPoll
 from .refused_bookie import RefusedBookie
@@ -121,6 +122,7 @@ class BookieClient:
         )
         self._stream: AddStream | None = None
         self._add_port_outage = AddPortOutage()  # shared by the add streams: one warning per outage
+        self._open_frames: FrameConnector = open_frame_connection  # the add port's connections
         self._read_stream: ReadStream | None = None
         self._closed = False
         self.streams_opened = 0
@@ -198,7 +200,7 @@ class BookieClient:
         if self.add_address is not None and self.options.use_add_port:
             call = AddPortCall(
                 self.bookie_id, self.add_address, self._add_entries, self._add_port_outage,
-                self.options.security,
+                self.options.security, connect=self._open_frames,
             )
         else:
             call = self._add_entries()
@@ -272,7 +274,7 @@ class BookieClient:
             if self._port_serves_reads and self.add_address is not None:
                 call = AddPortCall(
                     self.bookie_id, self.add_address, self._read_stream_call, self._add_port_outage,
-                    self.options.security, READ_STREAM,
+                    self.options.security, READ_STREAM, self._open_frames,
                 )
             else:
                 call = self._read_stream_call()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 from bkproto.add_port import FRAME_HEADER, MAX_FRAME_BYTES, FrameError
 
@@ -198,6 +199,14 @@ class FrameReader(asyncio.BufferedProtocol):
             self._reading_paused = False
             self._transport.resume_reading()  # type: ignore[attr-defined]
         return frame
+
+
+# What opens an add-port connection: (host, port, TLS context) -> its frames and a writer. The
+# client opens real sockets (:func:`open_frame_connection`); the simulation carries the bytes over
+# its own network (tests/sim).
+FrameConnector = Callable[
+    [str, int, "ssl_module.SSLContext | None"], Awaitable[tuple["FrameReader", asyncio.StreamWriter]]
+]
 
 
 async def open_frame_connection(

@@ -58,9 +58,11 @@ class AddPortServer:
         decode: Decoder = parse_add_entries,
         security: BookieSecurity | None = None,
         reads: ReadStreamHandler | None = None,
+        fault_log: QuietLog | None = None,
     ) -> None:
         """``reads`` serves the connections that open with the read preface (None: they are
-        refused as a wrong preface)."""
+        refused as a wrong preface); ``fault_log`` is told of every connection closed or stream
+        ended for a fault (by default the add port's log, quietened)."""
         self._security = security
         self._bind_address = bind_address
         self._requested_port = port
@@ -77,7 +79,7 @@ class AddPortServer:
             max_frame_bytes=min(MAX_FRAME_BYTES, limits.max_buffered_bytes_per_peer),
             frame_timeout_s=limits.frame_timeout_s,
             write_timeout_s=limits.write_timeout_s,
-            quiet=QuietLog(log),
+            quiet=fault_log or QuietLog(log),
             connections=self._connections,
             reads=reads,
         )
@@ -92,7 +94,7 @@ class AddPortServer:
         try:
             ssl = self._security.ssl_context if self._security is not None else None
             self._server = await loop.create_server(
-                self._connection, self._bind_address, self._requested_port, ssl=ssl,
+                self.new_connection, self._bind_address, self._requested_port, ssl=ssl,
                 # a peer that never completes the handshake is dropped as one that never says hello
                 ssl_handshake_timeout=PREFACE_TIMEOUT_S if ssl is not None else None,
             )
@@ -101,7 +103,9 @@ class AddPortServer:
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
-    def _connection(self) -> AddPortConnection:
+    def new_connection(self) -> AddPortConnection:
+        """The protocol of one accepted connection (the listener's factory; the simulation
+        gives it a transport of its own)."""
         return AddPortConnection(self._context, PREFACE_TIMEOUT_S)
 
     def stop_accepting(self) -> None:
@@ -129,3 +133,8 @@ class AddPortServer:
     def buffered_bytes(self) -> int:
         """Bytes reserved for frames being received now."""
         return self._receiving.used
+
+    @property
+    def receive_budget(self) -> PeerByteBudget:
+        """The budget those bytes are reserved in (who holds it, who waits)."""
+        return self._receiving
