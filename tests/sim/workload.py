@@ -29,14 +29,16 @@ class Process:
         self.name = name
         self.rng = world.seeds.child(f"process/{name}")
         self._bk: BookKeeper | None = None
+        self._connecting = asyncio.Lock()  # one client, however many tasks ask for it at once
         self.alive = True
         self.tasks: set[asyncio.Task[Any]] = set()
 
     async def client(self) -> BookKeeper:
         """This process's BookKeeper client, connected on first use (MetadataStoreError if
         ZooKeeper cannot be reached; the next call tries again)."""
-        if self._bk is None:
-            self._bk = await self.world.client(self.name)
+        async with self._connecting:
+            if self._bk is None:
+                self._bk = await self.world.client(self.name)
         return self._bk
 
     def spawn(self, coro: Any, what: str) -> asyncio.Task[Any]:
