@@ -1,8 +1,11 @@
 """A bookie in the simulation: the real ``Bookie`` core and the real gRPC handlers
-(``bookie.handlers.servicer.BookieServicer``) over a :class:`~tests.sim.disk.SimDisk`.
+(``bookie.handlers.servicer.BookieServicer``) over a :class:`~tests.sim.disk.SimDisk`, and the
+real add port (``bookie.add_port.AddPortServer``).
 
-Requests arrive as serialized protobuf bytes, are parsed with the same deserializers the gRPC
-server registers, and are served by the servicer's handler objects; responses leave serialized.
+gRPC requests arrive as serialized protobuf bytes, are parsed with the same deserializers the
+gRPC server registers, and are served by the servicer's handler objects; responses leave
+serialized. The add port's connections get their bytes from a simulated TCP connection
+(``tests.sim.tcp``), and parse them as the daemon does.
 A crash cancels everything the process was doing, drops unsynced disk writes (``SimDisk.crash``)
 and ends its connections; a restart replays the journal into a fresh ``Bookie``.
 """
@@ -18,17 +21,20 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bkproto.v1 import bookie_pb2
+from bookie.add_port import AddPortServer
+from bookie.add_port_connection import AddPortConnection
 from bookie.api import AddOp, AddResult
 from bookie.bookie import Bookie
 from bookie.handlers.add_entries import AddEntriesDecoder, SizedAddEntriesRequest
 from bookie.handlers.common import HandlerLimits
 from bookie.handlers.servicer import BookieServicer
-from bookie.limits import peer_host
+from bookie.limits import ListenerLimits, QuietLog, peer_host
 from bookie.stats import RequestStats
 from bookie.storage.memory import MemoryLedgerStorage
 
 from .disk import SimDisk
 from .network import Connection, Network
+from .tcp import Serving
 from .trace import Trace
 
 log = logging.getLogger(__name__)
@@ -183,6 +189,17 @@ class _PipelineStream:
         self.cancel()
 
 
+class _FaultRecord(QuietLog):
+    """The add port's fault log, every fault kept (the ``add_port_clean`` invariant reads them)."""
+
+    def __init__(self, faults: list[str]) -> None:
+        super().__init__(logging.getLogger("bookie.add_port"))
+        self.faults = faults
+
+    def warning(self, message: str, *args: object) -> None:
+        self.faults.append(message % args)
+
+
 class BookieNode:
     def __init__(self, bookie_id: str, network: Network, disk: SimDisk, trace: Trace) -> None:
         self.bookie_id = bookie_id
@@ -196,7 +213,10 @@ class BookieNode:
         self.skip_fence_check = False
         self.wall_clock_ms: Callable[[], int] = lambda: 0
         self.limits = HandlerLimits()
+        self.listener_limits = ListenerLimits()  # the add port's
         self.add_pipeline = False  # serve add streams as the add port does (else as gRPC does)
+        self.add_port: AddPortServer | None = None  # while up
+        self.add_port_faults: list[str] = []  # of every incarnation
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def serves(self, conn: Connection) -> bool:
@@ -214,7 +234,13 @@ class BookieNode:
         storage = self.disk.open()
         self.core = SimBookie(storage, self.wall_clock_ms, self.skip_fence_check)
         await self.core.start()
-        self.servicer = BookieServicer(self.core, RequestStats(CollectorRegistry()), self.limits)
+        stats = RequestStats(CollectorRegistry())
+        self.servicer = servicer = BookieServicer(self.core, stats, self.limits)
+        self.add_port = AddPortServer(
+            servicer.add_entries, stats, self.bookie_id, 0, self.listener_limits,
+            AddEntriesDecoder(self.limits.max_adds_per_message), reads=servicer.read_stream,
+            fault_log=_FaultRecord(self.add_port_faults),
+        )  # fmt: skip
         self.up = True
         self.trace.event(
             f"bookie {self.bookie_id} started (epoch {self.epoch}, replayed {storage.replayed_records})"
@@ -234,8 +260,17 @@ class BookieNode:
         self.network.server_crashed(self.bookie_id, host_down)
         self.core = None
         self.servicer = None
+        self.add_port = None
 
     # -- requests ----------------------------------------------------------------------------
+
+    def accept_add_port(self, conn: Connection) -> tuple[AddPortConnection, Serving] | None:
+        """A connection to the add port arrives: its protocol, and whether this process still
+        serves it (None if the add port is not listening)."""
+        if not self.serves(conn) or self.add_port is None:
+            return None
+        self.trace.event(f"add port of {self.bookie_id}: connection #{conn.cid} from {conn.client}")
+        return self.add_port.new_connection(), lambda: self.serves(conn)
 
     def serve_unary(self, conn: Connection, method: str, data: bytes, reply: Callable[[bytes], None]) -> None:
         request = _UNARY_REQUESTS[method].FromString(data)

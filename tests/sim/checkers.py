@@ -14,7 +14,12 @@
 * ``liveness``: once faults healed, every operation ends within the bound (virtual time).
 * ``budgets_drained``: once every client has gone, each running bookie's byte budgets (adds in
   progress and unanswered, read answers) hold nothing and have no one waiting: whatever a
-  request reserved came back, however its stream or connection ended.
+  request reserved came back, however its stream or connection ended. The add port's receive
+  budget counts too, and no add-port connection is still open.
+* ``add_port_clean``: the bookies' add ports never closed a connection or ended a stream for a
+  fault in what the (well-behaved) clients sent: a bad preface, a frame over the limit or cut
+  wrong, a message that does not parse. Only the timeouts a partition can cause are allowed (a
+  preface or frame held up longer than its timeout).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class Final:
     still_naming_lost: list[int] = field(default_factory=list)  # ledgers naming a lost bookie after it
     # "bookie: budget" -> what it still held once every client had gone (bytes, waiting requests)
     budgets_held: dict[str, str] = field(default_factory=dict)
+    # bookie -> the faults its add port closed a connection or ended a stream for, over the run
+    add_port_faults: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _acked(history: Sequence[HistoryOp]) -> list[HistoryOp]:
@@ -239,6 +246,19 @@ def budgets_drained(history: Sequence[HistoryOp], final: Final) -> list[Violatio
     ]
 
 
+# What a partition that holds a connection's bytes can make a well-behaved client's connection do.
+_TIMEOUT_FAULTS = ("no preface within", "a frame not received whole within")
+
+
+def add_port_clean(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
+    return [
+        Violation("add_port_clean", f"{bookie}'s add port: {fault}")
+        for bookie, faults in sorted(final.add_port_faults.items())
+        for fault in faults
+        if not any(allowed in fault for allowed in _TIMEOUT_FAULTS)
+    ]
+
+
 CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
     f.__name__: f
     for f in (
@@ -251,6 +271,7 @@ CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
         lost_bookie_rereplicated,
         liveness,
         budgets_drained,
+        add_port_clean,
     )
 }
 

@@ -7,6 +7,9 @@ error translation) runs unchanged; the stub, the two stream factories and the ch
 simulated. Requests and responses cross the network serialized, as real protobuf bytes, and reach
 the bookie node's real gRPC handlers. Failures surface as gRPC's own ``AioRpcError``
 (UNAVAILABLE on a reset, DEADLINE_EXCEEDED at the deadline), which the real client translates.
+With ``use_add_port`` in its options, the client's add and read streams go over the bookie's add
+port instead, as in production: the real ``AddPortCall`` and ``FrameReader`` over a simulated TCP
+connection (``tests.sim.tcp``), falling back to the simulated gRPC stream when it cannot connect.
 :func:`sim_connector` is the ``BookieConnector`` the client's pool opens them with.
 """
 
@@ -14,18 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import random
+import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 import grpc.aio
 
 from bkclient.add_port_call import AddPortOutage
 from bkclient.bookie_client import BookieClient, BookieClientOptions
+from bkclient.frame_reader import FrameConnector, FrameReader
 from bkclient.transport import BookieAddress, BookieConnection, BookieConnector
 from bkproto.v1 import bookie_pb2
 
 from .network import Connection, Network
+from .tcp import Serving, TcpProfile, open_tcp
 
 if TYPE_CHECKING:
     from .bookie_node import BookieNode
@@ -196,13 +203,17 @@ class _SimStub:
 class SimBookieClient(BookieClient):
     """``BookieClient`` whose channel, stub and stream calls are simulated (see the module doc)."""
 
-    def __init__(self, bookie_id: str, options: BookieClientOptions, channel: SimChannel) -> None:
+    def __init__(
+        self, bookie_id: str, options: BookieClientOptions, channel: SimChannel, tcp: SimTcp | None = None
+    ) -> None:
+        """``tcp``: how the add port's connections behave (None: the bookie has no add port)."""
         # Not BookieClient.__init__: it would open a real grpc.aio channel. These are the
         # attributes it sets, with simulated transport objects.
         self.bookie_id = bookie_id
         self.address = bookie_id
-        self.add_address = None
-        self.add_port_reads = False
+        self.add_address = bookie_id if tcp is not None else None  # host:port, as registered
+        self.add_port_reads = tcp is not None
+        self._stream_batches = True
         self.options = options
         self._channel = channel  # type: ignore[assignment]
         self._stub = _SimStub(channel)
@@ -214,18 +225,54 @@ class SimBookieClient(BookieClient):
         )
         self._stream = None
         self._add_port_outage = AddPortOutage()
+        self._open_frames = _frame_connector(channel, tcp) if tcp is not None else _no_add_port
         self._read_stream = None
         self._closed = False
         self.streams_opened = 0
 
 
+class SimTcp(NamedTuple):
+    """How the add port's connections behave: their window and buffers, and where the random
+    sizes of their segments come from."""
+
+    profile: TcpProfile
+    rng: random.Random
+
+
+def _frame_connector(channel: SimChannel, tcp: SimTcp) -> FrameConnector:
+    """The ``AddPortCall``'s connector: a new simulated TCP connection to the channel's bookie."""
+
+    async def open_frames(
+        host: str, port: int, tls: ssl.SSLContext | None
+    ) -> tuple[FrameReader, asyncio.StreamWriter]:
+        conn = channel.network.connect(channel.client, channel.server)
+
+        def accept() -> tuple[asyncio.BufferedProtocol, Serving] | None:
+            node = channel.node_for(conn)
+            return None if node is None else node.accept_add_port(conn)
+
+        reader = FrameReader()
+        transport = await open_tcp(conn, reader, accept, tcp.profile, tcp.rng)
+        return reader, asyncio.StreamWriter(transport, reader, None, asyncio.get_running_loop())
+
+    return open_frames
+
+
+async def _no_add_port(
+    host: str, port: int, tls: ssl.SSLContext | None
+) -> tuple[FrameReader, asyncio.StreamWriter]:
+    raise AssertionError("the simulated bookie client has no add port address")
+
+
 def sim_connector(
-    network: Network, client: str, lookup: NodeLookup, options: BookieClientOptions
+    network: Network, client: str, lookup: NodeLookup, options: BookieClientOptions, tcp: SimTcp | None = None
 ) -> BookieConnector:
     """The client's ``BookieConnector``: a simulated connection from ``client`` per bookie id
-    (addresses are not needed: the network routes by bookie id)."""
+    (addresses are not needed: the network routes by bookie id); ``tcp``: the add port's
+    connections, when ``options.use_add_port``."""
 
     def connect(bookie_id: str, address: BookieAddress) -> BookieConnection:
-        return SimBookieClient(bookie_id, options, SimChannel(network, client, bookie_id, lookup))
+        channel = SimChannel(network, client, bookie_id, lookup)
+        return SimBookieClient(bookie_id, options, channel, tcp if options.use_add_port else None)
 
     return connect

@@ -293,6 +293,9 @@ class Simulation:
         await checker.stop()
         await asyncio.sleep(BUDGETS_SETTLE_S)  # the closes reach the bookies, their streams end
         final.budgets_held = world.budgets_held()
+        final.add_port_faults = {
+            b: node.add_port_faults for b, node in world.bookies.items() if node.add_port_faults
+        }
         return final
 
     async def _final_rereplication(self, world: World, final: Final) -> None:

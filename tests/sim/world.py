@@ -24,12 +24,14 @@ from bkmeta.metadata_client import MetadataClient
 from bkmeta.registration import BookieServiceInfo
 from bkproto.errors import MetadataStoreError
 from bookie.handlers.common import HandlerLimits
+from bookie.limits import ListenerLimits
 
 from .bookie_node import BookieNode
-from .client_conn import sim_connector
+from .client_conn import SimTcp, sim_connector
 from .disk import DiskFaults, SimDisk
 from .loop import SimLoop
 from .network import Network
+from .tcp import DEFAULT_TCP, TIGHT_TCP
 from .trace import Trace
 from .zk import SimZooKeeper
 
@@ -56,6 +58,10 @@ _TIGHT_BUDGETS = {
     "read_answers_max_bytes_per_peer": 512,
     "max_read_batch_bytes": 512,
 }
+# The add port's receive budget a few frames deep, and the clients' messages held below its share
+# per peer (a larger frame is refused, and no frame of a well-behaved client may be).
+_TIGHT_LISTENER = {"max_buffered_bytes": 16384, "max_buffered_bytes_per_peer": 8192}
+_TIGHT_BATCH_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,9 @@ class Swarm:
     # Add streams served by the add port's AddPipeline (what the client uses in production)
     # rather than the gRPC handler's task and queue.
     add_pipeline: bool = False
+    # The clients' add and read streams over the bookies' add port, its bytes over simulated
+    # TCP connections (as in production), rather than over the simulated gRPC streams.
+    add_port: bool = False
 
     @classmethod
     def draw(cls, rng: random.Random) -> Swarm:
@@ -103,6 +112,7 @@ class Swarm:
             adds_per_loop_turn=rng.choice((4096, 4096, 2)),
             tight_budgets=rng.choice((False, False, True)),  # drawn last: earlier draws stay
             add_pipeline=rng.choice((False, True)),
+            add_port=rng.choice((False, True)),
         )
 
     def describe(self) -> str:
@@ -136,6 +146,7 @@ class World:
     broken: Broken
     network: Network = field(init=False)
     zk: SimZooKeeper = field(init=False)
+    tcp: SimTcp = field(init=False)  # the add port's connections
     bookies: dict[str, BookieNode] = field(default_factory=dict)
     registrations: dict[str, MetadataClient] = field(default_factory=dict)  # bookie -> its metadata client
     clock_offset_s: float = 0.0
@@ -161,7 +172,9 @@ class World:
                 adds_per_loop_turn=self.swarm.adds_per_loop_turn,
                 **(_TIGHT_BUDGETS if self.swarm.tight_budgets else {}),
             )
+            node.listener_limits = ListenerLimits(**(_TIGHT_LISTENER if self.swarm.tight_budgets else {}))
             self.bookies[bookie_id] = node
+        self.tcp = SimTcp(TIGHT_TCP if self.swarm.tight_budgets else DEFAULT_TCP, self.seeds.child("tcp"))
 
     async def setup(self) -> None:
         """The cluster's znodes, and a metadata client for the harness (checkers, GC)."""
@@ -183,9 +196,13 @@ class World:
                 "adds unanswered": servicer.add_entries.unanswered,
                 "read answers": servicer.read_entries.answer_bytes,
             }
+            if node.add_port is not None:
+                budgets["add-port frames"] = node.add_port.receive_budget
             for name, budget in budgets.items():
                 if budget.used or budget.waiting:
                     held[f"{bookie_id}: {name}"] = f"{budget.used} bytes, {budget.waiting} waiting"
+            if node.add_port is not None and node.add_port.open_connections:
+                held[f"{bookie_id}: add-port connections"] = f"{node.add_port.open_connections} open"
         return held
 
     async def all_registered(self, timeout_s: float) -> None:
@@ -262,7 +279,8 @@ class World:
             # Hold back whenever anything queued during a round trip: the most holding, the most
             # interleavings of held messages with faults.
             bookie_behind_min_adds=1,
-            bookie_use_add_port=False,
+            bookie_use_add_port=swarm.add_port,
+            **({"bookie_max_batch_bytes": _TIGHT_BATCH_BYTES} if swarm.tight_budgets else {}),
         )
         options = BookieClientOptions(
             max_inflight_messages=config.bookie_max_inflight_messages,
@@ -271,10 +289,10 @@ class World:
             behind_min_adds=config.bookie_behind_min_adds,
             max_batch_bytes=config.bookie_max_batch_bytes,
             default_timeout_s=config.read_entry_timeout_s,
-            use_add_port=False,
+            use_add_port=config.bookie_use_add_port,
         )
         metadata = await self.zk.client_for(name)
-        connector = sim_connector(self.network, name, self.bookies.get, options)
+        connector = sim_connector(self.network, name, self.bookies.get, options, self.tcp)
         ctx = ClientContext.create(metadata, config, SimClock(self), connector)
         ctx.placement = RandomPlacement(self.seeds.child(f"placement/{name}"))  # seeded
         return BookKeeper(ctx)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from tests.sim.checkers import Final, no_ack_after_fence
+from tests.sim.checkers import CHECKERS, Final, add_port_clean, no_ack_after_fence
 from tests.sim.report import failure_report
 from tests.sim.runner import run_seed
 from tests.sim.scenarios import (
@@ -22,7 +22,7 @@ from tests.sim.scenarios import (
     run_scenario,
 )
 from tests.sim.trace import HistoryOp
-from tests.sim.world import World
+from tests.sim.world import SeedTree, Swarm, World
 
 STEPS = 200
 CLEAN_SEEDS = int(os.environ.get("SIM_SEEDS", "40"))
@@ -75,6 +75,32 @@ def test_different_seeds_differ() -> None:
 def test_seed_has_no_violation(seed: int) -> None:
     result = run_seed(seed, STEPS)
     assert result.ok, failure_report(result)
+
+
+def test_add_port_seeds_send_their_streams_over_the_add_port() -> None:
+    """A seed drawn with ``add_port`` sends adds and reads through the bookies' add port (the
+    client falls back to gRPC only when it cannot connect), and its checks include the port's."""
+    seed = next(s for s in range(1, 20) if Swarm.draw(SeedTree(s).child("swarm")).add_port)
+    result = run_seed(seed, STEPS)
+    assert result.ok, failure_report(result)
+    accepted = [e for e in result.trace.events if "add port of" in e]
+    assert len(accepted) >= result.swarm.bookies, accepted  # a connection to each bookie at least
+    assert "add_port_clean" in CHECKERS
+
+
+def test_add_port_clean_allows_only_the_timeouts_a_partition_can_cause() -> None:
+    final = Final({}, {}, {}, set(), [])
+    final.add_port_faults = {
+        "b0:3181": [
+            "add port: closing the connection from ('w0', 3): no preface within 10 s",
+            "add port: ending the stream from ('w0', 4): a frame not received whole within 30 s",
+        ]
+    }
+    assert add_port_clean([], final) == []
+    final.add_port_faults["b1:3181"] = ["add port: ending the stream from ('w0', 5): Wire format was corrupt"]
+    assert [v.message for v in add_port_clean([], final)] == [
+        "b1:3181's add port: add port: ending the stream from ('w0', 5): Wire format was corrupt"
+    ]
 
 
 @pytest.mark.parametrize("variant", sorted(BROKEN_VARIANTS))
