@@ -6,11 +6,17 @@ to a bookie that serves one there (its registration says so).
 The connection opens in the background; the stream's first write and read wait for it. If the add
 port cannot be reached (refused, filtered, timed out), this stream goes over gRPC instead, with a
 warning: a bookie whose gRPC port answers must stay writable when only its add port is blocked.
-The next stream tries the add port again, so a bookie that was briefly down gets it back (a
-caller that must know which transport ran, ``pybk bench bookie``, passes no gRPC call: the stream
-then fails instead). A bookie
-that is down makes every add open a new stream, so the warning is given once per outage
-(:class:`AddPortOutage`, one per bookie client), and again only after the port answered meanwhile.
+The same holds for an add port that accepts the connection and then closes it before answering
+anything (a bookie at its connections-per-IP limit, a proxy or firewall that resets): the stream
+goes over gRPC, and the requests written so far are sent again there. Until the first answer the
+call keeps them for that (at most the stream's window of messages, about one round trip); a
+request sent twice is harmless, since an add of the same entry again stores the same bytes and a
+read is a read. Once the add port has answered, a closed connection fails the stream as any broken
+connection does. The next stream tries the add port again, so a bookie that was briefly down gets
+it back (a caller that must know which transport ran, ``pybk bench bookie``, passes no gRPC call:
+the stream then fails instead). A bookie that is down makes every add open a new stream, so each
+warning is given once per outage (:class:`AddPortOutage`, one per bookie client), and again only
+after the port answered meanwhile.
 """
 
 from __future__ import annotations
@@ -60,13 +66,15 @@ READ_STREAM = PortStream("read", READ_PREFACE, wire.READ_AUTH_PREFACE, _read_ans
 
 
 class AddPortOutage:
-    """Whether one bookie's add port was found unreachable and has not answered since: the
-    connection attempts of the streams that follow are then only logged at debug level."""
+    """Whether one bookie's add port was found unreachable, or closing its connections before
+    answering, and has not answered since: the streams that follow are then only logged at debug
+    level."""
 
-    __slots__ = ("unreachable",)
+    __slots__ = ("unanswering", "unreachable")
 
     def __init__(self) -> None:
         self.unreachable = False
+        self.unanswering = False
 
 
 class AddPortCall:
@@ -95,6 +103,11 @@ class AddPortCall:
         self._reader: FrameReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.fallback: Any = None  # the gRPC call, once the add port proved unreachable
+        # The framed requests written over the add port until its first answer, to send again
+        # over gRPC if it closes before answering (None: answered, or no gRPC call to use).
+        self._unanswered: list[bytes] | None = [] if grpc_call is not None else None
+        self._resent: asyncio.Future[None] | None = None  # the sending of those over gRPC
+        self._cancelled = False
         self._ready = asyncio.ensure_future(self._connect())
 
     async def _connect(self) -> None:
@@ -122,12 +135,14 @@ class AddPortCall:
         if self._outage.unreachable:
             self._outage.unreachable = False
             log.info("bookie %s: add port %s reachable again", self._bookie_id, self._target)
-        keep_alive(writer.get_extra_info("socket"))
         token = self._security.token if self._security is not None else None
-        if token is None:
-            writer.write(self._stream.preface)
-        else:
-            writer.write(self._stream.auth_preface + frame(token.encode()))
+        preface = self._stream.preface if token is None else self._stream.auth_preface + frame(token.encode())
+        # Reset as soon as accepted (a bookie at its connections per IP), uvloop's closed transport
+        # raises a RuntimeError, a closed socket an OSError: the reader reports the loss, and the
+        # stream goes over gRPC or fails with it.
+        with contextlib.suppress(OSError, RuntimeError):
+            keep_alive(writer.get_extra_info("socket"))
+            writer.write(preface)
         self._reader, self._writer = reader, writer
 
     async def write(self, message: bytes) -> None:
@@ -139,20 +154,34 @@ class AddPortCall:
         it in the same copy as the message: ``AddRequestEncoder.pack``)."""
         await self._connected()
         if self.fallback is not None:
-            await self.fallback.write(framed[FRAME_HEADER.size :])
+            await self._write_over_grpc(framed)
             return
         writer = self._writer
         assert writer is not None
+        if self._unanswered is not None:
+            self._unanswered.append(framed)
         try:
             if writer.transport.is_closing():
                 # asyncio's transport would drop the bytes and drain() raise; uvloop's raises a
                 # RuntimeError on write: both are this error here.
                 raise ConnectionResetError(f"bookie {self._bookie_id}: add port connection closed")
-            writer.write(framed)
+            try:
+                writer.write(framed)
+            except RuntimeError as exc:  # uvloop's, closed by a reset it has not shown as closing
+                raise ConnectionResetError(f"bookie {self._bookie_id}: add port connection closed") from exc
             await writer.drain()
-        except OSError:
+        except OSError as exc:
             await self._take_close_error()
-            raise
+            if self._fall_back(exc) is None:
+                raise
+            await self._write_over_grpc(None)  # this request is among those sent again
+
+    async def _write_over_grpc(self, framed: bytes | None) -> None:
+        """After the requests sent again (in order, before any later one), ``framed``."""
+        if self._resent is not None:
+            await asyncio.shield(self._resent)  # a cancelled write must not cancel the others'
+        if framed is not None:
+            await self.fallback.write(framed[FRAME_HEADER.size :])
 
     def ready_to_write(self) -> bool:
         """Whether :meth:`write` would not wait: connected over the add port, the socket open and
@@ -172,7 +201,13 @@ class AddPortCall:
     def write_framed_nowait(self, framed: bytes) -> None:
         """:meth:`write_framed` in this step; only when :meth:`ready_to_write` said so."""
         assert self._writer is not None
-        self._writer.write(framed)
+        if self._unanswered is not None:
+            self._unanswered.append(framed)
+        # uvloop's transport, closed by a reset it has not shown as closing, raises: the
+        # connection's reader reports the loss, and the stream goes over gRPC (this request among
+        # those sent again) or fails with it.
+        with contextlib.suppress(RuntimeError):
+            self._writer.write(framed)
 
     async def read(self) -> Any:
         """The bookie's next answer, or ``grpc.aio.EOF`` once it closed the stream."""
@@ -182,12 +217,50 @@ class AddPortCall:
         assert self._reader is not None
         try:
             message = await self._reader.read_frame()
-        except OSError:
+        except OSError as exc:
             await self._take_close_error()
-            raise
+            if (fallback := self._fall_back(exc)) is None:
+                raise
+            return await fallback.read()
         if message is None:
+            if (fallback := self._fall_back(None)) is not None:
+                return await fallback.read()
             return grpc.aio.EOF  # type: ignore[attr-defined]
+        if self._unanswered is not None:
+            self._unanswered = None  # answered: from now on a closed connection fails the stream
+            if self._outage.unanswering:
+                self._outage.unanswering = False
+                log.info("bookie %s: add port %s answering again", self._bookie_id, self._target)
         return self._stream.parse(message)
+
+    def _fall_back(self, error: OSError | None) -> Any:
+        """The add port closed the connection (``error``, or None at its end): if it had not
+        answered yet, this stream goes over gRPC from now on, the requests written so far sent
+        again there first. The gRPC call, or None if the stream does not fall back."""
+        if self.fallback is not None:
+            return self.fallback  # the other direction found it first
+        unanswered = self._unanswered
+        if unanswered is None or self._cancelled:
+            return None
+        assert self._grpc_call is not None  # (no gRPC call: nothing is kept)
+        self._unanswered = None
+        level = logging.DEBUG if self._outage.unanswering else logging.WARNING
+        self._outage.unanswering = True
+        log.log(
+            level, "bookie %s: add port %s closed the connection before answering (%s); this %s stream"
+            " goes over gRPC", self._bookie_id, self._target, error or "end of stream", self._stream.name,
+        )  # fmt: skip
+        self.fallback = fallback = self._grpc_call()
+
+        async def send_again() -> None:
+            for framed in unanswered:
+                await fallback.write(framed[FRAME_HEADER.size :])
+
+        self._resent = resent = asyncio.ensure_future(send_again())
+        # Its failure (the gRPC call failing too) reaches a later write, or no one: the stream's
+        # read fails the same way. Taken here, it is not reported as never retrieved.
+        resent.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return fallback
 
     async def _take_close_error(self) -> None:
         """After the connection broke (a reset bookie): asyncio's stream leaves the same error on
@@ -205,7 +278,10 @@ class AddPortCall:
         self._ready.result()  # a connect that failed otherwise than unreachable fails the stream
 
     def cancel(self) -> None:
+        self._cancelled = True
         self._ready.cancel()
+        if self._resent is not None:
+            self._resent.cancel()
         if self.fallback is not None:
             self.fallback.cancel()
         if self._writer is not None:

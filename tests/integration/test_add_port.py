@@ -61,3 +61,35 @@ async def test_adds_use_the_add_port_where_a_bookie_has_one(
     assert gauge(without, "bookkeeper_server_ADD_PORT_CONNECTIONS") == 0.0
     for bookie in [*with_port, without]:  # Qw = E = 3: every bookie took every entry
         assert adds_received(bookie) == 300, bookie.address
+
+
+async def test_clients_beyond_a_bookies_add_port_connections_per_ip_write_over_grpc(
+    zk_hosts: str, bookie_factory: BookieFactory
+) -> None:
+    # Two clients on one host, bookies whose add port takes one connection per IP address: the
+    # second client's add-port connections are accepted and reset at once, and its adds go to
+    # the same bookies over gRPC instead of failing over to other bookies.
+    async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
+        await meta.init_new_cluster()
+    bookies = [
+        await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf={"maxConnectionsPerIp": "1"}) for _ in range(2)
+    ]
+    async with (
+        await BookKeeper.connect(zk_hosts) as first,
+        await BookKeeper.connect(zk_hosts) as second,
+    ):
+        for bk in (first, second):
+            await bk.ctx.bookie_watcher.wait_for(lambda w: len(w.writable_bookies()) == 2, 30.0)
+        handles = [await bk.create_ledger(2, 2, 2, DigestType.CRC32C, PASSWORD) for bk in (first, second)]
+        sent = [os.urandom(100) + i.to_bytes(4, "big") for i in range(200)]
+        for wh in handles:
+            await asyncio.gather(*(wh.append_async(data) for data in sent))
+        for wh in handles:
+            await wh.close()
+            assert wh.metadata.last_entry_id == 199
+            assert len(wh.metadata.segments) == 1  # no bookie replaced
+        rh = await second.open_ledger(handles[1].ledger_id, PASSWORD, recovery=False)
+        assert [e.data async for e in rh.read(0, 199)] == sent
+    for bookie in bookies:
+        assert gauge(bookie, "bookkeeper_server_ADD_PORT_CONNECTIONS") == 0.0
+        assert adds_received(bookie) == 400, bookie.address  # both ledgers' entries, each a copy

@@ -1,5 +1,6 @@
 """A bookie client sending adds over the add port of a real loopback bookie service (in-memory
-core), and falling back to gRPC when that port cannot be reached."""
+core), and falling back to gRPC when that port cannot be reached, or closes its connections
+before answering."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from bkclient.add_port_call import AddPortCall
 from bkclient.bookie_client import BookieClient, BookieClientOptions
 from bkmeta.zookeeper_server import free_port
 from bkproto.errors import BKError, BookieUnavailableError, UnauthorizedAccessError
+from bookie.limits import ListenerLimits
 from bookie.service import BookieService
 from bookie.stats import RequestStats
 
@@ -64,6 +66,71 @@ async def test_unreachable_add_port_falls_back_to_grpc(
     assert bookie.add_port_connections == 0
     assert any(f"add port {closed} unreachable" in r.getMessage() for r in caplog.records
                if r.levelno == logging.WARNING), caplog.text
+
+
+@pytest.mark.parametrize("ending", ["FIN", "RST"])
+async def test_an_add_port_that_closes_before_answering_sends_the_stream_over_grpc(
+    service: tuple[BookieService, FakeBookieCore], caplog: pytest.LogCaptureFixture, ending: str
+) -> None:
+    """A proxy or firewall that accepts the add port's connections and closes them: the adds
+    written so far are sent again over gRPC, and the later ones go there too."""
+    bookie, core = service
+    got = asyncio.Event()
+
+    async def close_once_requests_came(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4096)  # the preface and the first requests
+        got.set()
+        await asyncio.sleep(0.05)  # more requests on the way
+        if ending == "RST":
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+        else:
+            writer.close()
+
+    closing = await asyncio.start_server(close_once_requests_came, "127.0.0.1", 0)
+    target = f"127.0.0.1:{closing.sockets[0].getsockname()[1]}"
+    client = BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=target)
+    try:
+        first = [client.add(6, e, KEY, fake_entry(6, e)) for e in range(10)]
+        adding = asyncio.gather(*first)
+        await got.wait()
+        later = [client.add(6, e, KEY, fake_entry(6, e)) for e in range(10, 20)]
+        await asyncio.wait_for(asyncio.gather(adding, *later), 10)
+        assert client.streams_opened == 1  # the same stream, carried on over gRPC
+        await client.add(6, 20, KEY, fake_entry(6, 20))
+    finally:
+        await client.close()
+        closing.close()
+    assert sorted(core.ledgers[6].entries) == list(range(21))
+    assert any("closed the connection before answering" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING), caplog.text
+
+
+async def test_a_bookie_at_its_add_port_connections_per_ip_keeps_taking_adds_over_grpc() -> None:
+    core = FakeBookieCore()
+    limits = ListenerLimits(max_connections_per_peer=1)
+    bookie = BookieService(
+        core, RequestStats(CollectorRegistry()), "127.0.0.1", 0, add_port=0, listener_limits=limits
+    )
+    await bookie.start()
+    clients = [
+        BookieClient("b", f"127.0.0.1:{bookie.port}", add_address=f"127.0.0.1:{bookie.add_port}")
+        for _ in range(2)
+    ]
+    try:
+        await clients[0].add(7, 0, KEY, fake_entry(7, 0))
+        assert bookie.add_port_connections == 1  # the one this address may have
+        await asyncio.wait_for(
+            asyncio.gather(*(clients[1].add(7, e, KEY, fake_entry(7, e)) for e in range(1, 11))), 10
+        )
+        assert bookie.add_port_connections == 1
+        await clients[0].add(7, 11, KEY, fake_entry(7, 11))
+    finally:
+        for client in clients:
+            await client.close()
+        await bookie.stop(0)
+    assert sorted(core.ledgers[7].entries) == list(range(12))
 
 
 async def test_add_port_can_be_turned_off_on_the_client(
