@@ -15,9 +15,12 @@ talk over one :class:`~tests.sim.network.Connection`, so its faults are theirs:
   transport closes too unless that returned true. ``connection_lost(None)`` follows on each end
   once its side is closed. Bytes that reach an end closed for good reset the connection, as
   the RST a closed socket answers with.
-* ``abort``, and any reset of the connection (a crashed process, a partition past the keepalive):
-  ``connection_lost`` at once on both ends, with ``ConnectionResetError`` on the one that did not
-  abort.
+* ``abort`` ends its own side at once (``connection_lost(None)``) and sends an RST, which ends the
+  peer's side with ``ConnectionResetError`` when it arrives (after what was sent before it). So a
+  server that aborts a connection it just accepted (at its connection limit) is seen by the
+  client as a connection opened, then reset.
+* Any reset of the connection by the network (a crashed process, a partition past the keepalive)
+  ends both sides at once, with ``ConnectionResetError``.
 
 Opening (:func:`open_tcp`) takes a round trip: the server's protocol is made when the SYN
 arrives, and the client's once the answer is back; a reset first is ``ConnectionRefusedError``.
@@ -105,8 +108,10 @@ class SimTransport(asyncio.Transport):
         if self._lost:
             return
         self._closing = True
+        self._unsent.clear()
+        self._unsent_bytes = 0
         self._lose(None)
-        self._conn.reset("aborted")
+        self._send(lambda peer: peer._conn.reset("aborted"), "tcp rst")
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or self._lost or not data:
@@ -188,8 +193,9 @@ class SimTransport(asyncio.Transport):
     # -- receiving -----------------------------------------------------------------------------
 
     def _arrive(self, data: memoryview) -> None:
-        if self._lost and self._fin_sent:
-            self._conn.reset("data for a closed socket")  # its host answers with RST
+        if self._lost:
+            if self._fin_sent:
+                self._conn.reset("data for a closed socket")  # its host answers with RST
             return
         if self._closing:
             self._acknowledge(len(data))  # read and dropped: the peer's window moves on

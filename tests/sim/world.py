@@ -59,8 +59,14 @@ _TIGHT_BUDGETS = {
     "max_read_batch_bytes": 512,
 }
 # The add port's receive budget a few frames deep, and the clients' messages held below its share
-# per peer (a larger frame is refused, and no frame of a well-behaved client may be).
-_TIGHT_LISTENER = {"max_buffered_bytes": 16384, "max_buffered_bytes_per_peer": 8192}
+# per peer (a larger frame is refused, and no frame of a well-behaved client may be). One
+# connection per client: its second (a read stream beside an add stream, a new stream while the
+# old one closes) is accepted and reset, and that stream goes over gRPC.
+_TIGHT_LISTENER = {
+    "max_buffered_bytes": 16384,
+    "max_buffered_bytes_per_peer": 8192,
+    "max_connections_per_peer": 1,
+}
 _TIGHT_BATCH_BYTES = 4096
 
 
