@@ -39,6 +39,9 @@ from .trace import Trace
 
 log = logging.getLogger(__name__)
 
+# Sends a unary call's answer to its client: the answer, and what to run once it arrives.
+UnaryReply = Callable[[bytes, Callable[[], None]], None]
+
 _UNARY_REQUESTS: dict[str, Any] = {
     "ReadEntry": bookie_pb2.ReadRequest,
     "ReadEntries": bookie_pb2.ReadEntriesRequest,
@@ -80,8 +83,10 @@ class _PeerContext:
         self._done_callbacks.append(callback)
 
     def end(self) -> None:
-        """The call is over (its answer sent, or it failed): as gRPC does, run the callbacks."""
-        for callback in self._done_callbacks:
+        """The call is over (its answer delivered, it failed, or it was cancelled): as gRPC
+        does, run the callbacks, once."""
+        callbacks, self._done_callbacks = self._done_callbacks, []
+        for callback in callbacks:
             callback(self)
 
     async def send_initial_metadata(self, metadata: Any) -> None:
@@ -272,21 +277,36 @@ class BookieNode:
         self.trace.event(f"add port of {self.bookie_id}: connection #{conn.cid} from {conn.client}")
         return self.add_port.new_connection(), lambda: self.serves(conn)
 
-    def serve_unary(self, conn: Connection, method: str, data: bytes, reply: Callable[[bytes], None]) -> None:
+    def serve_unary(
+        self, conn: Connection, method: str, data: bytes, reply: UnaryReply
+    ) -> Callable[[], None]:
+        """Serve one unary call; returns what cancels it (the client gave up: gRPC cancels the
+        handler, or drops its answer). The call ends when its answer reaches the client, as gRPC
+        holds an answer until its peer takes it, or when it is cancelled or its connection drops."""
         request = _UNARY_REQUESTS[method].FromString(data)
-        self.spawn(self._unary(conn, method, request, reply), method)
+        context = _PeerContext(conn)
+        task = self.spawn(self._unary(conn, method, request, reply, context), method)
+
+        def cancel() -> None:
+            task.cancel()
+            context.end()
+
+        conn.on_reset(cancel)
+        return cancel
 
     async def _unary(
-        self, conn: Connection, method: str, request: Any, reply: Callable[[bytes], None]
+        self, conn: Connection, method: str, request: Any, reply: UnaryReply, context: _PeerContext
     ) -> None:
         servicer = self.servicer
         assert servicer is not None
-        context = _PeerContext(conn)
         try:
             response = await getattr(servicer, method)(request, context)
-            if self.serves(conn):
-                reply(response.SerializeToString())
-        finally:
+        except BaseException:
+            context.end()
+            raise
+        if self.serves(conn):
+            reply(response.SerializeToString(), context.end)
+        else:
             context.end()
 
     def open_stream(

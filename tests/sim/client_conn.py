@@ -97,12 +97,15 @@ class SimUnary:
         answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         data = request.SerializeToString()
 
+        cancels: list[Callable[[], None]] = []  # the call on the bookie, once it arrived
+
         def fail() -> None:
             if not answer.done():
                 answer.set_exception(rpc_error(grpc.StatusCode.UNAVAILABLE, "connection reset"))
 
-        def reply(response: bytes) -> None:
+        def reply(response: bytes, delivered: Callable[[], None]) -> None:
             def arrive_back() -> None:
+                delivered()
                 if not answer.done():
                     answer.set_result(response)
 
@@ -111,14 +114,22 @@ class SimUnary:
         def arrive() -> None:
             node = channel.node_for(conn)
             if node is not None:
-                node.serve_unary(conn, self._method, data, reply)
+                cancels.append(node.serve_unary(conn, self._method, data, reply))
+
+        def cancel_on_bookie() -> None:
+            """The client gave up (deadline, or its caller cancelled): gRPC tells the bookie."""
+            conn.send(True, lambda: [cancel() for cancel in cancels], f"{self._method} cancel")
 
         conn.on_reset(fail)
         conn.send(True, arrive, self._method)
         try:
             return self._decode(await asyncio.wait_for(answer, timeout))
         except builtins.TimeoutError:
+            cancel_on_bookie()
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded") from None
+        except asyncio.CancelledError:
+            cancel_on_bookie()
+            raise
 
 
 class _Eof:
