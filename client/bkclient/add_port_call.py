@@ -65,6 +65,12 @@ ADD_STREAM = PortStream("add", PREFACE, wire.AUTH_PREFACE, _add_answer)
 READ_STREAM = PortStream("read", READ_PREFACE, wire.READ_AUTH_PREFACE, _read_answer)
 
 
+class ClosedBeforeAnswering(ConnectionResetError):
+    """The add port closed the connection before answering anything, and the stream had no gRPC
+    call to go on with (``pybk bench bookie``): a bookie at its connection limit, or a port that
+    is not a bookie's add port."""
+
+
 class AddPortOutage:
     """Whether one bookie's add port was found unreachable, or closing its connections before
     answering, and has not answered since: the streams that follow are then only logged at debug
@@ -107,6 +113,7 @@ class AddPortCall:
         # over gRPC if it closes before answering (None: answered, or no gRPC call to use).
         self._unanswered: list[bytes] | None = [] if grpc_call is not None else None
         self._resent: asyncio.Future[None] | None = None  # the sending of those over gRPC
+        self._answered = False
         self._cancelled = False
         self._ready = asyncio.ensure_future(self._connect())
 
@@ -173,7 +180,7 @@ class AddPortCall:
         except OSError as exc:
             await self._take_close_error()
             if self._fall_back(exc) is None:
-                raise
+                raise self._unanswered_error(exc) from exc
             await self._write_over_grpc(None)  # this request is among those sent again
 
     async def _write_over_grpc(self, framed: bytes | None) -> None:
@@ -220,18 +227,31 @@ class AddPortCall:
         except OSError as exc:
             await self._take_close_error()
             if (fallback := self._fall_back(exc)) is None:
-                raise
+                raise self._unanswered_error(exc) from exc
             return await fallback.read()
         if message is None:
             if (fallback := self._fall_back(None)) is not None:
                 return await fallback.read()
             return grpc.aio.EOF  # type: ignore[attr-defined]
+        if self.fallback is not None:
+            # The writer found the connection closed first and fell back while this answer was
+            # on its way: its request was sent again with the others, and gRPC answers it.
+            return await self.fallback.read()
+        self._answered = True
         if self._unanswered is not None:
             self._unanswered = None  # answered: from now on a closed connection fails the stream
             if self._outage.unanswering:
                 self._outage.unanswering = False
                 log.info("bookie %s: add port %s answering again", self._bookie_id, self._target)
         return self._stream.parse(message)
+
+    def _unanswered_error(self, error: OSError) -> OSError:
+        """The error a closed connection fails the stream with: its own, or, before any answer,
+        one that says so."""
+        if self._answered or self._cancelled:
+            return error
+        why = f"add port {self._target} closed the connection before answering ({error})"
+        return ClosedBeforeAnswering(f"bookie {self._bookie_id}: {why}")
 
     def _fall_back(self, error: OSError | None) -> Any:
         """The add port closed the connection (``error``, or None at its end): if it had not
@@ -244,6 +264,10 @@ class AddPortCall:
             return None
         assert self._grpc_call is not None  # (no gRPC call: nothing is kept)
         self._unanswered = None
+        if self._writer is not None:
+            # Closed by the peer's FIN, the socket may stay open for ever (a vanished host): a
+            # write waiting for room in it must not wait with it.
+            self._writer.transport.abort()
         level = logging.DEBUG if self._outage.unanswering else logging.WARNING
         self._outage.unanswering = True
         log.log(

@@ -71,9 +71,8 @@ async def test_clients_beyond_a_bookies_add_port_connections_per_ip_write_over_g
     # the same bookies over gRPC instead of failing over to other bookies.
     async with await MetadataClient.connect(zk_hosts, require_cluster=False) as meta:
         await meta.init_new_cluster()
-    bookies = [
-        await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf={"maxConnectionsPerIp": "1"}) for _ in range(2)
-    ]
+    one_per_ip = {"maxConnectionsPerIp": "1"}
+    bookies = [await asyncio.to_thread(bookie_factory, zk=zk_hosts, conf=one_per_ip) for _ in range(2)]
     async with (
         await BookKeeper.connect(zk_hosts) as first,
         await BookKeeper.connect(zk_hosts) as second,

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.aio
 
-from bkclient.add_port_call import AddPortCall
+from bkclient.add_port_call import AddPortCall, ClosedBeforeAnswering
 from bkclient.tls import ClientSecurity, security_from_environ
 from bkmeta.metadata_client import MetadataClient
 from bkproto.errors import BKError
@@ -206,6 +206,9 @@ async def _bench(args: argparse.Namespace) -> int:
                     print(f"pybk bench bookie: cannot connect to {target.address}", file=sys.stderr)
                     return 1
                 result = await _run_phases(args, grpc_add_calls(channel))
+    except ClosedBeforeAnswering as exc:
+        print(f"pybk bench bookie: {exc}: is it the bookie's add port?", file=sys.stderr)
+        return 1
     except (BKError, grpc.aio.AioRpcError, RuntimeError, OSError) as exc:
         print(f"pybk bench bookie: {target.transport} {target.address}: {exc}", file=sys.stderr)
         return 1

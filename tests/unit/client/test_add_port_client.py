@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import socket
 import struct
 from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.sim.loop import SimLoop
+from tests.sim.network import Network
+from tests.sim.tcp import TIGHT_TCP, open_tcp
+from tests.sim.trace import Trace
 from tests.support.add_requests import fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore
 
 from bkclient.add_port_call import AddPortCall
 from bkclient.bookie_client import BookieClient, BookieClientOptions
+from bkclient.frame_reader import FrameReader
 from bkmeta.zookeeper_server import free_port
 from bkproto.errors import BKError, BookieUnavailableError, UnauthorizedAccessError
 from bookie.limits import ListenerLimits
@@ -285,3 +291,56 @@ async def test_a_reset_connection_fails_an_unframed_write_and_leaves_no_error_fo
     finally:
         call.cancel()
         server.close()
+
+
+class _RecordingGrpcCall:
+    """A gRPC stream call that takes what is written and answers nothing."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.cancelled = False
+
+    async def write(self, message: bytes) -> None:
+        self.written.append(message)
+
+    async def read(self) -> object:
+        await asyncio.Event().wait()  # no answer: only what was sent over gRPC matters here
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_write_waiting_for_room_goes_over_grpc_when_the_add_port_ends_before_answering() -> None:
+    """The add port's peer sends its FIN and is gone (a vanished host): the socket never drains
+    and no reset comes. The stream falls back on the end of stream, and the write that waited for
+    room must not go on waiting: it goes over gRPC, after the requests sent before it."""
+    grpc_call = _RecordingGrpcCall()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        network = Network(loop, random.Random(1), Trace(clock=lambda: 0))
+        network.server_started("bookie")
+        server = FrameReader()  # any protocol: it never reads
+
+        async def connect(host: str, port: int, tls: object) -> tuple[FrameReader, asyncio.StreamWriter]:
+            reader = FrameReader()
+            conn = network.connect("client", "bookie")
+            accept = lambda: (server, lambda: True)  # noqa: E731
+            transport = await open_tcp(conn, reader, accept, TIGHT_TCP, random.Random(2))
+            return reader, asyncio.StreamWriter(transport, reader, None, loop)
+
+        call = AddPortCall("b", "bookie:1", lambda: grpc_call, connect=connect)
+        await call.write(b"first")
+        server._transport.pause_reading()  # type: ignore[union-attr]
+        writing = asyncio.ensure_future(call.write(b"x" * 5000))  # past the window: waits for room
+        await asyncio.sleep(1)
+        assert not writing.done()
+        call._writer.transport._arrive_eof()  # type: ignore[union-attr]  # the peer's FIN, then silence
+        reading = asyncio.ensure_future(call.read())
+        await asyncio.wait_for(writing, 30)
+        assert grpc_call.written == [b"first", b"x" * 5000]
+        reading.cancel()
+        call.cancel()
+
+    with asyncio.Runner(loop_factory=SimLoop) as runner:
+        runner.run(main())
