@@ -15,10 +15,11 @@ talk over one :class:`~tests.sim.network.Connection`, so its faults are theirs:
   transport closes too unless that returned true. ``connection_lost(None)`` follows on each end
   once its side is closed. Bytes that reach an end closed for good reset the connection, as
   the RST a closed socket answers with.
-* ``abort`` ends its own side at once (``connection_lost(None)``) and sends an RST, which ends the
-  peer's side with ``ConnectionResetError`` when it arrives (after what was sent before it). So a
-  server that aborts a connection it just accepted (at its connection limit) is seen by the
-  client as a connection opened, then reset.
+* ``abort`` ends its own side at once (``connection_lost(None)``) and sends an RST if bytes the
+  peer sent were left unread, else a FIN, as closing a socket does; an RST ends the peer's side
+  with ``ConnectionResetError`` when it arrives (after what was sent before it). So a server that
+  aborts a connection it just accepted (at its connection limit) is seen by the client as a
+  connection opened, then ended or reset. ``close`` with unread bytes is an abort too.
 * Any reset of the connection by the network (a crashed process, a partition past the keepalive)
   ends both sides at once, with ``ConnectionResetError``.
 
@@ -100,18 +101,27 @@ class SimTransport(asyncio.Transport):
     def close(self) -> None:
         if self._closing or self._lost:
             return
+        if self._inbox:  # a socket closed with unread bytes sends an RST, whatever it had to send
+            self.abort()
+            return
         self._closing = True
-        self._inbox.clear()  # "no more data will be received"
         self._pump()
 
     def abort(self) -> None:
+        """Close now: what is buffered is dropped; the peer gets an RST if bytes it sent were
+        left unread here, else a FIN (as closing a socket does)."""
         if self._lost:
             return
         self._closing = True
         self._unsent.clear()
         self._unsent_bytes = 0
+        unread, self._fin_sent = bool(self._inbox), True  # later arrivals are answered with an RST
+        self._inbox.clear()
         self._lose(None)
-        self._send(lambda peer: peer._conn.reset("aborted"), "tcp rst")
+        if unread:
+            self._send(lambda peer: peer._conn.reset("aborted"), "tcp rst")
+        else:
+            self._send(lambda peer: peer._arrive_eof(), "tcp fin")
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or self._lost or not data:

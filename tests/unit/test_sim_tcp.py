@@ -141,20 +141,53 @@ def test_writing_to_a_side_closed_for_good_resets_the_connection() -> None:
     assert isinstance(server.lost, ConnectionResetError)
 
 
-def test_abort_and_a_crashed_server_reset_the_connection() -> None:
-    client, server = Recorder(), Recorder()
-
+def test_an_abort_ends_the_peer_with_a_fin_or_with_an_rst_if_it_left_bytes_unread() -> None:
     async def body(network: Network) -> None:
+        client, server = Recorder(), Recorder()
         await connected(network, client, server)
-        client.transport.abort()
+        server.transport.abort()  # nothing unread: a FIN
         await asyncio.sleep(1)
-        assert client.lost is None and isinstance(server.lost, ConnectionResetError)
-        again_client, again_server = Recorder(), Recorder()
-        await connected(network, again_client, again_server)
+        assert server.events == ["made", "lost"] and server.lost is None
+        assert client.events == ["made", "eof", "lost"] and client.lost is None
+
+        client, server = Recorder(), Recorder()
+        await connected(network, client, server)
+        server.transport.pause_reading()
+        client.transport.write(b"a request")
+        await asyncio.sleep(1)
+        server.transport.abort()  # the request unread: an RST
+        await asyncio.sleep(1)
+        assert server.lost is None and isinstance(client.lost, ConnectionResetError)
+        assert "eof" not in client.events
+
+    simulate(body)
+
+
+def test_a_crashed_server_resets_its_connections_and_refuses_new_ones() -> None:
+    async def body(network: Network) -> None:
+        client, server = Recorder(), Recorder()
+        await connected(network, client, server)
         network.server_crashed("server", host_down=False)
         await asyncio.sleep(1)
-        assert isinstance(again_client.lost, ConnectionResetError)
+        assert isinstance(client.lost, ConnectionResetError)
         with pytest.raises(ConnectionRefusedError):
             await connected(network, Recorder(), Recorder())
 
     simulate(body)
+
+
+def test_a_close_with_bytes_left_unread_resets_a_peer_that_waits_to_write() -> None:
+    """The peer's window would never open again: a socket closed with unread bytes sends an RST."""
+    client, server = Recorder(), Recorder()
+
+    async def body(network: Network) -> None:
+        transport = await connected(network, client, server, TIGHT_TCP)
+        server.transport.pause_reading()
+        transport.write(bytes(10_000))
+        await asyncio.sleep(1)
+        server.transport.close()
+        await asyncio.sleep(1)
+
+    simulate(body)
+    assert isinstance(client.lost, ConnectionResetError)
+    assert not server.received
