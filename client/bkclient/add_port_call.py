@@ -210,11 +210,13 @@ class AddPortCall:
         assert self._writer is not None
         if self._unanswered is not None:
             self._unanswered.append(framed)
-        # uvloop's transport, closed by a reset it has not shown as closing, raises: the
-        # connection's reader reports the loss, and the stream goes over gRPC (this request among
-        # those sent again) or fails with it.
-        with contextlib.suppress(RuntimeError):
+        try:  # noqa: SIM105 - not contextlib.suppress: this runs for every message
             self._writer.write(framed)
+        except RuntimeError:
+            # uvloop's transport, closed by a reset it has not shown as closing: the connection's
+            # reader reports the loss, and the stream goes over gRPC (this request among those
+            # sent again) or fails with it.
+            pass
 
     async def read(self) -> Any:
         """The bookie's next answer, or ``grpc.aio.EOF`` once it closed the stream."""
