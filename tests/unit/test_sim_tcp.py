@@ -73,6 +73,15 @@ async def connected(
     return await open_tcp(conn, client, lambda: (server, lambda: True), profile, random.Random(7))
 
 
+async def stalled(network: Network, client: Recorder, server: Recorder) -> SimTransport:
+    """A connection whose server stopped reading while the client wrote more than the window."""
+    transport = await connected(network, client, server, TIGHT_TCP)
+    server.transport.pause_reading()
+    transport.write(bytes(10_000))
+    await asyncio.sleep(1)
+    return transport
+
+
 def test_bytes_arrive_whole_and_in_order_in_segments_of_any_size() -> None:
     client, server = Recorder(), Recorder(room=1000)
     rng = random.Random(3)
@@ -93,10 +102,7 @@ def test_a_reader_that_pauses_fills_the_window_then_the_writers_buffer() -> None
     client, server = Recorder(), Recorder()
 
     async def body(network: Network) -> None:
-        transport = await connected(network, client, server, TIGHT_TCP)
-        server.transport.pause_reading()
-        transport.write(bytes(10_000))
-        await asyncio.sleep(1)
+        transport = await stalled(network, client, server)
         # a window's worth is on the way, the rest buffered: over the high-water mark
         assert transport.get_write_buffer_size() == 10_000 - TIGHT_TCP.window
         assert client.events == ["made", "pause_writing"]
@@ -181,10 +187,7 @@ def test_a_close_with_bytes_left_unread_resets_a_peer_that_waits_to_write() -> N
     client, server = Recorder(), Recorder()
 
     async def body(network: Network) -> None:
-        transport = await connected(network, client, server, TIGHT_TCP)
-        server.transport.pause_reading()
-        transport.write(bytes(10_000))
-        await asyncio.sleep(1)
+        await stalled(network, client, server)
         server.transport.close()
         await asyncio.sleep(1)
 
