@@ -118,7 +118,7 @@ def method_handlers(
 
 
 # Methods whose handlers may answer with wire bytes (``bkproto.wire.EncodedMessage``).
-_PRE_ENCODED = frozenset({"ReadEntries", "ReadStream"})
+_PRE_ENCODED = frozenset({"ReadEntry", "ReadEntries", "ReadStream"})
 
 
 def _serialize(response: Any) -> bytes:

@@ -19,6 +19,7 @@ import grpc.aio
 
 from bkproto.entry_format import LAST_ADD_CONFIRMED
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import EncodedMessage
 from bookie.errors import bad_request
 from bookie.handlers.answer_budget import read_body_bytes, release_when_call_ends, reserved_answer
 from bookie.handlers.common import (
@@ -58,15 +59,18 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
 
     async def unary(
         self, request: bookie_pb2.ReadRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> bookie_pb2.ReadResponse:
+    ) -> EncodedMessage:
         """A unary call's answer, its body's bytes reserved in the answer budget until the call
-        ends (:mod:`bookie.handlers.answer_budget`)."""
+        ends (:mod:`bookie.handlers.answer_budget`). In wire bytes: gRPC holds the answer it
+        was given until the call ends, unsent if the peer takes nothing, and a protobuf message
+        would stay besides its serialization and gRPC core's copy (an unsent answer of a 2 MiB
+        entry cost about four times its body in RSS, against twice now; docs/limits.md)."""
         peer = peer_host(context.peer())
         answer, reserved = await reserved_answer(
             self.rereadable(request, context), read_body_bytes, self.answer_bytes, peer
         )
         release_when_call_ends(context, self.answer_bytes, peer, reserved)
-        return answer
+        return EncodedMessage(answer.SerializeToString(), answer.status)
 
     def rereadable(
         self, request: bookie_pb2.ReadRequest, context: grpc.aio.ServicerContext[Any, Any] | None

@@ -8,6 +8,7 @@ from typing import Any
 import grpc.aio
 
 from bkproto.v1 import bookie_pb2, bookie_pb2_grpc
+from bkproto.wire import EncodedMessage
 from bookie.api import BookieCore
 from bookie.handlers.add_batch import AddBatchProcessor
 from bookie.handlers.add_entries import AddEntriesHandler, SizedAddEntriesRequest
@@ -63,7 +64,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
     async def AddEntry(self, request: bookie_pb2.AddRequest, context: Context) -> bookie_pb2.AddResponse:
         return await self.add_entry(request, context)
 
-    async def ReadEntry(self, request: bookie_pb2.ReadRequest, context: Context) -> bookie_pb2.ReadResponse:
+    async def ReadEntry(self, request: bookie_pb2.ReadRequest, context: Context) -> EncodedMessage:
         return await self.read_entry.unary(request, context)
 
     async def ReadStream(

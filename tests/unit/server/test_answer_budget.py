@@ -13,6 +13,7 @@ from tests.support.add_requests import MASTER_KEY, fake_entry
 from tests.support.fake_bookie_core import FakeBookieCore, FakeLedger
 
 from bkproto.v1 import bookie_pb2
+from bkproto.wire import EncodedMessage
 from bookie.handlers import HandlerLimits
 from bookie.handlers.answer_budget import reserved_answer
 from bookie.handlers.servicer import BookieServicer
@@ -91,19 +92,24 @@ async def test_a_unary_batched_read_holds_its_answer_bytes_until_its_call_ends()
     assert handler.answer_bytes.used == 0
 
 
+def _read(answer: EncodedMessage) -> S.ReadResponse:
+    """A unary ReadEntry's answer (wire bytes, as gRPC is given it) as a message."""
+    return S.ReadResponse.FromString(answer.SerializeToString())
+
+
 async def test_a_unary_read_holds_its_entrys_bytes_and_one_over_the_share_waits_with_nothing() -> None:
     servicer = _servicer(entry_bytes=1000, share=2000)
     handler, budget = servicer.read_entry, servicer.read_entry.answer_bytes
     calls = [_UnaryCall() for _ in range(3)]
     for call in calls[:2]:
-        answer = await handler.unary(S.ReadRequest(ledger_id=4, entry_id=1), call)  # type: ignore[arg-type]
+        answer = _read(await handler.unary(S.ReadRequest(ledger_id=4, entry_id=1), call))  # type: ignore[arg-type]
         assert (answer.status, len(answer.body)) == (S.EOK, 1000)
     assert budget.used == 2000
     third = asyncio.create_task(handler.unary(S.ReadRequest(ledger_id=4, entry_id=2), calls[2]))  # type: ignore[arg-type]
     await asyncio.sleep(0.05)
     assert not third.done() and budget.used == 2000  # it read the entry, then let it go
     calls[0].end()
-    read = await asyncio.wait_for(third, 5)
+    read = _read(await asyncio.wait_for(third, 5))
     assert (read.status, read.entry_id, len(read.body)) == (S.EOK, 2, 1000)
     calls[1].end()
     calls[2].end()
@@ -222,7 +228,7 @@ async def test_read_again_for_want_of_room_neither_fences_nor_parks_again() -> N
         done, pending = await asyncio.wait(pending, timeout=5, return_when=asyncio.FIRST_COMPLETED)
         assert done, "a read waits for room that was given back"
         for task in done:
-            answers.append(task.result())
+            answers.append(_read(task.result()))
             calls[tasks.index(task)].end()
     assert sorted((a.status, a.entry_id) for a in answers) == [(S.EOK, 1), (S.EOK, 1)]
     assert (fences, len(waits)) == ([4], 1)  # read again as plain reads
