@@ -9,7 +9,8 @@ the bookie node's real gRPC handlers. Failures surface as gRPC's own ``AioRpcErr
 (UNAVAILABLE on a reset, DEADLINE_EXCEEDED at the deadline), which the real client translates.
 With ``use_add_port`` in its options, the client's add and read streams go over the bookie's add
 port instead, as in production: the real ``AddPortCall`` and ``FrameReader`` over a simulated TCP
-connection (``tests.sim.tcp``), falling back to the simulated gRPC stream when it cannot connect.
+connection (``tests.sim.tcp``), falling back to the simulated gRPC stream when it cannot connect
+or the port closes the connection before answering.
 :func:`sim_connector` is the ``BookieConnector`` the client's pool opens them with.
 """
 
