@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from pathlib import Path
 
 
 def main(zk: str, source: str, sink: str, checkpoint: str, mode: str) -> None:
@@ -14,7 +15,8 @@ def main(zk: str, source: str, sink: str, checkpoint: str, mode: str) -> None:
     spark = (
         SparkSession.builder.master("local[2]").appName("pybk-stream-job")
         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-        .config("spark.local.dir", tempfile.mkdtemp(prefix="pybk-spark-"))
+        # Beside the checkpoint, in the test's own directory: a job that is killed leaves nothing in /tmp.
+        .config("spark.local.dir", tempfile.mkdtemp(prefix="spark-local-", dir=Path(checkpoint).parent))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
