@@ -64,7 +64,7 @@ class ReadEntryHandler(UnaryHandler[bookie_pb2.ReadRequest, bookie_pb2.ReadRespo
         ends (:mod:`bookie.handlers.answer_budget`). In wire bytes: gRPC holds the answer it
         was given until the call ends, unsent if the peer takes nothing, and a protobuf message
         would stay besides its serialization and gRPC core's copy (an unsent answer of a 2 MiB
-        entry cost about four times its body in RSS, against twice now; docs/limits.md)."""
+        entry cost about four times its body in RSS, about three times now; docs/limits.md)."""
         peer = peer_host(context.peer())
         answer, reserved = await reserved_answer(
             self.rereadable(request, context), read_body_bytes, self.answer_bytes, peer
