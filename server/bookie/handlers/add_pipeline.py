@@ -13,7 +13,9 @@ their bytes in the unanswered budget, until :meth:`AddPipeline.flush`).
 
 On the way from a frame to its answer that leaves the loop turns the work needs: the frame's
 arrival (the batch checked, staged in the core and submitted to the journal there, in the batch's
-first step), the journal's completion, and the batch's wake-up, where its answer is written.
+first step), the journal's completion, and the batch's wake-up, where its answer is written. A
+small batch that finds the journal idle is synced by the loop itself (``Journal._write_inline``):
+then its first step runs to the end and writes the answer, in the frame's own turn.
 """
 
 from __future__ import annotations

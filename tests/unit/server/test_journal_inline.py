@@ -1,0 +1,132 @@
+"""A batch that finds the journal idle is written and synced on the loop's thread, without the
+two thread hand-offs of the writer thread; everything else keeps the writer thread's group commit.
+Either way a batch is durable, in order, before its submit returns, and a failed write fails it."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bkproto.v1 import bookie_pb2
+from bookie.api import LogMark
+from bookie.errors import BookieError
+from bookie.storage import journal as journal_module
+from bookie.storage.health import StorageHealth
+from bookie.storage.journal import Journal, JournalSettings
+from bookie.storage.journal_format import RecordType, record
+from bookie.storage.stats import StorageStats
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+async def journal(tmp_path: Path) -> AsyncIterator[Journal]:
+    settings = JournalSettings(tmp_path / "current", MIB, 64 * MIB, 5, 10_000, 0.002, 512 * 1024, False, True)
+    journal = Journal(settings, StorageStats(CollectorRegistry()), StorageHealth())
+    assert list(journal.replay(LogMark(0, 0))) == []  # makes the directory; a fresh journal
+    journal.start(asyncio.get_running_loop())
+    yield journal
+    await journal.close()
+
+
+def writers(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that write each group, in order."""
+    names: list[str] = []
+    write_synced = journal._write_synced
+
+    def recorded(data: bytes) -> None:
+        names.append(threading.current_thread().name)
+        write_synced(data)
+
+    monkeypatch.setattr(journal, "_write_synced", recorded)
+    return names
+
+
+def fence(i: int, size: int = 8) -> bytes:
+    return record(RecordType.FENCE, i.to_bytes(size, "big"))
+
+
+def replayed(journal: Journal) -> list[int]:
+    return [int.from_bytes(payload, "big") for _, payload, _ in journal.replay(LogMark(0, 0))]
+
+
+async def test_a_lone_small_batch_is_synced_on_the_loops_thread(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = writers(journal, monkeypatch)
+    mark = await journal.submit([fence(1)], len(fence(1)), 1)
+    assert names == [threading.current_thread().name]
+    assert mark == journal.written_mark and journal.outstanding == 0
+    await journal.close()
+    assert replayed(journal) == [1]
+
+
+async def test_batches_behind_an_outstanding_one_go_to_the_writer_thread_in_order(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = writers(journal, monkeypatch)
+    big = fence(0, journal_module._INLINE_MAX_BYTES + 1)  # over the inline size: the writer thread's
+    batches = [[big]] + [[fence(i)] for i in range(1, 50)]
+    marks = await asyncio.gather(*(journal.submit(parts, len(parts[0]), 1) for parts in batches))
+    assert names and set(names) == {"bookie-journal"}
+    assert len(names) < len(batches)  # grouped: the small ones queued while the big one synced
+    positions = [(mark.journal_id, mark.offset) for mark in marks]
+    assert positions == sorted(positions) and marks[-1] == journal.written_mark
+    await journal.close()
+    assert replayed(journal) == list(range(50))
+
+
+async def test_a_large_batch_goes_to_the_writer_thread_even_when_the_journal_is_idle(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = writers(journal, monkeypatch)
+    big = fence(7, journal_module._INLINE_MAX_BYTES)
+    await journal.submit([big], len(big), 1)
+    assert names == ["bookie-journal"]
+
+
+async def test_the_first_batch_after_a_busy_moment_waits_for_the_idle_time(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "_INLINE_AFTER_IDLE_S", 0.5)  # no room for a slow box's hiccup
+    monkeypatch.setattr(journal_module, "_INLINE_MAX_SYNC_S", 60.0)  # nor for a slow disk's
+    names = writers(journal, monkeypatch)
+    await journal.submit([fence(1)], len(fence(1)), 1)
+    await journal.submit([fence(2)], len(fence(2)), 1)  # at once: the journal was busy a moment ago
+    await asyncio.sleep(0.6)
+    await journal.submit([fence(3)], len(fence(3)), 1)
+    loop_thread = threading.current_thread().name
+    assert names == [loop_thread, "bookie-journal", loop_thread]
+    await journal.close()
+    assert replayed(journal) == [1, 2, 3]
+
+
+async def test_a_failed_inline_write_fails_its_batch_and_every_later_one(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_space(data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal, "_write", no_space)
+    with pytest.raises(BookieError, match=r"journal write failed: .*No space left") as failed:
+        await journal.submit([fence(1)], len(fence(1)), 1)
+    assert failed.value.status == bookie_pb2.EIO
+    assert journal._health.journal_failure is not None
+    with pytest.raises(BookieError, match="journal failed"):
+        await journal.submit([fence(2)], len(fence(2)), 1)
+
+
+async def test_a_slow_last_sync_keeps_batches_on_the_writer_thread(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that has just taken long to sync must not stall the loop, which serves reads."""
+    names = writers(journal, monkeypatch)
+    journal._last_sync_s = journal_module._INLINE_MAX_SYNC_S * 2
+    await journal.submit([fence(1)], len(fence(1)), 1)
+    assert names == ["bookie-journal"]
