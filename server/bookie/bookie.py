@@ -179,7 +179,9 @@ class Bookie:
             self._validate(ops, results, accepted, updates, lacs)
             if not accepted and not updates:
                 return results
-            durable = self.storage.write(updates, accepted)
+            # Parked long polls (tailing readers) are woken by the LACs published below: their
+            # answers must not wait behind a sync on the loop's thread.
+            durable = self.storage.write(updates, accepted, keep_loop_free=self.waiters.parked > 0)
             self._publish_lacs(lacs)
             if self._skip_journal:
                 _never_journaled(durable)
@@ -427,7 +429,8 @@ class Bookie:
         ledger = self._keyed(ledger_id, master_key, updates)
         ledger.explicit_lac_body = body
         updates.append(LedgerUpdate(ledger_id, UpdateKind.EXPLICIT_LAC, body))
-        durable = self.storage.write(updates, ())  # applied now, durable when awaited
+        # applied now, durable when awaited; the long polls woken below go first (see add_entries)
+        durable = self.storage.write(updates, (), keep_loop_free=self.waiters.parked > 0)
         # Published before it is durable, as an add's piggybacked LAC is (see _publish_lacs): the
         # writer saw these entries acknowledged by an ack quorum, so the LAC is true either way,
         # and long polls waiting for it should not wait for a journal sync too.

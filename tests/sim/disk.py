@@ -69,7 +69,9 @@ class SimDisk:
 class _AckBeforeFsync(MemoryLedgerStorage):
     """Acknowledges a write at once; its sync still happens (or not) behind the bookie's back."""
 
-    def write(self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]) -> Awaitable[None]:
+    def write(
+        self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp], *, keep_loop_free: bool = False
+    ) -> Awaitable[None]:
         synced = asyncio.ensure_future(super().write(updates, entries))
         synced.add_done_callback(lambda f: f.cancelled() or f.exception())
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

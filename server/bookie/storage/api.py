@@ -98,10 +98,14 @@ class LedgerStorage(Protocol):
         or raise ETOOMANYREQUESTS / EIO. Called before the batch is validated."""
         ...
 
-    def write(self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]) -> Awaitable[None]:
+    def write(
+        self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp], *, keep_loop_free: bool = False
+    ) -> Awaitable[None]:
         """Apply ``updates`` then store ``entries`` (already validated) now; the awaitable
         completes once both are durable, or raises (BookieError, or anything for a storage
-        fault). Journal order is updates first, so no entry is durable without its ledger's key."""
+        fault). Journal order is updates first, so no entry is durable without its ledger's key.
+        ``keep_loop_free``: work waits on the event loop (parked long polls the write's LAC may
+        wake), so the sync must not block the loop even when it would be cheapest there."""
         ...
 
     async def force(self, ledger_id: int) -> None:

@@ -227,7 +227,9 @@ class DbLedgerStorage:
     def journal_for(self, ledger_id: int) -> Journal:
         return self.journals[self.journal_index(ledger_id)]
 
-    def write(self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]) -> Awaitable[None]:
+    def write(
+        self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp], *, keep_loop_free: bool = False
+    ) -> Awaitable[None]:
         """Ledger-index changes and write-cache puts now, BEFORE their journal records are
         enqueued (the LastLogMark rule, see the module docstring); the journal submission (one
         per journal the write touches) happens when the result is awaited. A failed journal fails
@@ -236,7 +238,7 @@ class DbLedgerStorage:
         read-only anyway)."""
         journals = self.journals
         if len(journals) == 1:
-            return self._submit(journals[0], *self._stage(updates, entries))
+            return self._submit(journals[0], *self._stage(updates, entries), not keep_loop_free)
         # Several journals: each journal gets the records of its ledgers, side by side.
         update_groups: dict[int, list[LedgerUpdate]] = {}
         entry_groups: dict[int, list[AddOp]] = {}
@@ -245,7 +247,7 @@ class DbLedgerStorage:
         for op in entries:
             entry_groups.setdefault(self.journal_index(op.ledger_id), []).append(op)
         staged = [
-            (journals[j], *self._stage(update_groups.get(j, ()), entry_groups.get(j, ())))
+            (journals[j], *self._stage(update_groups.get(j, ()), entry_groups.get(j, ())), not keep_loop_free)
             for j in sorted(update_groups.keys() | entry_groups.keys())
         ]
         return _submit_all([self._submit(*submission) for submission in staged])
@@ -265,9 +267,11 @@ class DbLedgerStorage:
         self.after_put()
         return parts, nbytes, records
 
-    async def _submit(self, journal: Journal, parts: list[bytes], nbytes: int, records: int) -> None:
+    async def _submit(
+        self, journal: Journal, parts: list[bytes], nbytes: int, records: int, on_loop: bool
+    ) -> None:
         if parts:
-            await journal.submit(parts, nbytes, records)
+            await journal.submit(parts, nbytes, records, on_loop=on_loop)
 
     async def force(self, ledger_id: int) -> None:
         # a barrier: completes after everything queued before it in the ledger's journal is synced

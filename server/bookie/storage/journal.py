@@ -184,14 +184,17 @@ class Journal:
 
     # ---- loop side ------------------------------------------------------------------------
 
-    async def submit(self, parts: list[bytes], nbytes: int, records: int) -> LogMark:
-        """Journal ``parts`` (already encoded records); return once written (and synced)."""
+    async def submit(self, parts: list[bytes], nbytes: int, records: int, *, on_loop: bool = True) -> LogMark:
+        """Journal ``parts`` (already encoded records); return once written (and synced).
+        ``on_loop=False``: never on the loop's thread (see ``_write_inline``), whatever the
+        journal's state, for a caller with other work waiting on the loop."""
         if self._failure is not None:
             raise BookieError(bookie_pb2.EIO, f"journal failed: {self._failure}")
         if self._closing:
             raise BookieError(bookie_pb2.EIO, "journal is closed")
         if (
-            nbytes <= _INLINE_MAX_BYTES
+            on_loop
+            and nbytes <= _INLINE_MAX_BYTES
             and self._outstanding == 0
             and self._last_sync_s <= _INLINE_MAX_SYNC_S
             and time.perf_counter() - self._idle_since >= _INLINE_AFTER_IDLE_S

@@ -156,7 +156,9 @@ class MemoryLedgerStorage:
     async def make_room(self, nbytes: int) -> None:
         self._check_running()
 
-    def write(self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]) -> Awaitable[None]:
+    def write(
+        self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp], *, keep_loop_free: bool = False
+    ) -> Awaitable[None]:
         self._check_running()
         journal = self.disk.journal
         for update in updates:

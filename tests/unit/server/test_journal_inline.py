@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from tests.support.storage_helpers import add_all, add_op, lac_body, make_bookie, make_config
 
 from bkproto.v1 import bookie_pb2
 from bookie.api import LogMark
@@ -36,7 +37,7 @@ async def journal(tmp_path: Path) -> AsyncIterator[Journal]:
 
 
 def writers(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the threads that write each group, in order."""
+    """The names of the threads that write each group, in order, from now on."""
     names: list[str] = []
     write_synced = journal._write_synced
 
@@ -130,3 +131,35 @@ async def test_a_slow_last_sync_keeps_batches_on_the_writer_thread(
     journal._last_sync_s = journal_module._INLINE_MAX_SYNC_S * 2
     await journal.submit([fence(1)], len(fence(1)), 1)
     assert names == ["bookie-journal"]
+
+
+async def test_a_caller_with_work_waiting_on_the_loop_keeps_the_sync_off_it(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = writers(journal, monkeypatch)
+    await journal.submit([fence(1)], len(fence(1)), 1, on_loop=False)
+    assert names == ["bookie-journal"]
+
+
+async def test_a_bookie_with_a_parked_long_poll_syncs_off_the_loop_so_the_poll_is_answered_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tailing reader's long poll, woken by an add's LAC, must not wait behind that add's sync."""
+    monkeypatch.setattr(journal_module, "_INLINE_AFTER_IDLE_S", 0.0)  # every lone add could go inline
+    async with make_bookie(make_config(tmp_path)) as bookie:
+        names = writers(bookie.storage.journals[0], monkeypatch)
+        loop_thread = threading.current_thread().name
+        await add_all(bookie, [add_op(8, 0)])
+        assert names == [loop_thread]  # no reader: the lone add is synced on the loop
+        waiter = asyncio.create_task(bookie.wait_for_lac(8, -1, 30.0))
+        await asyncio.sleep(0)
+        await add_all(bookie, [add_op(8, 1, 0)])
+        assert names[1:] == ["bookie-journal"]
+        assert await waiter == 0
+        waiter = asyncio.create_task(bookie.wait_for_lac(8, 0, 30.0))
+        await asyncio.sleep(0)
+        await bookie.write_lac(8, 1, add_op(8, 0).master_key, lac_body(8, 1))  # an explicit LAC too
+        assert names[2:] == ["bookie-journal"]
+        assert await waiter == 1
+        await add_all(bookie, [add_op(8, 2, 1)])  # no reader parked any more
+        assert names[3:] == [loop_thread]
