@@ -238,7 +238,7 @@ class DbLedgerStorage:
         read-only anyway)."""
         journals = self.journals
         if len(journals) == 1:
-            return self._submit(journals[0], *self._stage(updates, entries), not keep_loop_free)
+            return self._submit(journals[0], *self._stage(updates, entries), keep_loop_free)
         # Several journals: each journal gets the records of its ledgers, side by side.
         update_groups: dict[int, list[LedgerUpdate]] = {}
         entry_groups: dict[int, list[AddOp]] = {}
@@ -247,7 +247,7 @@ class DbLedgerStorage:
         for op in entries:
             entry_groups.setdefault(self.journal_index(op.ledger_id), []).append(op)
         staged = [
-            (journals[j], *self._stage(update_groups.get(j, ()), entry_groups.get(j, ())), not keep_loop_free)
+            (journals[j], *self._stage(update_groups.get(j, ()), entry_groups.get(j, ())), keep_loop_free)
             for j in sorted(update_groups.keys() | entry_groups.keys())
         ]
         return _submit_all([self._submit(*submission) for submission in staged])
@@ -268,10 +268,10 @@ class DbLedgerStorage:
         return parts, nbytes, records
 
     async def _submit(
-        self, journal: Journal, parts: list[bytes], nbytes: int, records: int, on_loop: bool
+        self, journal: Journal, parts: list[bytes], nbytes: int, records: int, keep_loop_free: bool
     ) -> None:
         if parts:
-            await journal.submit(parts, nbytes, records, on_loop=on_loop)
+            await journal.submit(parts, nbytes, records, keep_loop_free=keep_loop_free)
 
     async def force(self, ledger_id: int) -> None:
         # a barrier: completes after everything queued before it in the ledger's journal is synced

@@ -184,16 +184,18 @@ class Journal:
 
     # ---- loop side ------------------------------------------------------------------------
 
-    async def submit(self, parts: list[bytes], nbytes: int, records: int, *, on_loop: bool = True) -> LogMark:
+    async def submit(
+        self, parts: list[bytes], nbytes: int, records: int, *, keep_loop_free: bool = False
+    ) -> LogMark:
         """Journal ``parts`` (already encoded records); return once written (and synced).
-        ``on_loop=False``: never on the loop's thread (see ``_write_inline``), whatever the
-        journal's state, for a caller with other work waiting on the loop."""
+        ``keep_loop_free``: the caller has other work waiting on the loop, so the batch goes to
+        the writer thread even when the journal is idle (see ``_write_inline``)."""
         if self._failure is not None:
             raise BookieError(bookie_pb2.EIO, f"journal failed: {self._failure}")
         if self._closing:
             raise BookieError(bookie_pb2.EIO, "journal is closed")
         if (
-            on_loop
+            not keep_loop_free
             and nbytes <= _INLINE_MAX_BYTES
             and self._outstanding == 0
             and self._last_sync_s <= _INLINE_MAX_SYNC_S
@@ -239,8 +241,6 @@ class Journal:
         until the next ``put``, which comes after this returns."""
         started = time.perf_counter()
         try:
-            if self._failure is not None:
-                raise self._failure
             if parts:
                 self._write_synced(b"".join(parts))
         except Exception as exc:  # disk trouble: fail this batch and every later one

@@ -137,7 +137,7 @@ async def test_a_caller_with_work_waiting_on_the_loop_keeps_the_sync_off_it(
     journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = writers(journal, monkeypatch)
-    await journal.submit([fence(1)], len(fence(1)), 1, on_loop=False)
+    await journal.submit([fence(1)], len(fence(1)), 1, keep_loop_free=True)
     assert names == ["bookie-journal"]
 
 
