@@ -246,9 +246,12 @@ class DbLedgerStorage:
             update_groups.setdefault(self.journal_index(update.ledger_id), []).append(update)
         for op in entries:
             entry_groups.setdefault(self.journal_index(op.ledger_id), []).append(op)
+        # Two or more journals sync side by side on their threads, not one after another on the loop.
+        touched = sorted(update_groups.keys() | entry_groups.keys())
+        keep_loop_free = keep_loop_free or len(touched) > 1
         staged = [
             (journals[j], *self._stage(update_groups.get(j, ()), entry_groups.get(j, ())), keep_loop_free)
-            for j in sorted(update_groups.keys() | entry_groups.keys())
+            for j in touched
         ]
         return _submit_all([self._submit(*submission) for submission in staged])
 

@@ -128,6 +128,12 @@ class Journal:
         # records submitted but not completed: the bound of journalQueueSize (loop only)
         self._outstanding = 0
         self._room = asyncio.Event()
+        # Batches handed to the writer thread and not completed, a force() barrier of no
+        # records included (loop only): while any is, the thread may be using the file.
+        self._queued_batches = 0
+        # Submits waiting in line for journalQueueSize room (loop only), and their line.
+        self._admitting = 0
+        self._admission = asyncio.Lock()
         # when the journal last had nothing outstanding (loop only), and how long the last
         # write and sync took (either thread): see ``_write_inline``
         self._idle_since = 0.0
@@ -172,6 +178,7 @@ class Journal:
         """Open a fresh file (never append after a possibly torn tail) and start the writer."""
         self._loop = loop
         self._room = asyncio.Event()
+        self._admission = asyncio.Lock()
         ids = self.file_ids()
         try:
             self._open_file(max((ids[-1] + 1) if ids else 1, self._first_new_id))
@@ -190,31 +197,63 @@ class Journal:
         """Journal ``parts`` (already encoded records); return once written (and synced).
         ``keep_loop_free``: the caller has other work waiting on the loop, so the batch goes to
         the writer thread even when the journal is idle (see ``_write_inline``)."""
+        self._check_open()
+        if self._admitting == 0:
+            if not keep_loop_free and self._may_write_inline(nbytes):
+                return self._write_inline(parts)
+            if self._has_room(records):
+                return await self._enqueue(parts, nbytes, records)
+        # Backpressure (journalQueueSize records in flight), in line: a batch that waited must
+        # not be passed by a later one, whose records may need its own (a ledger's master key
+        # before its entries) at replay.
+        self._admitting += 1
+        try:
+            async with self._admission:
+                while not self._has_room(records):
+                    self._room.clear()
+                    await self._room.wait()
+                self._check_open()  # the writer thread may be gone, or failing every batch
+                queued = self._enqueue(parts, nbytes, records)
+        finally:
+            self._admitting -= 1
+        return await queued
+
+    def _check_open(self) -> None:
         if self._failure is not None:
             raise BookieError(bookie_pb2.EIO, f"journal failed: {self._failure}")
         if self._closing:
             raise BookieError(bookie_pb2.EIO, "journal is closed")
-        if (
-            not keep_loop_free
-            and nbytes <= _INLINE_MAX_BYTES
-            and self._outstanding == 0
+
+    def _has_room(self, records: int) -> bool:
+        return self._outstanding == 0 or self._outstanding + records <= self._s.queue_size
+
+    def _may_write_inline(self, nbytes: int) -> bool:
+        """Whether a batch of ``nbytes`` may be written by the loop itself (``_write_inline``)."""
+        file = self._file
+        return (
+            nbytes <= _INLINE_MAX_BYTES
+            and self._queued_batches == 0
             and self._last_sync_s <= _INLINE_MAX_SYNC_S
             and time.perf_counter() - self._idle_since >= _INLINE_AFTER_IDLE_S
-        ):
-            return self._write_inline(parts)
-        while self._outstanding > 0 and self._outstanding + records > self._s.queue_size:
-            self._room.clear()
-            await self._room.wait()  # backpressure: journalQueueSize records in flight
+            # a rollover (closing a file, creating and syncing the next) stays on the thread
+            and file is not None
+            and file.offset + nbytes <= self._s.max_file_bytes
+        )
+
+    def _enqueue(self, parts: list[bytes], nbytes: int, records: int) -> asyncio.Future[LogMark]:
+        """Hand a batch to the writer thread; the future is its completion."""
         assert self._loop is not None
         future: asyncio.Future[LogMark] = self._loop.create_future()
         self._outstanding += records
+        self._queued_batches += 1
         self._queue.put(_Batch(parts, nbytes, records, future, time.perf_counter()))
-        return await future
+        return future
 
     def _complete(self, group: list[_Batch], mark: LogMark, error: BaseException | None) -> None:
         now = time.perf_counter()
         if error is not None:
             self._health.journal_failed(self._s.directory, error)
+        self._queued_batches -= len(group)
         for batch in group:
             self._outstanding -= batch.records
             if batch.future.done():
@@ -224,7 +263,7 @@ class Journal:
             else:
                 batch.future.set_exception(BookieError(bookie_pb2.EIO, f"journal write failed: {error}"))
             self._stats.journal_add_entry.observe((now - batch.enqueued_at) * 1000.0)
-        if self._outstanding == 0:
+        if self._queued_batches == 0:
             self._idle_since = now
         self._room.set()
 
@@ -236,9 +275,9 @@ class Journal:
         quorum. The loop is blocked for one ``pwrite`` and one ``fdatasync`` (both release the
         GIL), which a journal idle for ``_INLINE_AFTER_IDLE_S`` on a fast disk can afford.
 
-        Safe against the writer thread: with nothing outstanding, every batch it took has been
-        completed here, so it is waiting on its queue and touches neither the file nor the mark
-        until the next ``put``, which comes after this returns."""
+        Safe against the writer thread: with no batch queued, every batch it took (a barrier of
+        no records too) has been completed here, so it is waiting on its queue and touches
+        neither the file nor the mark until the next ``put``, which comes after this returns."""
         started = time.perf_counter()
         try:
             if parts:
