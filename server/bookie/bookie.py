@@ -154,6 +154,12 @@ class Bookie:
         updates.append(LedgerUpdate(ledger_id, UpdateKind.MASTER_KEY, master_key))
         return self._ledgers.create(ledger_id, master_key)
 
+    @property
+    def _readers_waiting(self) -> bool:
+        """Whether long polls are parked: the LAC a write publishes may wake them, and their
+        answers must not wait behind its sync on the loop's thread (``keep_loop_free``)."""
+        return self.waiters.parked > 0
+
     def _advance_lac(self, ledger_id: int, ledger: LedgerDescriptor, lac: int) -> None:
         if lac > ledger.lac:
             ledger.lac = lac
@@ -179,9 +185,7 @@ class Bookie:
             self._validate(ops, results, accepted, updates, lacs)
             if not accepted and not updates:
                 return results
-            # Parked long polls (tailing readers) are woken by the LACs published below: their
-            # answers must not wait behind a sync on the loop's thread.
-            durable = self.storage.write(updates, accepted, keep_loop_free=self.waiters.parked > 0)
+            durable = self.storage.write(updates, accepted, keep_loop_free=self._readers_waiting)
             self._publish_lacs(lacs)
             if self._skip_journal:
                 _never_journaled(durable)
@@ -429,8 +433,8 @@ class Bookie:
         ledger = self._keyed(ledger_id, master_key, updates)
         ledger.explicit_lac_body = body
         updates.append(LedgerUpdate(ledger_id, UpdateKind.EXPLICIT_LAC, body))
-        # applied now, durable when awaited; the long polls woken below go first (see add_entries)
-        durable = self.storage.write(updates, (), keep_loop_free=self.waiters.parked > 0)
+        # applied now, durable when awaited
+        durable = self.storage.write(updates, (), keep_loop_free=self._readers_waiting)
         # Published before it is durable, as an add's piggybacked LAC is (see _publish_lacs): the
         # writer saw these entries acknowledged by an ack quorum, so the LAC is true either way,
         # and long polls waiting for it should not wait for a journal sync too.

@@ -134,8 +134,8 @@ class Journal:
         # Submits waiting in line for journalQueueSize room (loop only), and their line.
         self._admitting = 0
         self._admission = asyncio.Lock()
-        # when the journal last had nothing outstanding (loop only), and how long the last
-        # write and sync took (either thread): see ``_write_inline``
+        # when the journal last had no batch queued (loop only), and how long the last write
+        # and sync took (either thread): see ``_write_inline``
         self._idle_since = 0.0
         self._last_sync_s = 0.0
 
