@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,16 +36,8 @@ from bookie.errors import BookieError
 
 from .config import StorageConfig
 from .health import StorageHealth
-from .journal_file import JournalFile
-from .journal_format import (
-    FILE_HEADER_SIZE,
-    FileRecords,
-    RecordType,
-    ScanEnd,
-    check_file_header,
-    file_name,
-)
-from .journal_format import file_ids as journal_file_ids
+from .journal_file import AppendFile, JournalDirectory, JournalFiles
+from .journal_format import FILE_HEADER_SIZE, RecordType, ScanEnd, check_file_header, file_name
 from .stats import StorageStats
 
 log = logging.getLogger(__name__)
@@ -104,12 +96,26 @@ class JournalSettings:
 
 
 class Journal:
+    """``files`` and ``clock`` are seams for the simulation (``tests/sim/journal_disk.py``), which
+    also runs the writer as a task on its loop (``_start_writer``, ``_hand_over``): by default the
+    files are ``settings.directory``'s and the clock is ``time.perf_counter``."""
+
     def __init__(
-        self, settings: JournalSettings, stats: StorageStats, health: StorageHealth | None = None
+        self,
+        settings: JournalSettings,
+        stats: StorageStats,
+        health: StorageHealth | None = None,
+        *,
+        files: JournalFiles | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._s = settings
         self._stats = stats
         self._health = health or StorageHealth()
+        self._files = files or JournalDirectory(
+            settings.directory, settings.pre_alloc_bytes, settings.remove_pages_from_cache
+        )
+        self._clock = clock
         # Batches for the writer thread; ``None`` tells it to stop once what precedes it is
         # written. A C SimpleQueue, not a Condition around a list: the loop hands over a batch
         # per add message, and Condition.notify (Python-level lock juggling) was a visible share
@@ -120,7 +126,7 @@ class Journal:
         self._stop_seen = False  # writer thread only
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._file: JournalFile | None = None
+        self._file: AppendFile | None = None
         self._failure: BaseException | None = None
         # position after the last record written (read by the loop at write-cache swap)
         self.written_mark = LogMark(0, 0)
@@ -146,19 +152,20 @@ class Journal:
     # ---- start-up -------------------------------------------------------------------------
 
     def file_ids(self) -> list[int]:
-        return journal_file_ids(self._s.directory)
+        return self._files.ids()
 
     def replay(self, mark: LogMark) -> Iterator[tuple[RecordType, memoryview, LogMark]]:
         """Every valid record after ``mark`` in file order; a damaged record ends its file."""
         # The next file must come after the mark, or the next replay would skip it: a mark
         # can name a file no longer there (its directory wiped by hand, say).
         self._first_new_id = max(self._first_new_id, mark.journal_id + 1)
-        self._s.directory.mkdir(parents=True, exist_ok=True)
         for journal_id in self.file_ids():
             if journal_id < mark.journal_id:
                 continue
             path = self._s.directory / file_name(journal_id)
-            records = FileRecords(path, mark.offset if journal_id == mark.journal_id else FILE_HEADER_SIZE)
+            records = self._files.records(
+                journal_id, mark.offset if journal_id == mark.journal_id else FILE_HEADER_SIZE
+            )
             if not check_file_header(records.header(), journal_id):
                 log.warning("journal %s has no valid header; skipped", path)
                 continue
@@ -186,8 +193,7 @@ class Journal:
             log.error("journal %s: cannot open a new file: %s", self._s.directory, exc)
             self._failure = exc
             self._health.journal_failed(self._s.directory, exc)
-        self._thread = threading.Thread(target=self._run, name=self._s.thread_name, daemon=True)
-        self._thread.start()
+        self._start_writer()
 
     # ---- loop side ------------------------------------------------------------------------
 
@@ -234,7 +240,7 @@ class Journal:
             nbytes <= _INLINE_MAX_BYTES
             and self._queued_batches == 0
             and self._last_sync_s <= _INLINE_MAX_SYNC_S
-            and time.perf_counter() - self._idle_since >= _INLINE_AFTER_IDLE_S
+            and self._clock() - self._idle_since >= _INLINE_AFTER_IDLE_S
             # a rollover (closing a file, creating and syncing the next) stays on the thread
             and file is not None
             and file.offset + nbytes <= self._s.max_file_bytes
@@ -246,11 +252,11 @@ class Journal:
         future: asyncio.Future[LogMark] = self._loop.create_future()
         self._outstanding += records
         self._queued_batches += 1
-        self._queue.put(_Batch(parts, nbytes, records, future, time.perf_counter()))
+        self._hand_over(_Batch(parts, nbytes, records, future, self._clock()))
         return future
 
     def _complete(self, group: list[_Batch], mark: LogMark, error: BaseException | None) -> None:
-        now = time.perf_counter()
+        now = self._clock()
         if error is not None:
             self._health.journal_failed(self._s.directory, error)
         self._queued_batches -= len(group)
@@ -278,7 +284,7 @@ class Journal:
         Safe against the writer thread: with no batch queued, every batch it took (a barrier of
         no records too) has been completed here, so it is waiting on its queue and touches
         neither the file nor the mark until the next ``put``, which comes after this returns."""
-        started = time.perf_counter()
+        started = self._clock()
         try:
             if parts:
                 self._write_synced(b"".join(parts))
@@ -288,7 +294,7 @@ class Journal:
             self._health.journal_failed(self._s.directory, exc)
             raise BookieError(bookie_pb2.EIO, f"journal write failed: {exc}") from exc
         finally:
-            self._idle_since = now = time.perf_counter()
+            self._idle_since = now = self._clock()
         self._stats.journal_add_entry.observe((now - started) * 1000.0)
         return self.written_mark
 
@@ -301,20 +307,16 @@ class Journal:
         """Write out what is queued, stop the thread, close the file."""
         if not self._closing:
             self._closing = True
-            self._queue.put(None)
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
-            self._thread = None
+            self._hand_over(None)
+        await self._writer_stopped()
         self._close_file()
 
     def abandon(self) -> None:
         """Stop without waiting (tests simulating a crash): the thread exits after its group."""
         self._abandoned = True
         self._closing = True
-        self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join()  # at most one group write: tests only
-            self._thread = None
+        self._hand_over(None)
+        self._writer_abandoned()
         self._close_file()
 
     def _close_file(self) -> None:
@@ -323,6 +325,24 @@ class Journal:
             self._file = None
 
     # ---- writer thread --------------------------------------------------------------------
+
+    def _start_writer(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self._s.thread_name, daemon=True)
+        self._thread.start()
+
+    def _hand_over(self, batch: _Batch | None) -> None:
+        """Queue a batch for the writer (``None``: stop once what precedes it is written)."""
+        self._queue.put(batch)
+
+    async def _writer_stopped(self) -> None:
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+
+    def _writer_abandoned(self) -> None:
+        if self._thread is not None:
+            self._thread.join()  # at most one group write: tests only
+            self._thread = None
 
     def _take(self) -> list[_Batch] | None:
         """The next group: everything queued (waiting for the first batch), or ``None`` once
@@ -396,15 +416,15 @@ class Journal:
                 return  # loop closed (crash simulation / interpreter exit)
 
     def _write_synced(self, data: bytes) -> None:
-        started = time.perf_counter()
+        started = self._clock()
         self._write(data)
         if self._s.sync_data:
             self._current().sync()
-        self._last_sync_s = elapsed = time.perf_counter() - started
+        self._last_sync_s = elapsed = self._clock() - started
         self._stats.journal_sync.observe(elapsed * 1000.0)
         self._stats.journal_write_bytes.inc(len(data))
 
-    def _current(self) -> JournalFile:
+    def _current(self) -> AppendFile:
         assert self._file is not None, "journal not started"
         return self._file
 
@@ -420,9 +440,7 @@ class Journal:
     def _open_file(self, journal_id: int) -> None:
         started, ok = time.perf_counter(), False
         try:  # BookKeeper's JOURNAL_CREATION_LATENCY: a rollover's file costs the writer this long
-            self._file = JournalFile(
-                self._s.directory, journal_id, self._s.pre_alloc_bytes, self._s.remove_pages_from_cache
-            )
+            self._file = self._files.create(journal_id)
             ok = True
         finally:
             self._stats.journal_creation.observe((time.perf_counter() - started) * 1000.0, success=ok)
@@ -435,5 +453,5 @@ class Journal:
         old = [i for i in self.file_ids() if i < mark.journal_id and i != self.written_mark.journal_id]
         doomed = old[: max(0, len(old) - self._s.max_backups)]
         for journal_id in doomed:
-            (self._s.directory / file_name(journal_id)).unlink(missing_ok=True)
+            self._files.remove(journal_id)
         return doomed

@@ -25,16 +25,80 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 from .fileio import fsync_dir, pwrite_all
-from .journal_format import FILE_HEADER_SIZE, file_header, file_name
+from .journal_format import (
+    FILE_HEADER_SIZE,
+    FileRecords,
+    RecordType,
+    ScanEnd,
+    file_header,
+    file_ids,
+    file_name,
+)
 
 log = logging.getLogger(__name__)
 
 _PIECE = 1024 * 1024  # bytes zero-filled (and synced) per step of the helper
 _ZEROS = memoryview(bytes(_PIECE))
 _DROP_STEP = 1024 * 1024  # synced journal bytes removed from the page cache at a time
+
+
+class AppendFile(Protocol):
+    """An open journal file, as the journal's writer uses it."""
+
+    journal_id: int
+    offset: int  # where the next append goes
+
+    def append(self, data: bytes) -> int: ...
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class RecordScan(Protocol):
+    """A journal file's valid records from ``start`` (``FileRecords``); after iterating, ``end``
+    and ``why`` say where and why the scan stopped."""
+
+    start: int
+    end: int
+    why: ScanEnd
+
+    def header(self) -> bytes: ...
+    def __iter__(self) -> Iterator[tuple[RecordType, memoryview, int]]: ...
+
+
+class JournalFiles(Protocol):
+    """Where one journal's files live: a directory on disk (:class:`JournalDirectory`), or the
+    simulation's disk, whose files lose what was not synced when it crashes."""
+
+    def ids(self) -> list[int]: ...
+    def create(self, journal_id: int) -> AppendFile: ...
+    def records(self, journal_id: int, start: int) -> RecordScan: ...
+    def remove(self, journal_id: int) -> None: ...
+
+
+class JournalDirectory:
+    """A journal's files in ``path``, each a :class:`JournalFile` while it is written."""
+
+    def __init__(self, path: Path, fill_ahead: int, remove_pages_from_cache: bool = True) -> None:
+        self.path = path
+        self._fill_ahead = fill_ahead
+        self._remove_pages = remove_pages_from_cache
+
+    def ids(self) -> list[int]:
+        return file_ids(self.path) if self.path.is_dir() else []
+
+    def create(self, journal_id: int) -> JournalFile:
+        return JournalFile(self.path, journal_id, self._fill_ahead, self._remove_pages)
+
+    def records(self, journal_id: int, start: int) -> FileRecords:
+        return FileRecords(self.path / file_name(journal_id), start)
+
+    def remove(self, journal_id: int) -> None:
+        (self.path / file_name(journal_id)).unlink(missing_ok=True)
 
 
 class JournalFile:

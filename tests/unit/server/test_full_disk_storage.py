@@ -13,10 +13,9 @@ import pytest
 from tests.support.storage_helpers import add_all, add_op, make_bookie, make_config
 
 from bookie.bookie import Bookie
-from bookie.storage import journal as journal_module
 from bookie.storage.entry_logger import RECORD_HEADER_SIZE, EntryLogger, log_name
 from bookie.storage.indexes import LedgerIndex, LedgerRecord
-from bookie.storage.journal_file import JournalFile
+from bookie.storage.journal_file import AppendFile
 from bookie.storage.kv import MemoryKeyValueStorage
 
 
@@ -109,17 +108,19 @@ async def test_a_journal_that_cannot_roll_over_fails_without_closing_a_strangers
 ) -> None:
     config = make_config(tmp_path, journal_max_size_mb=1)
     async with make_bookie(config) as bookie:
-        opened: list[JournalFile] = []
+        journal = bookie.storage.journals[0]
+        files = journal._files
+        create = files.create
+        opened: list[AppendFile] = []
 
-        def first_file_only(*args: object) -> JournalFile:
+        def first_file_only(journal_id: int) -> AppendFile:
             if opened:
                 _no_space()
-            opened.append(JournalFile(*args))  # type: ignore[arg-type]
+            opened.append(create(journal_id))
             return opened[-1]
 
-        journal = bookie.storage.journals[0]
         journal._file.close()  # type: ignore[union-attr]  # start over with the patched opener
-        monkeypatch.setattr(journal_module, "JournalFile", first_file_only)
+        monkeypatch.setattr(files, "create", first_file_only)
         journal._open_file(journal._file.journal_id + 1)  # type: ignore[union-attr]
         payload = bytes(256 * 1024)
         statuses = [(await bookie.add_entries([add_op(9, e, payload=payload)]))[0].status for e in range(6)]

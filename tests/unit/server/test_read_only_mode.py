@@ -24,7 +24,7 @@ from bookie.config import ConfigError, load_config
 from bookie.disk_monitor import DirUsage, DiskChecker, DiskMonitor, DiskStatus
 from bookie.state_manager import BookieStateManager, ReadOnlySettings, StateRefused
 from bookie.status_file import BookieStatusFiles
-from bookie.storage import journal as journal_module
+from bookie.storage.journal_file import JournalDirectory
 from bookie.storage.ledger_directory import IndexWriteError
 
 GiB = 1024**3
@@ -302,7 +302,7 @@ async def test_a_bookie_starts_read_only_on_a_disk_it_cannot_write(
     def no_space(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(journal_module, "JournalFile", no_space)
+    monkeypatch.setattr(JournalDirectory, "create", no_space)
     full = make_config(tmp_path, min_usable_for_entry_log_bytes=1 << 62)
     async with make_bookie(full) as bookie, Harness(bookie) as h:
         try:
