@@ -54,7 +54,9 @@ _INLINE_MAX_SYNC_S = 0.001
 
 
 @dataclass(slots=True)
-class _Batch:
+class JournalBatch:
+    """One submit's records, queued for the writer; ``future`` is its completion."""
+
     parts: list[bytes]
     nbytes: int
     records: int
@@ -120,7 +122,7 @@ class Journal:
         # written. A C SimpleQueue, not a Condition around a list: the loop hands over a batch
         # per add message, and Condition.notify (Python-level lock juggling) was a visible share
         # of the bookie's GIL time (docs/performance.md).
-        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[JournalBatch | None] = queue.SimpleQueue()
         self._closing = False
         self._abandoned = False
         self._stop_seen = False  # writer thread only
@@ -252,10 +254,10 @@ class Journal:
         future: asyncio.Future[LogMark] = self._loop.create_future()
         self._outstanding += records
         self._queued_batches += 1
-        self._hand_over(_Batch(parts, nbytes, records, future, self._clock()))
+        self._hand_over(JournalBatch(parts, nbytes, records, future, self._clock()))
         return future
 
-    def _complete(self, group: list[_Batch], mark: LogMark, error: BaseException | None) -> None:
+    def _complete(self, group: list[JournalBatch], mark: LogMark, error: BaseException | None) -> None:
         now = self._clock()
         if error is not None:
             self._health.journal_failed(self._s.directory, error)
@@ -330,7 +332,7 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name=self._s.thread_name, daemon=True)
         self._thread.start()
 
-    def _hand_over(self, batch: _Batch | None) -> None:
+    def _hand_over(self, batch: JournalBatch | None) -> None:
         """Queue a batch for the writer (``None``: stop once what precedes it is written)."""
         self._queue.put(batch)
 
@@ -344,7 +346,7 @@ class Journal:
             self._thread.join()  # at most one group write: tests only
             self._thread = None
 
-    def _take(self) -> list[_Batch] | None:
+    def _take(self) -> list[JournalBatch] | None:
         """The next group: everything queued (waiting for the first batch), or ``None`` once
         the stop marker comes with nothing before it."""
         if self._stop_seen:
@@ -360,7 +362,7 @@ class Journal:
             self._gather_more(group)
         return group
 
-    def _drain_into(self, group: list[_Batch]) -> bool:
+    def _drain_into(self, group: list[JournalBatch]) -> bool:
         """Move every queued batch into ``group``; True if the stop marker was among them."""
         get = self._queue.get_nowait
         while True:
@@ -373,7 +375,7 @@ class Journal:
                 return True
             group.append(batch)
 
-    def _gather_more(self, group: list[_Batch]) -> None:
+    def _gather_more(self, group: list[JournalBatch]) -> None:
         nbytes = sum(b.nbytes for b in group)
         deadline = time.perf_counter() + self._s.group_wait_s
         while nbytes < self._s.buffered_writes_threshold:

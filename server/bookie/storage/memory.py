@@ -107,6 +107,16 @@ class MemoryLedgerStorage:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._load_checkpointed()
+        for rtype, payload, _ in scan_records(bytes(self.disk.journal), 0):
+            self._replay(rtype, payload)
+        self._stopped = ""
+        # as DbLedgerStorage does: checkpoint what replay restored (a torn tail goes with it)
+        self._checkpoint()
+
+    def _load_checkpointed(self) -> None:
+        """Take the disk over (a storage opened earlier on it stops answering) and load its
+        checkpointed state."""
         disk = self.disk
         disk.generation += 1
         self._generation = disk.generation
@@ -114,16 +124,15 @@ class MemoryLedgerStorage:
         self._entries = {ledger_id: dict(entries) for ledger_id, entries in disk.entries.items()}
         self._last_entries = {ledger_id: max(e) for ledger_id, e in self._entries.items() if e}
         self._stored_bytes = sum(len(b) for entries in self._entries.values() for b in entries.values())
-        for rtype, payload, _ in scan_records(bytes(disk.journal), 0):
-            if rtype is RecordType.ENTRY:
-                ledger_id, entry_id = HEADER.unpack_from(payload)[:2]
-                self._put(ledger_id, entry_id, bytes(payload))
-            else:
-                self._update(record_update(rtype, payload))
-            self.replayed_records += 1
-        self._stopped = ""
-        # as DbLedgerStorage does: checkpoint what replay restored (a torn tail goes with it)
-        self._checkpoint()
+
+    def _replay(self, rtype: RecordType, payload: memoryview) -> None:
+        """Apply one journal record found at start-up."""
+        if rtype is RecordType.ENTRY:
+            ledger_id, entry_id = HEADER.unpack_from(payload)[:2]
+            self._put(ledger_id, entry_id, bytes(payload))
+        else:
+            self._update(record_update(rtype, payload))
+        self.replayed_records += 1
 
     async def close(self) -> None:
         if not self._stopped:
@@ -161,13 +170,7 @@ class MemoryLedgerStorage:
     ) -> Awaitable[None]:
         self._check_running()
         journal = self.disk.journal
-        for update in updates:
-            if self._update(update):
-                journal += update_record(update)
-        for ledger_id, entry_id, _, body, _, _ in entries:
-            self._put(ledger_id, entry_id, body)
-            journal += entry_record_header(body)
-            journal += body
+        journal += b"".join(self._apply(updates, entries)[0])
         end = self.disk.written
         if len(journal) > self._checkpoint_bytes:
             self._checkpoint()
@@ -180,6 +183,15 @@ class MemoryLedgerStorage:
     async def checkpoint(self) -> None:
         self._check_running()
         self._checkpoint()
+
+    def _apply(self, updates: Sequence[LedgerUpdate], entries: Sequence[AddOp]) -> tuple[list[bytes], int]:
+        """Apply a write to the ledgers: its journal records' parts, and how many records."""
+        parts = [update_record(update) for update in updates if self._update(update)]
+        records = len(parts) + len(entries)
+        for ledger_id, entry_id, _, body, _, _ in entries:
+            self._put(ledger_id, entry_id, body)
+            parts += (entry_record_header(body), body)
+        return parts, records
 
     def _update(self, update: LedgerUpdate) -> bool:
         record = apply_update(self._records.get(update.ledger_id), update)
