@@ -16,6 +16,9 @@
   progress and unanswered, read answers) hold nothing and have no one waiting: whatever a
   request reserved came back, however its stream or connection ended. The add port's receive
   budget counts too, and no add-port connection is still open.
+* ``journal_rules_kept``: with the real journal (``journal_disk``), the loop never writes
+  or syncs a journal file while the journal's writer is writing or syncing it, and batches
+  reach the file in the order they were submitted.
 * ``add_port_clean``: the bookies' add ports never closed a connection or ended a stream for a
   fault in what the (well-behaved) clients sent: a bad preface, a frame over the limit or cut
   wrong, a message that does not parse. Allowed: the timeouts a partition can cause (a preface or
@@ -56,6 +59,8 @@ class Final:
     budgets_held: dict[str, str] = field(default_factory=dict)
     # bookie -> the faults its add port closed a connection or ended a stream for, over the run
     add_port_faults: dict[str, list[str]] = field(default_factory=dict)
+    # writes and syncs the loop made while the journal's writer held its files, over the run
+    journal_breaches: list[str] = field(default_factory=list)
 
 
 def _acked(history: Sequence[HistoryOp]) -> list[HistoryOp]:
@@ -260,6 +265,10 @@ def add_port_clean(history: Sequence[HistoryOp], final: Final) -> list[Violation
     ]
 
 
+def journal_rules_kept(history: Sequence[HistoryOp], final: Final) -> list[Violation]:
+    return [Violation("journal_rules_kept", breach) for breach in final.journal_breaches]
+
+
 CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
     f.__name__: f
     for f in (
@@ -273,6 +282,7 @@ CHECKERS: dict[str, Callable[[Sequence[HistoryOp], Final], list[Violation]]] = {
         liveness,
         budgets_drained,
         add_port_clean,
+        journal_rules_kept,
     )
 }
 

@@ -19,6 +19,8 @@ from bookie.api import AddOp
 from bookie.storage.api import LedgerUpdate
 from bookie.storage.memory import MemoryDisk, MemoryLedgerStorage
 
+from .journal_disk import JournaledStorage, SimJournal, SimJournalFiles
+from .loop import SimLoop
 from .trace import Trace
 
 
@@ -40,6 +42,15 @@ class SimDisk:
     memory: MemoryDisk = field(default_factory=MemoryDisk)
     # Broken variant "drop the unsynced-data-loss rule": writes count as acknowledged before fsync.
     ack_before_fsync: bool = False
+    # The real journal (``journal_disk``) instead of the memory storage's model of one; its
+    # files, and the list their breaches of the journal's rules go to (the world's).
+    real_journal: bool = False
+    journal_breaches: list[str] = field(default_factory=list)
+    journal_files: SimJournalFiles | None = None
+    # Broken variants of the real journal: it syncs a batch on the loop beside a queued
+    # force() barrier; a submit passes one waiting in line for journalQueueSize room.
+    inline_beside_barrier: bool = False
+    submit_jumps_the_line: bool = False
     storage: MemoryLedgerStorage | None = None
 
     def fsync_delay_s(self) -> float:
@@ -52,12 +63,30 @@ class SimDisk:
 
     def open(self) -> MemoryLedgerStorage:
         """A storage for a new bookie process over this disk."""
+        if self.real_journal and not self.ack_before_fsync:
+            if self.journal_files is None:
+                loop = asyncio.get_running_loop()
+                assert isinstance(loop, SimLoop)
+                self.journal_files = SimJournalFiles(
+                    self.name, loop, self.fsync_delay_s, self.journal_breaches
+                )
+            journal = SimJournal
+            if self.inline_beside_barrier:
+                journal = _BarrierBlindJournal
+            elif self.submit_jumps_the_line:
+                journal = _LineJumpingJournal
+            self.storage = JournaledStorage(self.memory, self.journal_files, journal=journal)
+            return self.storage
         kind = _AckBeforeFsync if self.ack_before_fsync else MemoryLedgerStorage
         self.storage = kind(self.memory, sync=self._sync)
         return self.storage
 
     def crash(self) -> None:
         """Power loss: the unsynced journal is lost, but for a random prefix that may end torn."""
+        if isinstance(self.storage, JournaledStorage):
+            unsynced, kept = self.storage.crash_files(self.rng)
+            self.trace.event(f"disk {self.name} crash: kept {kept} of {unsynced} unsynced journal bytes")
+            return
         memory = self.memory
         unsynced = memory.written - memory.synced
         if self.storage is not None:
@@ -77,3 +106,31 @@ class _AckBeforeFsync(MemoryLedgerStorage):
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+
+
+class _BarrierBlindJournal(SimJournal):
+    """The bug a review found in the inline sync: only records counted as outstanding, so a
+    ``force()`` barrier (no records) with the writer let a batch be written on the loop while
+    the writer was still writing and syncing."""
+
+    def _may_write_inline(self, nbytes: int) -> bool:
+        queued = self._queued_batches
+        if self._outstanding == 0:
+            self._queued_batches = 0  # the barriers queued are not seen
+        try:
+            return super()._may_write_inline(nbytes)
+        finally:
+            self._queued_batches = queued
+
+
+class _LineJumpingJournal(SimJournal):
+    """The bug the same review found beside it: a submit that found room went straight to the
+    writer, past submits still waiting in line for room (none is ever seen waiting)."""
+
+    @property  # type: ignore[override]
+    def _admitting(self) -> int:
+        return 0
+
+    @_admitting.setter
+    def _admitting(self, value: int) -> None:
+        return None

@@ -114,6 +114,14 @@ class SimLoop(asyncio.SelectorEventLoop):
     def now_us(self) -> int:
         return self._sim_selector.now_us
 
+    def block(self, seconds: float) -> None:
+        """The loop's thread is busy for ``seconds`` (a system call made on it): the clock moves
+        on, and whatever fell due meanwhile runs late."""
+        selector = self._sim_selector
+        selector.now_us += max(1, math.ceil(seconds * MICROS))
+        if selector.limit_us is not None and selector.now_us > selector.limit_us:
+            raise SimTimeLimitError(f"virtual time passed {selector.limit_us / MICROS:.0f} s")
+
     def set_time_limit(self, seconds: float) -> None:
         self._sim_selector.limit_us = int(seconds * MICROS)
 

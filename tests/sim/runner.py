@@ -36,6 +36,7 @@ LIVENESS_BOUND_S = 300.0  # after healing, everything must finish within this mu
 TIME_LIMIT_S = 24 * 3600.0  # a run whose virtual clock passes this is stuck in a loop
 STEP_MEAN_S = 0.05
 BUDGETS_SETTLE_S = 5.0  # after the last client stops, before the bookies' budgets are looked at
+FORCE_AFTER_BURST = 0.1  # share of append bursts a writer follows with WriteHandle.force()
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Simulation:
     async def _run_steps(self, world: World) -> None:
         rng = self.seeds.child("workload")
         nemesis = self.seeds.child("nemesis")
+        self._forces = self.seeds.child("force")  # its own stream: the other draws stay as they were
         self.writers: list[Writer] = [Writer(world, f"w{i}") for i in range(rng.randint(1, 3))]
         self.readers: list[Reader] = [Reader(world, f"r{i}") for i in range(2)]
         self.admin = Admin(world, "admin")
@@ -117,6 +119,8 @@ class Simulation:
                 writer.spawn(writer.create(), "create")
             else:
                 writer.append_burst(rng.randint(1, 8))
+                if self._forces.random() < FORCE_AFTER_BURST:
+                    writer.spawn(writer.force(), "force")
                 if self._armed_power_loss is not None:
                     victims, restart_after = self._armed_power_loss
                     self._armed_power_loss = None
@@ -293,6 +297,10 @@ class Simulation:
         await checker.stop()
         await asyncio.sleep(BUDGETS_SETTLE_S)  # the closes reach the bookies, their streams end
         final.budgets_held = world.budgets_held()
+        final.journal_breaches = list(world.journal_breaches)
+        for bookie_id, node in world.bookies.items():
+            if node.disk.journal_files is not None:
+                trace.event(f"journal of {bookie_id}: {node.disk.journal_files.describe()}")
         final.add_port_faults = {
             b: node.add_port_faults for b, node in world.bookies.items() if node.add_port_faults
         }

@@ -140,6 +140,19 @@ class Writer(Process):
 
         return done
 
+    async def force(self) -> None:
+        """``WriteHandle.force``: a ``ForceLedger`` to each bookie, a barrier in its journal."""
+        handle = self.handle
+        if handle is None:
+            return
+        self.op("invoke", "force", handle.ledger_id)
+        try:
+            lac = await handle.force()
+        except BKError as exc:
+            self.op("fail", "force", handle.ledger_id, value=type(exc).__name__)
+            return
+        self.op("ok", "force", handle.ledger_id, value=lac)
+
     async def close(self) -> None:
         handle = self.handle
         if handle is None:

@@ -95,6 +95,9 @@ class Swarm:
     # The clients' add and read streams over the bookies' add port, its bytes over simulated
     # TCP connections (as in production), rather than over the simulated gRPC streams.
     add_port: bool = False
+    # The bookies journal through the real ``Journal`` on simulated files (``journal_disk``)
+    # rather than the memory storage's model of a journal.
+    real_journal: bool = False
 
     @classmethod
     def draw(cls, rng: random.Random) -> Swarm:
@@ -119,6 +122,7 @@ class Swarm:
             tight_budgets=rng.choice((False, False, True)),  # drawn last: earlier draws stay
             add_pipeline=rng.choice((False, True)),
             add_port=rng.choice((False, True)),
+            real_journal=rng.choice((False, True)),
         )
 
     def describe(self) -> str:
@@ -133,6 +137,10 @@ class Broken:
     skip_fence_check: bool = False  # bookies accept ordinary adds on a fenced ledger
     recover_without_coverage: bool = False  # one NoSuchEntry answer ends recovery
     ack_before_fsync: bool = False  # bookies acknowledge before the journal fsync
+    # the real journal syncs a batch on the loop while a force() barrier is with its writer
+    inline_beside_barrier: bool = False
+    # the real journal lets a submit pass those waiting in line for room
+    submit_jumps_the_line: bool = False
 
     @classmethod
     def named(cls, name: str) -> Broken:
@@ -157,6 +165,7 @@ class World:
     registrations: dict[str, MetadataClient] = field(default_factory=dict)  # bookie -> its metadata client
     clock_offset_s: float = 0.0
     lost: set[str] = field(default_factory=set)
+    journal_breaches: list[str] = field(default_factory=list)  # see SimJournalFiles.check_exclusive
 
     def __post_init__(self) -> None:
         self.network = Network(self.loop, self.seeds.child("network"), self.trace)
@@ -168,8 +177,7 @@ class World:
             faults = DiskFaults(
                 fsync_ms=self.swarm.fsync_ms, spike_probability=self.swarm.fsync_spike_probability
             )
-            disk = SimDisk(bookie_id, self.seeds.child(f"disk/{bookie_id}"), self.trace, faults)
-            disk.ack_before_fsync = self.broken.ack_before_fsync
+            disk = self._disk(SimDisk(bookie_id, self.seeds.child(f"disk/{bookie_id}"), self.trace, faults))
             node = BookieNode(bookie_id, self.network, disk, self.trace)
             node.skip_fence_check = self.broken.skip_fence_check
             node.wall_clock_ms = self.wall_time_ms
@@ -246,14 +254,25 @@ class World:
         self.registrations.pop(bookie_id, None)
         self.zk.process_died(bookie_id)  # its registration stays until the session times out
 
+    def _disk(self, disk: SimDisk) -> SimDisk:
+        """A bookie's disk as the swarm and the broken variant want it."""
+        disk.ack_before_fsync = self.broken.ack_before_fsync
+        disk.inline_beside_barrier = self.broken.inline_beside_barrier
+        disk.submit_jumps_the_line = self.broken.submit_jumps_the_line
+        disk.real_journal = (
+            self.swarm.real_journal or self.broken.inline_beside_barrier or self.broken.submit_jumps_the_line
+        )
+        disk.journal_breaches = self.journal_breaches
+        return disk
+
     def lose_bookie(self, bookie_id: str) -> None:
         """Permanent loss (the disk is gone): the bookie crashes and never comes back; its data
         must be re-replicated from the other replicas."""
         self.crash_bookie(bookie_id, host_down=True)
         self.lost.add(bookie_id)
         node = self.bookies[bookie_id]
-        node.disk = SimDisk(
-            bookie_id, self.seeds.child(f"disk/{bookie_id}/new"), self.trace, node.disk.faults
+        node.disk = self._disk(
+            SimDisk(bookie_id, self.seeds.child(f"disk/{bookie_id}/new"), self.trace, node.disk.faults)
         )
         self.trace.event(f"bookie {bookie_id} lost for good (its disk is gone)")
 
