@@ -114,9 +114,11 @@ class Journal:
         self._s = settings
         self._stats = stats
         self._health = health or StorageHealth()
-        self._files = files or JournalDirectory(
-            settings.directory, settings.pre_alloc_bytes, settings.remove_pages_from_cache
-        )
+        if files is None:
+            files = JournalDirectory(
+                settings.directory, settings.pre_alloc_bytes, settings.remove_pages_from_cache
+            )
+        self._files = files
         self._clock = clock
         # Batches for the writer thread; ``None`` tells it to stop once what precedes it is
         # written. A C SimpleQueue, not a Condition around a list: the loop hands over a batch
@@ -403,19 +405,24 @@ class Journal:
             group = self._take()
             if group is None:
                 return
-            error: BaseException | None = None
-            try:
-                if self._failure is not None:
-                    raise self._failure
-                self._write_synced(b"".join([p for batch in group for p in batch.parts]))
-            except Exception as exc:  # disk trouble: fail this group and every later one
-                log.exception("journal write failed")
-                error = exc
-                self._failure = exc
+            error = self._write_group(group)
             try:
                 loop.call_soon_threadsafe(self._complete, group, self.written_mark, error)
             except RuntimeError:
                 return  # loop closed (crash simulation / interpreter exit)
+
+    def _write_group(self, group: list[JournalBatch]) -> BaseException | None:
+        """Write and sync a group (the writer's); the failure, which fails this group and every
+        later one."""
+        try:
+            if self._failure is not None:
+                raise self._failure
+            self._write_synced(b"".join([p for batch in group for p in batch.parts]))
+        except Exception as exc:  # disk trouble
+            log.exception("journal write failed")
+            self._failure = exc
+            return exc
+        return None
 
     def _write_synced(self, data: bytes) -> None:
         started = self._clock()

@@ -89,7 +89,9 @@ class JournalDirectory:
         self._remove_pages = remove_pages_from_cache
 
     def ids(self) -> list[int]:
-        return file_ids(self.path) if self.path.is_dir() else []
+        # made here, at replay: a path that cannot be a directory stops the bookie's start
+        self.path.mkdir(parents=True, exist_ok=True)
+        return file_ids(self.path)
 
     def create(self, journal_id: int) -> JournalFile:
         return JournalFile(self.path, journal_id, self._fill_ahead, self._remove_pages)
