@@ -8,9 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from bookie.api import LogMark
+from bookie.storage.journal import Journal, JournalSettings
 from bookie.storage.journal_file import JournalFile
 from bookie.storage.journal_format import FILE_HEADER_SIZE, check_file_header, file_name
+from bookie.storage.stats import StorageStats
 
 
 def _append_random(file: JournalFile, count: int, max_size: int, seed: int) -> bytes:
@@ -55,3 +59,18 @@ def test_helper_keeps_the_file_filled_ahead_of_the_writer(tmp_path: Path) -> Non
         assert path.stat().st_size >= file.offset + fill_ahead
     finally:
         file.close()
+
+
+def test_replay_makes_the_journal_directory_and_stops_at_one_that_is_a_file(tmp_path: Path) -> None:
+    """Replay lists the journal's files first, making the directory: a path that cannot be one
+    stops the bookie's start there, rather than letting it start read-only."""
+
+    def replayed(directory: Path) -> list[object]:
+        settings = JournalSettings(directory, 1 << 20, 1 << 26, 5, 100, 0.002, 512 * 1024, False, True)
+        return list(Journal(settings, StorageStats(CollectorRegistry())).replay(LogMark(0, 0)))
+
+    assert replayed(tmp_path / "fresh" / "current") == []
+    assert (tmp_path / "fresh" / "current").is_dir()
+    (tmp_path / "current").write_bytes(b"not a directory")
+    with pytest.raises(FileExistsError):
+        replayed(tmp_path / "current")
