@@ -56,6 +56,11 @@ class SimDisk:
     def fsync_delay_s(self) -> float:
         if self.rng.random() < self.faults.spike_probability:
             return self.faults.spike_ms / 1000.0
+        return self.typical_fsync_delay_s()
+
+    def typical_fsync_delay_s(self) -> float:
+        """A sync without a spike: what a sync the event loop makes itself takes (it blocks the
+        one loop, so every simulated process would stall behind a spike)."""
         return self.rng.uniform(0.5, 1.5) * self.faults.fsync_ms / 1000.0
 
     async def _sync(self, nbytes: int) -> None:
@@ -68,7 +73,7 @@ class SimDisk:
                 loop = asyncio.get_running_loop()
                 assert isinstance(loop, SimLoop)
                 self.journal_files = SimJournalFiles(
-                    self.name, loop, self.fsync_delay_s, self.journal_breaches
+                    self.name, loop, self.fsync_delay_s, self.typical_fsync_delay_s, self.journal_breaches
                 )
             journal = SimJournal
             if self.inline_beside_barrier:

@@ -30,6 +30,7 @@ Two of the journal's own rules are checked, and a breach is recorded
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -78,18 +79,25 @@ class SimJournalFile:
         self.data = bytearray(file_header(journal_id))
         self.offset = FILE_HEADER_SIZE
         self.synced = FILE_HEADER_SIZE  # a new file's header is synced before it is used
+        self.closed = False
 
     def append(self, data: bytes) -> int:
+        self._check_open()
         self._files.check_exclusive(f"append to journal {self.journal_id:x}")
         self.data += data
         self.offset = len(self.data)
         return self.offset
 
     def sync(self) -> None:
+        self._check_open()
         self._files.sync(self)
 
     def close(self) -> None:
-        return None
+        self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:  # the real file's descriptor is closed: EBADF
+            raise OSError(errno.EBADF, f"journal {self.journal_id:x} is closed")
 
 
 class SimRecords:
@@ -119,17 +127,24 @@ class SimJournalFiles:
     (the inline path), and blocks the loop for its duration."""
 
     def __init__(
-        self, name: str, loop: SimLoop, sync_delay_s: Callable[[], float], breaches: list[str]
+        self,
+        name: str,
+        loop: SimLoop,
+        sync_delay_s: Callable[[], float],
+        loop_sync_delay_s: Callable[[], float],
+        breaches: list[str],
     ) -> None:
         self.name = name
         self._loop = loop
         self._sync_delay_s = sync_delay_s
+        self._loop_sync_delay_s = loop_sync_delay_s
         self.files: dict[int, SimJournalFile] = {}
         self.checkpoint = LogMark(0, 0)  # where replay starts: the last checkpoint's mark
         self.holder: asyncio.Task[object] | None = None
         self.pending_sync: tuple[SimJournalFile, int] | None = None
         self.breaches = breaches  # the world's: every disk reports there
-        self.created = self.writer_syncs = self.inline_syncs = 0  # for the run's closing summary
+        # for the run's closing summary
+        self.created = self.writer_syncs = self.inline_syncs = self.barriers = self.waited = 0
 
     # -- JournalFiles --------------------------------------------------------------------------
 
@@ -137,6 +152,8 @@ class SimJournalFiles:
         return sorted(self.files)
 
     def create(self, journal_id: int) -> SimJournalFile:
+        if journal_id in self.files:  # JournalFile opens with O_EXCL
+            raise FileExistsError(errno.EEXIST, f"journal {journal_id:x} exists")
         file = self.files[journal_id] = SimJournalFile(self, journal_id)
         self.created += 1
         return file
@@ -163,7 +180,7 @@ class SimJournalFiles:
             return
         self.check_exclusive(f"sync of journal {file.journal_id:x}")
         self.inline_syncs += 1
-        self._loop.block(self._sync_delay_s())
+        self._loop.block(self._loop_sync_delay_s())
         file.synced = file.offset
 
     async def finish_sync(self) -> None:
@@ -193,7 +210,8 @@ class SimJournalFiles:
     def describe(self) -> str:
         return (
             f"{self.writer_syncs} syncs by the writer, {self.inline_syncs} on the loop, "
-            f"{self.created} files created"
+            f"{self.created} files created, {self.barriers} barriers, "
+            f"{self.waited} submits waited for room"
         )
 
     @property
@@ -222,6 +240,9 @@ class SimJournal(Journal):
     ) -> LogMark:
         self._submitted += 1
         self._numbers[id(parts)] = self._submitted
+        files = self._sim_files
+        files.barriers += not parts
+        files.waited += bool(self._admitting) or not self._has_room(records)
         try:
             return await super().submit(parts, nbytes, records, keep_loop_free=keep_loop_free)
         finally:
@@ -270,8 +291,10 @@ class SimJournal(Journal):
         self._writing = []
 
     async def _write_groups(self) -> None:
-        """The writer thread's loop: every queued batch is one group, written, then synced while
-        virtual time passes, then completed on the loop."""
+        """The writer thread's loop (``Journal._run``): every queued batch is one group, written
+        by ``Journal._write_group``, synced while virtual time passes, then completed on the loop
+        one turn later. The thread's ``_take`` (and its group wait) blocks, so groups are formed
+        here: everything queued when the writer wakes."""
         files = self._sim_files
         while True:
             while not self._inbox:
@@ -287,19 +310,16 @@ class SimJournal(Journal):
                 group.append(batch)
             if group:
                 self._writing = group
-                error: BaseException | None = None
-                files.holder = asyncio.current_task()
+                me = files.holder = asyncio.current_task()
                 started = self._sim_loop.time()
                 try:
-                    if self._failure is not None:
-                        raise self._failure
-                    self._write_synced(b"".join(part for batch in group for part in batch.parts))
-                    await files.finish_sync()
-                    self._last_sync_s = self._sim_loop.time() - started
-                except Exception as exc:  # as the thread: fail this group and every later one
-                    error = self._failure = exc
+                    error = self._write_group(group)  # the thread's own code; its sync is deferred
+                    if error is None:
+                        await files.finish_sync()
+                        self._last_sync_s = self._sim_loop.time() - started
                 finally:
-                    files.holder = None
+                    if files.holder is me:
+                        files.holder = None
                 self._writing = []
                 self._sim_loop.call_soon(self._complete, group, self.written_mark, error)
             if stopping:
@@ -309,7 +329,12 @@ class SimJournal(Journal):
 class JournaledStorage(MemoryLedgerStorage):
     """``MemoryLedgerStorage``'s ledger state, journaled through the real ``Journal`` on
     :class:`SimJournalFiles`. A checkpoint moves the state to the disk and lets replay start at
-    the journal's written mark; a crash loses what the files had not synced."""
+    the journal's written mark; a crash loses what the files had not synced.
+
+    Unlike the memory storage's, a checkpoint does not cover records still queued for the
+    writer: deleting a ledger (a checkpoint, then the deletion) leaves those after the mark, and
+    replay brings the ledger back, as with ``DbLedgerStorage``; garbage collection deletes it
+    again."""
 
     def __init__(
         self,
@@ -391,5 +416,4 @@ class JournaledStorage(MemoryLedgerStorage):
         return DiskInfo(self.disk.capacity_bytes, max(0, self.disk.capacity_bytes - used))
 
     def journal_marks(self) -> list[JournalMark]:
-        mark = self.journal.written_mark if self.journal is not None else self.files.checkpoint
-        return [JournalMark(JOURNAL_NAME, mark)]
+        return [JournalMark(JOURNAL_NAME, self.files.checkpoint)]  # the persisted LastLogMark

@@ -116,11 +116,10 @@ class SimLoop(asyncio.SelectorEventLoop):
 
     def block(self, seconds: float) -> None:
         """The loop's thread is busy for ``seconds`` (a system call made on it): the clock moves
-        on, and whatever fell due meanwhile runs late."""
-        selector = self._sim_selector
-        selector.now_us += max(1, math.ceil(seconds * MICROS))
-        if selector.limit_us is not None and selector.now_us > selector.limit_us:
-            raise SimTimeLimitError(f"virtual time passed {selector.limit_us / MICROS:.0f} s")
+        on, and whatever fell due meanwhile runs late. The one loop is every simulated process's,
+        so all of them stall, not only the caller. (The time limit is checked at the next wait:
+        raised here, the caller's error handling would take it for its own failure.)"""
+        self._sim_selector.now_us += max(1, math.ceil(seconds * MICROS))
 
     def set_time_limit(self, seconds: float) -> None:
         self._sim_selector.limit_us = int(seconds * MICROS)

@@ -65,6 +65,7 @@ class Simulation:
         self.seeds = SeedTree(seed)
         self.swarm = Swarm.draw(self.seeds.child("swarm"))
         self.broken = Broken.named(broken)
+        self._forces = self.seeds.child("force")  # its own stream: the other draws stay as they were
 
     async def main(self) -> tuple[World, list[Violation]]:
         loop = asyncio.get_running_loop()
@@ -89,7 +90,6 @@ class Simulation:
     async def _run_steps(self, world: World) -> None:
         rng = self.seeds.child("workload")
         nemesis = self.seeds.child("nemesis")
-        self._forces = self.seeds.child("force")  # its own stream: the other draws stay as they were
         self.writers: list[Writer] = [Writer(world, f"w{i}") for i in range(rng.randint(1, 3))]
         self.readers: list[Reader] = [Reader(world, f"r{i}") for i in range(2)]
         self.admin = Admin(world, "admin")
