@@ -11,12 +11,15 @@ their sync.
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
-from bookie.api import AddOp
+from bookie.api import AddOp, LogMark
+from bookie.errors import BookieError
 from bookie.storage.api import LedgerUpdate
+from bookie.storage.journal import JournalBatch
 from bookie.storage.memory import MemoryDisk, MemoryLedgerStorage
 
 from .journal_disk import JournaledStorage, SimJournal, SimJournalFiles
@@ -48,10 +51,14 @@ class SimDisk:
     journal_breaches: list[str] = field(default_factory=list)
     journal_files: SimJournalFiles | None = None
     # Broken variants of the real journal: it syncs a batch on the loop beside a queued
-    # force() barrier; a submit passes one waiting in line for journalQueueSize room.
+    # force() barrier; a submit passes one waiting in line for journalQueueSize room; a write
+    # that failed is acknowledged, and the journal goes on.
     inline_beside_barrier: bool = False
     submit_jumps_the_line: bool = False
+    ack_failed_write: bool = False
     storage: MemoryLedgerStorage | None = None
+    # The nemesis's disk error: the journal's next write or sync fails with EIO (once).
+    journal_error_armed: bool = False
 
     def fsync_delay_s(self) -> float:
         if self.rng.random() < self.faults.spike_probability:
@@ -65,6 +72,19 @@ class SimDisk:
 
     async def _sync(self, nbytes: int) -> None:
         await asyncio.sleep(self.fsync_delay_s())
+        self.raise_armed_error()
+
+    def raise_armed_error(self) -> None:
+        """The nemesis's disk error, if armed: raised once."""
+        if self.journal_error_armed:
+            self.journal_error_armed = False
+            self.trace.event(f"disk {self.name}: a journal write fails (EIO)")
+            raise OSError(errno.EIO, "Input/output error (simulated)")
+
+    @property
+    def journal_failed(self) -> bool:
+        """The running storage's journal failed: it refuses writes until the bookie restarts."""
+        return self.storage is not None and self.storage.health.journal_failure is not None
 
     def open(self) -> MemoryLedgerStorage:
         """A storage for a new bookie process over this disk."""
@@ -73,13 +93,20 @@ class SimDisk:
                 loop = asyncio.get_running_loop()
                 assert isinstance(loop, SimLoop)
                 self.journal_files = SimJournalFiles(
-                    self.name, loop, self.fsync_delay_s, self.typical_fsync_delay_s, self.journal_breaches
+                    self.name,
+                    loop,
+                    self.fsync_delay_s,
+                    self.typical_fsync_delay_s,
+                    self.journal_breaches,
+                    self.raise_armed_error,
                 )
             journal = SimJournal
             if self.inline_beside_barrier:
                 journal = _BarrierBlindJournal
             elif self.submit_jumps_the_line:
                 journal = _LineJumpingJournal
+            elif self.ack_failed_write:
+                journal = _FailureBlindJournal
             self.storage = JournaledStorage(self.memory, self.journal_files, journal=journal)
             return self.storage
         kind = _AckBeforeFsync if self.ack_before_fsync else MemoryLedgerStorage
@@ -139,3 +166,20 @@ class _LineJumpingJournal(SimJournal):
     @_admitting.setter
     def _admitting(self, value: int) -> None:
         return None
+
+
+class _FailureBlindJournal(SimJournal):
+    """A journal that swallows a failed write: the batch is acknowledged though it never reached
+    the file, and the journal goes on as if nothing happened."""
+
+    def _write_group(self, group: list[JournalBatch]) -> BaseException | None:
+        super()._write_group(group)
+        self._failure = None
+        return None
+
+    def _write_inline(self, parts: list[bytes]) -> LogMark:
+        try:
+            return super()._write_inline(parts)
+        except BookieError:
+            self._failure = None
+            return self.written_mark

@@ -84,6 +84,7 @@ class SimJournalFile:
     def append(self, data: bytes) -> int:
         self._check_open()
         self._files.check_exclusive(f"append to journal {self.journal_id:x}")
+        self._files.disk_error()
         self.data += data
         self.offset = len(self.data)
         return self.offset
@@ -133,6 +134,7 @@ class SimJournalFiles:
         sync_delay_s: Callable[[], float],
         loop_sync_delay_s: Callable[[], float],
         breaches: list[str],
+        disk_error: Callable[[], None] = lambda: None,
     ) -> None:
         self.name = name
         self._loop = loop
@@ -143,6 +145,7 @@ class SimJournalFiles:
         self.holder: asyncio.Task[object] | None = None
         self.pending_sync: tuple[SimJournalFile, int] | None = None
         self.breaches = breaches  # the world's: every disk reports there
+        self.disk_error = disk_error  # raises the nemesis's disk error when armed
         # for the run's closing summary
         self.created = self.writer_syncs = self.inline_syncs = self.barriers = self.waited = 0
 

@@ -173,8 +173,9 @@ class Simulation:
                 "clock",
                 "fsync-spike",
                 "lose",
+                "journal-error",
             ),
-            weights=(6, 2, 3, 2, 2, 3, 2, 1, 2, 1),
+            weights=(6, 2, 3, 2, 2, 3, 2, 1, 2, 1, 1),
         )[0]
         if kind == "lose":
             if world.loss_allowed():
@@ -211,6 +212,14 @@ class Simulation:
                 world.network.connections[rng.choice(conns)].reset("nemesis")
         elif kind == "expire":
             world.expire_bookie_session(rng.choice(bookie_ids))
+        elif kind == "journal-error":
+            # The journal's next write fails: the bookie refuses writes (EIO) until an operator
+            # restarts it, which happens after a while, or in the final phase.
+            victims = rng.sample(bookie_ids, rng.randint(1, len(bookie_ids)))
+            world.trace.event(f"nemesis: journal disk errors armed on {victims}")
+            for bookie_id in victims:
+                world.bookies[bookie_id].disk.journal_error_armed = True
+                loop.call_later(rng.uniform(1.0, 10.0), self._restart_if_failed, world, bookie_id)
         elif kind == "clock":
             jump = rng.uniform(-3600.0, 3600.0)
             world.clock_offset_s += jump
@@ -240,6 +249,13 @@ class Simulation:
         if not world.bookies[bookie_id].up and not self._healing:
             world.loop.create_task(world.start_bookie(bookie_id))
 
+    def _restart_if_failed(self, world: World, bookie_id: str) -> None:
+        node = world.bookies[bookie_id]
+        node.disk.journal_error_armed = False
+        if node.up and node.disk.journal_failed and not self._healing:
+            world.crash_bookie(bookie_id, host_down=False)
+            world.loop.create_task(world.start_bookie(bookie_id))
+
     def _heal(self, world: World) -> None:
         world.trace.event("nemesis: partitions healed")
         world.network.heal()
@@ -261,6 +277,9 @@ class Simulation:
         stuck: list[str] = []
         for bookie_id, node in sorted(world.bookies.items()):
             node.disk.faults.spike_probability = 0.0
+            node.disk.journal_error_armed = False
+            if node.up and node.disk.journal_failed:  # the operator restarts it
+                world.crash_bookie(bookie_id, host_down=False)
             if not node.up:
                 await world.start_bookie(bookie_id)
         try:

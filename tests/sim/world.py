@@ -141,6 +141,8 @@ class Broken:
     inline_beside_barrier: bool = False
     # the real journal lets a submit pass those waiting in line for room
     submit_jumps_the_line: bool = False
+    # the real journal acknowledges a batch whose write failed, and goes on
+    ack_failed_write: bool = False
 
     @classmethod
     def named(cls, name: str) -> Broken:
@@ -259,8 +261,10 @@ class World:
         disk.ack_before_fsync = self.broken.ack_before_fsync
         disk.inline_beside_barrier = self.broken.inline_beside_barrier
         disk.submit_jumps_the_line = self.broken.submit_jumps_the_line
-        disk.real_journal = (
-            self.swarm.real_journal or self.broken.inline_beside_barrier or self.broken.submit_jumps_the_line
+        disk.ack_failed_write = self.broken.ack_failed_write
+        broken = self.broken
+        disk.real_journal = self.swarm.real_journal or (
+            broken.inline_beside_barrier or broken.submit_jumps_the_line or broken.ack_failed_write
         )
         disk.journal_breaches = self.journal_breaches
         return disk

@@ -43,6 +43,7 @@ BROKEN_VARIANTS = {
     "ack_before_fsync": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 30),
     "inline_beside_barrier": ({"journal_rules_kept"}, 15),
     "submit_jumps_the_line": ({"journal_rules_kept"}, 30),
+    "ack_failed_write": ({"acked_entry_readable", "closed_ledger_covers_acks"}, 30),
 }
 
 
@@ -109,6 +110,20 @@ def test_real_journal_seeds_sync_on_the_loop_and_on_the_writer() -> None:
     starts = sum(" started (epoch" in e for e in result.trace.events)
     assert writer > 0 and loop > 0 and barriers > 0, summaries
     assert files > starts, summaries  # a file per start, and rollovers
+
+
+def test_a_journal_disk_error_keeps_a_bookie_from_writing_until_it_restarts() -> None:
+    """The nemesis's disk error fails a journal write; the bookie's journal then refuses every
+    write until the bookie is restarted, which the nemesis does (or the final phase)."""
+    for seed in range(1, 40):
+        result = run_seed(seed, STEPS)
+        failed = [i for i, e in enumerate(result.trace.events) if "a journal write fails" in e]
+        if failed:
+            break
+    assert failed and result.ok, failure_report(result)
+    events = result.trace.events
+    bookie = re.search(r"disk (\S+): a journal write fails", events[failed[0]]).group(1)  # type: ignore[union-attr]
+    assert any(f"bookie {bookie} started" in e for e in events[failed[0] :]), events[failed[0] :]
 
 
 def test_add_port_clean_allows_only_the_timeouts_a_partition_can_cause() -> None:
