@@ -99,8 +99,9 @@ class JournalSettings:
 
 class Journal:
     """``files`` and ``clock`` are seams for the simulation (``tests/sim/journal_disk.py``), which
-    also runs the writer as a task on its loop (``_start_writer``, ``_hand_over``): by default the
-    files are ``settings.directory``'s and the clock is ``time.perf_counter``."""
+    also runs the writer as a task on its loop (the ``_start_writer``, ``_hand_over``,
+    ``_writer_stopped`` and ``_writer_abandoned`` hooks, around the thread's ``_write_group``): by
+    default the files are ``settings.directory``'s and the clock is ``time.perf_counter``."""
 
     def __init__(
         self,
